@@ -1,0 +1,35 @@
+import { createHash } from 'node:crypto';
+import { parsePermission } from '../../src/permissions.js';
+import type { RunContext } from '../../src/runner.js';
+import type { Tool, ToolSpec } from '../../src/tool.js';
+import { compileSchema } from '../../src/validation.js';
+
+/** A builtin tool: its definition and the function that runs it in-process. */
+export interface Builtin {
+  tool: Tool;
+  handler: (input: Record<string, unknown>, ctx: RunContext) => unknown;
+}
+
+type BuiltinSpec = Omit<ToolSpec, 'runner' | 'entry'>;
+
+export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler']): Builtin {
+  const full: ToolSpec = { ...spec, runner: 'builtin' };
+  const tool: Tool = Object.freeze({
+    spec: Object.freeze(full),
+    source: 'builtin',
+    entryPath: null,
+    toolsDir: null,
+    declared: Object.freeze(full.permissions.map(parsePermission)),
+    validateInput: compileSchema(full.schema),
+    validateOutput: full.output_schema ? compileSchema(full.output_schema) : null,
+    hash: createHash('sha256').update(JSON.stringify(full)).digest('hex'),
+  });
+  return { tool, handler };
+}
+
+/** Shorthand for the object schemas of builtin inputs: closed, with the listed required keys. */
+export function objectSchema(properties: Record<string, unknown>, required: string[] = []): Record<string, unknown> {
+  return { type: 'object', properties, required, additionalProperties: false };
+}
+
+export const PATH = { type: 'string', minLength: 1, maxLength: 4096, description: 'VFS path, e.g. /docs/a.txt' };

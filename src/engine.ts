@@ -1,0 +1,184 @@
+import { existsSync, realpathSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { BuiltinRunner } from '../runners/builtin/index.js';
+import { AuditLog } from './audit.js';
+import { Limiter } from './concurrency.js';
+import { type CallOptions, Dispatcher } from './dispatcher.js';
+import { EventBus, type RegistryProblem } from './events.js';
+import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
+import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError } from './permissions.js';
+import { Registry } from './registry/registry.js';
+import type { ToolResult } from './result.js';
+import type { Runner, RunnerStatus } from './runner.js';
+import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
+import { Vfs } from './vfs/vfs.js';
+
+export interface EngineOptions {
+  /** Folder holding the projects. Default `./workspace`. */
+  workspace?: string;
+  /** Project folder name inside the workspace. Default `demo`. */
+  project?: string;
+  /** What callers are granted. Default: DEFAULT_GRANTS (everything but `sys.exec` and `net.fetch`). */
+  grants?: readonly string[];
+  /** Overrides of the default policy (limits.ts). */
+  policy?: Partial<Policy>;
+  vfsQuota?: Partial<VfsQuota>;
+  registryLimits?: Partial<RegistryLimits>;
+  /** Watch the tools folder and reload on change. Default true. */
+  watch?: boolean;
+  /** Append every event to a JSONL file: `true` for `<project>/.arium/audit.jsonl`, or a path. */
+  auditLog?: boolean | string;
+  /** Runners to use in place of (or besides) the defaults, keyed by their `name`. */
+  runners?: readonly Runner[];
+}
+
+export interface EngineStatus {
+  project: string;
+  tools: number;
+  problems: number;
+  runners: Record<string, RunnerStatus>;
+}
+
+/** A start-up error: bad options or a missing project. Calls themselves never throw. */
+export class EngineConfigError extends Error {
+  override readonly name = 'EngineConfigError';
+  constructor(
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface Engine {
+  readonly project: string;
+  /** Absolute path of the project folder. */
+  readonly projectDir: string;
+  readonly events: EventBus;
+  /** The live VFS, for the host application (no permission checks: the host is trusted). */
+  readonly vfs: Vfs;
+  /** The grants callers get unless a call narrows them. */
+  readonly grants: readonly string[];
+  readonly policy: Readonly<Policy>;
+  call(id: string, input: unknown, options?: CallOptions): Promise<ToolResult>;
+  tools(): ToolInfo[];
+  tool(id: string): ToolInfo | undefined;
+  /** Definition files that did not load, with the reason. */
+  problems(): RegistryProblem[];
+  /** Re-reads the tools folder now (the watcher does this on its own). */
+  refresh(): Promise<void>;
+  status(): Promise<EngineStatus>;
+  close(): Promise<void>;
+}
+
+const PROJECT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+function checkPolicy(policy: Partial<Policy>): Policy {
+  const merged = { ...DEFAULT_POLICY };
+  for (const [key, value] of Object.entries(policy ?? {})) {
+    if (!(key in DEFAULT_POLICY)) {
+      throw new EngineConfigError(`Unknown policy field "${key}"; known fields: ${Object.keys(DEFAULT_POLICY).join(', ')}`, `policy.${key}`);
+    }
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
+      throw new EngineConfigError(`policy.${key} must be a positive integer (got ${JSON.stringify(value)})`, `policy.${key}`);
+    }
+    (merged as Record<string, number>)[key] = value;
+  }
+  return merged;
+}
+
+export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
+  const project = options.project ?? 'demo';
+  if (typeof project !== 'string' || !PROJECT_NAME.test(project) || project.includes('..')) {
+    throw new EngineConfigError(`Invalid project name ${JSON.stringify(project)}: use letters, digits, ".", "_" and "-" (not a path)`, 'project');
+  }
+  const workspace = resolve(options.workspace ?? 'workspace');
+  const projectDir = join(workspace, project);
+  if (!existsSync(projectDir) || !statSync(projectDir).isDirectory()) {
+    throw new EngineConfigError(
+      `Project "${project}" not found: ${projectDir} is not a folder (create it with \`arium init ${project}\`)`,
+      'project',
+    );
+  }
+  const policy = checkPolicy(options.policy ?? {});
+  let grants: GrantSet;
+  try {
+    grants = new GrantSet(options.grants ?? DEFAULT_GRANTS);
+  } catch (error) {
+    if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, 'grants');
+    throw error;
+  }
+  const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
+  const vfs = new Vfs(options.vfsQuota);
+  const bus = new EventBus();
+  let audit: AuditLog | null = null;
+  if (options.auditLog) {
+    audit = new AuditLog(typeof options.auditLog === 'string' ? resolve(options.auditLog) : join(projectDir, '.arium', 'audit.jsonl'));
+    const log = audit;
+    bus.addSink((event) => log.write(event));
+  }
+
+  const builtin = new BuiltinRunner();
+  const runners = new Map<RunnerName, Runner>([['builtin', builtin]]);
+  for (const runner of options.runners ?? []) runners.set(runner.name, runner);
+
+  const toolsPath = join(projectDir, 'tools');
+  const toolsDir = existsSync(toolsPath) ? realpathSync(toolsPath) : null;
+  const registry = new Registry({
+    projectDir: realpathSync(projectDir),
+    toolsDir,
+    builtins: builtin.tools(),
+    limits: registryLimits,
+    onChange: (event) => {
+      bus.publish(event);
+      for (const id of [...event.added, ...event.updated]) {
+        const tool = registry.get(id);
+        if (tool) runners.get(tool.spec.runner)?.prepare?.(tool);
+      }
+    },
+  });
+  await registry.refresh();
+  if (options.watch ?? true) await registry.watch();
+
+  const dispatcher = new Dispatcher({
+    registry,
+    runners,
+    vfs,
+    bus,
+    policy,
+    grants,
+    limiter: new Limiter(policy.concurrency, policy.tool_concurrency, policy.queue_length),
+  });
+
+  let closed: Promise<void> | null = null;
+  const engine: Engine = {
+    project,
+    projectDir,
+    events: bus,
+    vfs,
+    grants: grants.texts(),
+    policy,
+    call: (id, input, callOptions) => dispatcher.call(id, input, callOptions),
+    tools: () => registry.list().map(toolInfo),
+    tool: (id) => {
+      const tool = registry.get(id);
+      return tool ? toolInfo(tool) : undefined;
+    },
+    problems: () => registry.problems(),
+    refresh: () => registry.refresh(),
+    status: async () => {
+      const statuses: Record<string, RunnerStatus> = {};
+      for (const [name, runner] of runners) statuses[name] = await runner.status();
+      return { project, tools: registry.list().length, problems: registry.problems().length, runners: statuses };
+    },
+    close: () => {
+      closed ??= (async () => {
+        await registry.close();
+        await Promise.allSettled([...runners.values()].map((r) => r.close()));
+        await audit?.close();
+      })();
+      return closed;
+    },
+  };
+  return engine;
+}

@@ -1,0 +1,133 @@
+import { EventEmitter } from 'node:events';
+import type { ErrorInfo } from './errors.js';
+
+/** Common fields of every event (DESIGN.md §4). */
+interface BaseEvent {
+  at: string;
+  run_id: string;
+  trace_id: string;
+}
+
+export interface ToolInvocationEvent extends BaseEvent {
+  type: 'ToolInvocationEvent';
+  tool: string;
+  /** The input, secrets redacted and cut to the policy's `event_payload_bytes`. */
+  input: unknown;
+  caller: string | null;
+}
+
+export interface VfsChangeSummary {
+  written: string[];
+  deleted: string[];
+  created_dirs: string[];
+  moved: Array<{ from: string; to: string }>;
+}
+
+export interface ToolResultEvent extends BaseEvent {
+  type: 'ToolResultEvent';
+  tool: string;
+  duration_ms: number;
+  output_bytes: number;
+  /** The output, secrets redacted and size-capped like the input. */
+  output: unknown;
+  vfs: VfsChangeSummary | null;
+}
+
+export interface ToolErrorEvent extends BaseEvent {
+  type: 'ToolErrorEvent';
+  tool: string;
+  duration_ms: number;
+  error: ErrorInfo;
+}
+
+export interface SecurityEvent extends BaseEvent {
+  type: 'SecurityEvent';
+  tool: string;
+  action: 'denied' | 'intrusion';
+  /** The permission that was missing, for `denied`. */
+  permission: string | null;
+  /** What the tool tried, e.g. `vfs.write /etc/x` or `import node:fs`. */
+  operation: string | null;
+  reason: string;
+}
+
+export interface RegistryProblem {
+  file: string;
+  message: string;
+  /** Where in the file, when known (a JSON pointer or line:column). */
+  at?: string;
+  /** The tool id the file declares, when it could be read. */
+  id?: string;
+  /** True when the engine still serves the last good version of this file. */
+  stale?: boolean;
+}
+
+export interface RegistryChangeEvent {
+  type: 'RegistryChangeEvent';
+  at: string;
+  run_id: null;
+  trace_id: null;
+  added: string[];
+  updated: string[];
+  removed: string[];
+  problems: RegistryProblem[];
+}
+
+export type EngineEvent = ToolInvocationEvent | ToolResultEvent | ToolErrorEvent | SecurityEvent | RegistryChangeEvent;
+
+/** Typed event map: each event under its own name, and every event again under `event`. */
+export interface EngineEventMap {
+  invocation: [ToolInvocationEvent];
+  result: [ToolResultEvent];
+  error: [ToolErrorEvent];
+  security: [SecurityEvent];
+  registry: [RegistryChangeEvent];
+  event: [EngineEvent];
+}
+
+const CHANNEL: Record<EngineEvent['type'], keyof EngineEventMap> = {
+  ToolInvocationEvent: 'invocation',
+  ToolResultEvent: 'result',
+  ToolErrorEvent: 'error',
+  SecurityEvent: 'security',
+  RegistryChangeEvent: 'registry',
+};
+
+type Sink = (event: EngineEvent) => void;
+
+/**
+ * The engine's event bus. Emitting never throws into the pipeline: a listener that throws is reported
+ * once as a process warning and the call goes on. `EventEmitter` treats an `error` event with no
+ * listener as fatal, so events are delivered only to channels that have listeners.
+ */
+export class EventBus extends EventEmitter<EngineEventMap> {
+  readonly #sinks: Sink[] = [];
+  #warned = false;
+
+  /** Cheap check that lets the dispatcher skip building events nobody reads. */
+  get active(): boolean {
+    return this.#sinks.length > 0 || this.listenerCount('event') > 0 || this.eventNames().length > 0;
+  }
+
+  addSink(sink: Sink): void {
+    this.#sinks.push(sink);
+  }
+
+  publish(event: EngineEvent): void {
+    const channel = CHANNEL[event.type];
+    for (const sink of this.#sinks) this.#guard(() => sink(event));
+    if (this.listenerCount(channel) > 0) this.#guard(() => (this.emit as (n: string, e: EngineEvent) => boolean)(channel, event));
+    if (this.listenerCount('event') > 0) this.#guard(() => this.emit('event', event));
+  }
+
+  #guard(deliver: () => unknown): void {
+    try {
+      deliver();
+    } catch (error) {
+      if (!this.#warned) {
+        this.#warned = true;
+        process.emitWarning(`An Arium event listener threw and was ignored: ${String((error as Error)?.message ?? error)}`);
+      }
+    }
+  }
+}

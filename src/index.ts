@@ -1,0 +1,31 @@
+// The public API. Each export is named on purpose: adding a line here is an API decision, and
+// test/index.exports.test.ts pins the list.
+
+export type { CallOptions } from './dispatcher.js';
+export type { Engine, EngineOptions, EngineStatus } from './engine.js';
+export { createEngine, EngineConfigError } from './engine.js';
+export type { ErrorCode, ErrorInfo, Stage } from './errors.js';
+export { ERROR_CODES, isRetryable, ToolFailure } from './errors.js';
+export type {
+  EngineEvent,
+  EngineEventMap,
+  RegistryChangeEvent,
+  RegistryProblem,
+  SecurityEvent,
+  ToolErrorEvent,
+  ToolInvocationEvent,
+  ToolResultEvent,
+  VfsChangeSummary,
+} from './events.js';
+export type { CallLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
+export { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
+export type { PermissionName } from './permissions.js';
+export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
+export { TOOL_META_SCHEMA } from './registry/meta-schema.js';
+export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
+export type { RunContext, Runner, RunnerStatus } from './runner.js';
+export type { RunnerName, ToolInfo, ToolSpec } from './tool.js';
+export { RUNNER_NAMES } from './tool.js';
+export type { ToolVfs } from './tool-vfs.js';
+export type { VfsEntry, VfsStat } from './vfs/vfs.js';
+export { Vfs } from './vfs/vfs.js';

@@ -1,0 +1,86 @@
+/**
+ * Every resource limit of the engine and its default, in one place. A tool's `limits` block overrides
+ * the per-call fields; engine options (and later `arium.json`) override the rest.
+ */
+
+/** Limits that apply to one call of one tool. */
+export interface CallLimits {
+  /** Wall-clock budget of one call, from the start of execution. DESIGN.md §2: default 30 s. */
+  timeout_ms: number;
+  /** Memory a sandboxed runner may use (isolate heap, Python address space). */
+  memory_mb: number;
+  /** Largest serialized output (JSON bytes) a call may return before `OUTPUT_LIMIT`. */
+  output_bytes: number;
+}
+
+/** Engine-wide policy. */
+export interface Policy extends CallLimits {
+  /** Calls running at once across all tools. */
+  concurrency: number;
+  /** Calls of one tool running at once. */
+  tool_concurrency: number;
+  /** Calls waiting for a slot before new ones are refused with `BUSY`. */
+  queue_length: number;
+  /** Largest serialized input (JSON bytes) accepted; checked before schema validation. */
+  input_bytes: number;
+  /** Deepest nesting of arrays/objects accepted in an input. */
+  input_depth: number;
+  /** Input and output embedded in events are cut to this many bytes of JSON. */
+  event_payload_bytes: number;
+  /** Log text a call may return in `meta.logs`; later lines are dropped and counted. */
+  log_bytes: number;
+}
+
+export interface VfsQuota {
+  /** Total bytes of file content in the VFS. */
+  max_bytes: number;
+  /** Number of files and directories in the VFS. */
+  max_files: number;
+  /** Length of a normalized path in bytes (Linux PATH_MAX is 4096). */
+  max_path_length: number;
+  /** Length of one path segment in bytes (Linux NAME_MAX is 255). */
+  max_name_length: number;
+  /** Largest single file. */
+  max_file_bytes: number;
+}
+
+/** Limits of the registry when it reads tool definition files. */
+export interface RegistryLimits {
+  /** A definition file larger than this is rejected unread (a JSON file of many MB is a mistake or an attack). */
+  max_definition_bytes: number;
+  /** Tools one project may define. */
+  max_tools: number;
+}
+
+export const DEFAULT_POLICY: Readonly<Policy> = Object.freeze({
+  timeout_ms: 30_000,
+  memory_mb: 128,
+  output_bytes: 1024 * 1024,
+  concurrency: 64,
+  tool_concurrency: 16,
+  queue_length: 256,
+  input_bytes: 1024 * 1024,
+  input_depth: 64,
+  event_payload_bytes: 4096,
+  log_bytes: 64 * 1024,
+});
+
+export const DEFAULT_VFS_QUOTA: Readonly<VfsQuota> = Object.freeze({
+  max_bytes: 256 * 1024 * 1024,
+  max_files: 100_000,
+  max_path_length: 4096,
+  max_name_length: 255,
+  max_file_bytes: 64 * 1024 * 1024,
+});
+
+export const DEFAULT_REGISTRY_LIMITS: Readonly<RegistryLimits> = Object.freeze({
+  max_definition_bytes: 1024 * 1024,
+  max_tools: 10_000,
+});
+
+/** Upper bounds a tool's own `limits` block may not exceed (enforced by the meta-schema). */
+export const TOOL_LIMIT_CEILINGS: Readonly<CallLimits> = Object.freeze({
+  timeout_ms: 10 * 60 * 1000,
+  memory_mb: 8192,
+  output_bytes: 64 * 1024 * 1024,
+});

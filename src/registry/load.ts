@@ -1,0 +1,197 @@
+import { createHash } from 'node:crypto';
+import { open, readFile, realpath, stat } from 'node:fs/promises';
+import { extname, isAbsolute, relative, resolve, sep } from 'node:path';
+import type { RegistryProblem } from '../events.js';
+import type { RegistryLimits } from '../limits.js';
+import { PermissionSyntaxError, parsePermission } from '../permissions.js';
+import type { Tool, ToolSpec } from '../tool.js';
+import { compileSchema, summarize } from '../validation.js';
+import { TOOL_META_SCHEMA } from './meta-schema.js';
+
+/** Which entry file extensions each runner accepts. */
+const ENTRY_EXTENSIONS: Readonly<Record<string, readonly string[]>> = {
+  'js-runner': ['.js', '.mjs', '.ts', '.mts'],
+  'py-runner': ['.py'],
+};
+
+/** The permission a runner needs on top of what the tool itself does (DESIGN.md §2). */
+export const RUNNER_PERMISSION: Readonly<Record<string, string>> = { 'js-runner': 'exec.js', 'py-runner': 'exec.py' };
+
+export type LoadOutcome = { tool: Tool; problem?: undefined } | { tool?: undefined; problem: RegistryProblem };
+
+export interface LoadContext {
+  projectDir: string;
+  /** The tools folder, already resolved with realpath. */
+  toolsDir: string;
+  limits: RegistryLimits;
+  /** Ids that belong to builtin tools. */
+  reserved: ReadonlySet<string>;
+}
+
+class DefinitionError extends Error {
+  constructor(
+    message: string,
+    readonly at?: string,
+    readonly id?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Reads and checks one definition file. Never throws: every failure becomes a problem naming the file. */
+export async function loadDefinition(file: string, ctx: LoadContext): Promise<LoadOutcome> {
+  const shown = relative(ctx.projectDir, file).split(sep).join('/');
+  try {
+    const text = await readBounded(file, ctx.limits.max_definition_bytes);
+    return { tool: await buildTool(text, shown, ctx) };
+  } catch (error) {
+    if (error instanceof DefinitionError) {
+      const problem: RegistryProblem = { file: shown, message: error.message };
+      if (error.at !== undefined) problem.at = error.at;
+      if (error.id !== undefined) problem.id = error.id;
+      return { problem };
+    }
+    const code = (error as NodeJS.ErrnoException).code;
+    const message = code === 'ENOENT' ? 'the file disappeared while it was being read' : `could not be read: ${(error as Error).message}`;
+    return { problem: { file: shown, message } };
+  }
+}
+
+async function readBounded(file: string, max: number): Promise<string> {
+  const handle = await open(file, 'r');
+  try {
+    const { size } = await handle.stat();
+    if (size > max) {
+      throw new DefinitionError(`the file is ${size} bytes, over the limit of ${max} bytes for a tool definition`);
+    }
+    // Read at most max+1 bytes: the file may grow between stat and read.
+    const buffer = Buffer.alloc(Math.min(size, max) + 1);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    if (bytesRead > max) throw new DefinitionError(`the file grew past the limit of ${max} bytes while being read`);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
+  }
+}
+
+function parseJson(text: string): unknown {
+  if (text.trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a JSON object');
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    const message = (error as Error).message;
+    const position = /position (\d+)/.exec(message);
+    let at: string | undefined;
+    if (position) {
+      const offset = Number(position[1]);
+      const before = text.slice(0, offset);
+      const line = before.split('\n').length;
+      const column = offset - before.lastIndexOf('\n');
+      at = `${line}:${column}`;
+    }
+    throw new DefinitionError(`malformed JSON: ${message}`, at);
+  }
+}
+
+const metaValidator = compileSchema(TOOL_META_SCHEMA);
+
+async function buildTool(text: string, shown: string, ctx: LoadContext): Promise<Tool> {
+  const raw = parseJson(text);
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new DefinitionError(`a tool definition must be a JSON object, not ${Array.isArray(raw) ? 'an array' : typeof raw}`);
+  }
+  const declaredId = typeof (raw as { id?: unknown }).id === 'string' ? ((raw as { id: string }).id as string) : undefined;
+  const violations = metaValidator(raw);
+  if (violations) {
+    const first = violations[0];
+    throw new DefinitionError(`does not match the tool definition schema: ${summarize(violations)}`, first?.pointer || '/', declaredId);
+  }
+  const spec = raw as ToolSpec;
+  const id = spec.id;
+  if (ctx.reserved.has(id)) throw new DefinitionError(`the id "${id}" belongs to a builtin tool; choose another id`, '/id', id);
+  if (spec.runner === 'builtin') {
+    throw new DefinitionError('runner "builtin" is reserved for the engine\'s own tools; use "js-runner" or "py-runner"', '/runner', id);
+  }
+  if (spec.schema.type !== 'object') {
+    throw new DefinitionError('the input schema must have "type": "object" at its root (tools take named arguments)', '/schema/type', id);
+  }
+  let validateInput: Tool['validateInput'];
+  let validateOutput: Tool['validateOutput'] = null;
+  try {
+    validateInput = compileSchema(spec.schema);
+  } catch (error) {
+    throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, '/schema', id);
+  }
+  if (spec.output_schema !== undefined) {
+    try {
+      validateOutput = compileSchema(spec.output_schema);
+    } catch (error) {
+      throw new DefinitionError(`invalid output schema: ${(error as Error).message}`, '/output_schema', id);
+    }
+  }
+  const permissions = spec.permissions ?? [];
+  const declared = permissions.map((p, i) => {
+    try {
+      return parsePermission(p);
+    } catch (error) {
+      if (error instanceof PermissionSyntaxError) throw new DefinitionError(error.message, `/permissions/${i}`, id);
+      throw error;
+    }
+  });
+  const needed = RUNNER_PERMISSION[spec.runner];
+  if (needed && !permissions.includes(needed)) {
+    throw new DefinitionError(`runner "${spec.runner}" needs the permission "${needed}" in "permissions"`, '/permissions', id);
+  }
+  const entry = await checkEntry(spec, ctx);
+  const normalized: ToolSpec = { ...spec, name: spec.name ?? spec.id, permissions };
+  return Object.freeze({
+    spec: Object.freeze(normalized),
+    source: shown,
+    entryPath: entry.path,
+    toolsDir: ctx.toolsDir,
+    declared: Object.freeze(declared),
+    validateInput,
+    validateOutput,
+    hash: createHash('sha256').update(text).update('\u0000').update(entry.content).digest('hex'),
+  });
+}
+
+/** Largest entry file the registry reads (to hash it; runners read it again). */
+const MAX_ENTRY_BYTES = 8 * 1024 * 1024;
+
+async function checkEntry(spec: ToolSpec, ctx: LoadContext): Promise<{ path: string; content: Buffer }> {
+  const entry = spec.entry as string;
+  const id = spec.id;
+  if (entry.includes('\u0000')) throw new DefinitionError('"entry" contains a NUL byte', '/entry', id);
+  if (isAbsolute(entry) || /^[a-zA-Z]:[\\/]/.test(entry)) {
+    throw new DefinitionError(`"entry" must be relative to the tools folder, not an absolute path ("${entry}")`, '/entry', id);
+  }
+  const resolved = resolve(ctx.toolsDir, entry);
+  if (!isInside(ctx.toolsDir, resolved)) {
+    throw new DefinitionError(`"entry" must stay inside the tools folder ("${entry}" points outside it)`, '/entry', id);
+  }
+  const allowed = ENTRY_EXTENSIONS[spec.runner] ?? [];
+  if (!allowed.includes(extname(resolved).toLowerCase())) {
+    throw new DefinitionError(`"entry" of a ${spec.runner} tool must end in ${allowed.join(', ')} ("${entry}")`, '/entry', id);
+  }
+  let real: string;
+  try {
+    real = await realpath(resolved);
+  } catch {
+    throw new DefinitionError(`entry file "${entry}" was not found in the tools folder`, '/entry', id);
+  }
+  if (!isInside(ctx.toolsDir, real)) {
+    throw new DefinitionError(`entry file "${entry}" is a link that leads outside the tools folder`, '/entry', id);
+  }
+  const info = await stat(real);
+  if (!info.isFile()) throw new DefinitionError(`entry "${entry}" is not a regular file`, '/entry', id);
+  if (info.size > MAX_ENTRY_BYTES) {
+    throw new DefinitionError(`entry file "${entry}" is ${info.size} bytes, over the limit of ${MAX_ENTRY_BYTES}`, '/entry', id);
+  }
+  return { path: real, content: await readFile(real) };
+}
+
+function isInside(dir: string, path: string): boolean {
+  const rel = relative(dir, path);
+  return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+}

@@ -1,0 +1,232 @@
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type FSWatcher, watch } from 'chokidar';
+import type { RegistryChangeEvent, RegistryProblem } from '../events.js';
+import type { RegistryLimits } from '../limits.js';
+import type { Tool } from '../tool.js';
+import { type LoadOutcome, loadDefinition } from './load.js';
+
+interface FileState {
+  /** mtime, size and inode: a change in any of them means the file must be read again. */
+  fingerprint: string;
+  outcome: LoadOutcome;
+  /** The last version of this file that loaded cleanly, served while the file is broken. */
+  lastGood: Tool | null;
+}
+
+export interface RegistryOptions {
+  projectDir: string;
+  /** The tools folder, resolved with realpath. Null when the project has none. */
+  toolsDir: string | null;
+  builtins: readonly Tool[];
+  limits: RegistryLimits;
+  onChange: (event: RegistryChangeEvent) => void;
+  /** Quiet time after a file event before the folder is read again. */
+  debounceMs?: number;
+}
+
+/**
+ * Builtin tools plus the tools defined in a project's `tools/*.json`. The whole folder is re-read on any
+ * change (only files whose fingerprint changed are parsed again), so the outcome never depends on the
+ * order or the coalescing of watcher events: files are taken in name order and the first file to
+ * define an id owns it.
+ */
+export class Registry {
+  readonly #options: RegistryOptions;
+  readonly #builtins = new Map<string, Tool>();
+  readonly #files = new Map<string, FileState>();
+  #tools = new Map<string, Tool>();
+  #problems: RegistryProblem[] = [];
+  #watcher: FSWatcher | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #scanning: Promise<void> | null = null;
+  #rescanRequested = false;
+  #forceReload = false;
+  #closed = false;
+
+  constructor(options: RegistryOptions) {
+    this.#options = options;
+    for (const tool of options.builtins) this.#builtins.set(tool.spec.id, tool);
+  }
+
+  get builtinIds(): ReadonlySet<string> {
+    return new Set(this.#builtins.keys());
+  }
+
+  get(id: string): Tool | undefined {
+    return this.#builtins.get(id) ?? this.#tools.get(id);
+  }
+
+  /** Builtins first, then project tools, each group sorted by id. */
+  list(): Tool[] {
+    const byId = (a: Tool, b: Tool) => (a.spec.id < b.spec.id ? -1 : 1);
+    return [...[...this.#builtins.values()].sort(byId), ...[...this.#tools.values()].sort(byId)];
+  }
+
+  problems(): RegistryProblem[] {
+    return this.#problems.map((p) => ({ ...p }));
+  }
+
+  /** Reads the tools folder now; resolves when the registry reflects it. */
+  async refresh(): Promise<void> {
+    if (this.#scanning) {
+      // A scan is under way and may have read the folder before this change: ask it to go round again.
+      this.#rescanRequested = true;
+      return this.#scanning;
+    }
+    this.#scanning = this.#scanLoop().finally(() => {
+      this.#scanning = null;
+    });
+    await this.#scanning;
+  }
+
+  async #scanLoop(): Promise<void> {
+    do {
+      this.#rescanRequested = false;
+      await this.#scan();
+    } while (this.#rescanRequested && !this.#closed);
+  }
+
+  async watch(): Promise<void> {
+    const dir = this.#options.toolsDir;
+    if (!dir || this.#watcher || this.#closed) return;
+    const watcher = watch(dir, {
+      ignoreInitial: true,
+      depth: 8,
+      // Skip editor swap files and hidden folders; everything else may be a definition or tool code.
+      ignored: (path: string) => /(^|[/\\])(\.[^/\\]+|node_modules|__pycache__)$/.test(path) && path !== dir,
+    });
+    const schedule = (path: string) => {
+      if (!path.endsWith('.json')) this.#forceReload = true;
+      this.#schedule();
+    };
+    watcher.on('add', schedule).on('change', schedule).on('unlink', schedule).on('addDir', schedule).on('unlinkDir', schedule);
+    watcher.on('error', () => this.#schedule());
+    this.#watcher = watcher;
+    await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.refresh().catch(() => {});
+    }, this.#options.debounceMs ?? 40);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    await this.#watcher?.close();
+    this.#watcher = null;
+    await this.#scanning;
+  }
+
+  async #scan(): Promise<void> {
+    const { toolsDir, projectDir, limits } = this.#options;
+    const problems: RegistryProblem[] = [];
+    const seen = new Set<string>();
+    let names: string[] = [];
+    if (toolsDir) {
+      try {
+        const entries = await readdir(toolsDir, { withFileTypes: true });
+        names = entries
+          .filter((e) => e.name.endsWith('.json') && !e.name.startsWith('.'))
+          .map((e) => {
+            if (!e.isFile()) problems.push({ file: `tools/${e.name}`, message: 'a tool definition must be a regular file, not a link or folder' });
+            return e;
+          })
+          .filter((e) => e.isFile())
+          .map((e) => e.name)
+          .sort();
+      } catch (error) {
+        problems.push({ file: 'tools/', message: `the tools folder could not be read: ${(error as Error).message}` });
+      }
+    }
+    const force = this.#forceReload;
+    this.#forceReload = false;
+    const ctx = { projectDir, toolsDir: toolsDir ?? projectDir, limits, reserved: this.builtinIds };
+    await Promise.all(
+      names.map(async (name) => {
+        const file = join(toolsDir as string, name);
+        seen.add(file);
+        let fingerprint: string;
+        try {
+          const st = await stat(file);
+          fingerprint = `${st.mtimeMs}:${st.size}:${st.ino}`;
+        } catch {
+          seen.delete(file);
+          return;
+        }
+        const previous = this.#files.get(file);
+        if (previous && previous.fingerprint === fingerprint && !force) return;
+        const outcome = await loadDefinition(file, ctx);
+        this.#files.set(file, { fingerprint, outcome, lastGood: outcome.tool ?? previous?.lastGood ?? null });
+      }),
+    );
+    for (const file of [...this.#files.keys()]) if (!seen.has(file)) this.#files.delete(file);
+
+    const next = new Map<string, Tool>();
+    const owner = new Map<string, string>();
+    for (const name of names) {
+      const state = this.#files.get(join(toolsDir as string, name));
+      if (!state) continue;
+      let tool = state.outcome.tool;
+      if (state.outcome.problem) {
+        const stale = state.lastGood !== null;
+        problems.push(
+          stale
+            ? { ...state.outcome.problem, stale: true, message: `${state.outcome.problem.message} (still serving the last version that loaded)` }
+            : state.outcome.problem,
+        );
+        tool = state.lastGood ?? undefined;
+      }
+      if (!tool) continue;
+      const id = tool.spec.id;
+      const first = owner.get(id);
+      if (first !== undefined) {
+        problems.push({
+          file: tool.source,
+          id,
+          at: '/id',
+          message: `duplicate id "${id}": already defined by ${first}; the first file (in name order) wins`,
+        });
+        continue;
+      }
+      if (next.size >= limits.max_tools) {
+        problems.push({ file: tool.source, id, message: `the project already has ${limits.max_tools} tools, the most one project may define` });
+        continue;
+      }
+      owner.set(id, tool.source);
+      next.set(id, tool);
+    }
+    this.#publish(next, problems);
+  }
+
+  #publish(next: Map<string, Tool>, problems: RegistryProblem[]): void {
+    const added: string[] = [];
+    const updated: string[] = [];
+    const removed: string[] = [];
+    for (const [id, tool] of next) {
+      const old = this.#tools.get(id);
+      if (!old) added.push(id);
+      else if (old.hash !== tool.hash || old.source !== tool.source) updated.push(id);
+    }
+    for (const id of this.#tools.keys()) if (!next.has(id)) removed.push(id);
+    const problemsChanged = JSON.stringify(problems) !== JSON.stringify(this.#problems);
+    this.#tools = next;
+    this.#problems = problems;
+    if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    this.#options.onChange({
+      type: 'RegistryChangeEvent',
+      at: new Date().toISOString(),
+      run_id: null,
+      trace_id: null,
+      added: added.sort(),
+      updated: updated.sort(),
+      removed: removed.sort(),
+      problems: problems.map((p) => ({ ...p })),
+    });
+  }
+}

@@ -1,0 +1,34 @@
+import type { ErrorInfo } from './errors.js';
+
+/** What every result carries besides its payload. */
+export interface ResultMeta {
+  tool: string;
+  run_id: string;
+  trace_id: string;
+  duration_ms: number;
+  /** Which runner executed the call, once it got that far. */
+  runner?: string;
+  /** Lines the tool logged (JS and Python runners), bounded. */
+  logs?: LogLine[];
+  /** Extra facts a runner reports, e.g. the isolation in force. */
+  [key: string]: unknown;
+}
+
+export interface LogLine {
+  level: 'log' | 'info' | 'warn' | 'error' | 'stdout' | 'stderr';
+  message: string;
+}
+
+export interface OkResult<T = unknown> {
+  ok: true;
+  data: T;
+  meta: ResultMeta;
+}
+
+export interface ErrResult {
+  ok: false;
+  error: ErrorInfo;
+  meta: ResultMeta;
+}
+
+export type ToolResult<T = unknown> = OkResult<T> | ErrResult;

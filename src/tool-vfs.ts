@@ -1,0 +1,127 @@
+import { ToolFailure } from './errors.js';
+import type { VfsChangeSummary } from './events.js';
+import type { GrantSet, Permission, PermissionName } from './permissions.js';
+import { matchesPath } from './permissions.js';
+import type { ListOptions, Vfs, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs/vfs.js';
+
+/**
+ * Reports a run-time denial (`permission` set) or an attempt to leave the VFS (`permission` null);
+ * the dispatcher turns each into one SecurityEvent.
+ */
+export type DenialReporter = (permission: PermissionName | null, operation: string, path: string) => void;
+
+/**
+ * The VFS as one call sees it. Every operation normalizes its path, then needs a permission that the
+ * tool declared *and* the caller was granted, both matching that path. It also records what the call
+ * changed, for the ToolResultEvent.
+ */
+export class ToolVfs {
+  readonly changes: VfsChangeSummary = { written: [], deleted: [], created_dirs: [], moved: [] };
+  readonly #vfs: Vfs;
+  readonly #declared: readonly Permission[];
+  readonly #granted: GrantSet;
+  readonly #onDenied: DenialReporter;
+
+  constructor(vfs: Vfs, declared: readonly Permission[], granted: GrantSet, onDenied: DenialReporter) {
+    this.#vfs = vfs;
+    this.#declared = declared;
+    this.#granted = granted;
+    this.#onDenied = onDenied;
+  }
+
+  get changed(): boolean {
+    const c = this.changes;
+    return c.written.length + c.deleted.length + c.created_dirs.length + c.moved.length > 0;
+  }
+
+  /** Normalizes a path without touching the VFS or checking permissions (throws INVALID_PATH). */
+  resolve(path: unknown): string {
+    return this.#normalize('resolve', path);
+  }
+
+  /** Whether this call may use `permission` on `path` (no event, no throw). */
+  allows(permission: PermissionName, path: string): boolean {
+    let declared = false;
+    for (const d of this.#declared) {
+      if (d.name === permission && matchesPath(d, path)) {
+        declared = true;
+        break;
+      }
+    }
+    return declared && this.#granted.allowsPath(permission, path);
+  }
+
+  /** Whether the *caller's* grants cover `path`, whatever the tool declared (for what builtins show the caller). */
+  callerMay(permission: PermissionName, path: string): boolean {
+    return this.#granted.allowsPath(permission, path);
+  }
+
+  #normalize(operation: string, rawPath: unknown): string {
+    try {
+      return this.#vfs.resolve(rawPath);
+    } catch (error) {
+      if (error instanceof ToolFailure && error.details?.escape === true) {
+        this.#onDenied(null, operation, String(error.details.path));
+      }
+      throw error;
+    }
+  }
+
+  #check(permission: PermissionName, operation: string, rawPath: unknown): string {
+    const path = this.#normalize(operation, rawPath);
+    if (!this.allows(permission, path)) {
+      this.#onDenied(permission, operation, path);
+      const declared = this.#declared.some((d) => d.name === permission && matchesPath(d, path));
+      const why = declared ? 'the caller was not granted it for this path' : 'the tool did not declare it for this path';
+      throw new ToolFailure('permission', 'DENIED', `Permission denied: ${operation} ${path} needs ${permission} (${why})`, {
+        details: { permission, operation, path },
+      });
+    }
+    return path;
+  }
+
+  read(path: unknown): Buffer {
+    return this.#vfs.read(this.#check('vfs.read', 'read', path));
+  }
+
+  stat(path: unknown): VfsStat {
+    return this.#vfs.stat(this.#check('vfs.read', 'stat', path));
+  }
+
+  exists(path: unknown): boolean {
+    return this.#vfs.exists(this.#check('vfs.read', 'exists', path));
+  }
+
+  list(path: unknown, options?: ListOptions): { entries: VfsEntry[]; truncated: boolean } {
+    return this.#vfs.list(this.#check('vfs.read', 'list', path), options);
+  }
+
+  write(path: unknown, data: Buffer | string, options?: WriteOptions): WriteOutcome & { path: string } {
+    const target = this.#check('vfs.write', 'write', path);
+    const outcome = this.#vfs.write(target, data, options);
+    this.changes.written.push(target);
+    return { ...outcome, path: target };
+  }
+
+  mkdir(path: unknown, options?: { parents?: boolean }): { created: boolean; path: string } {
+    const outcome = this.#vfs.mkdir(this.#check('vfs.write', 'mkdir', path), options);
+    if (outcome.created) this.changes.created_dirs.push(outcome.path);
+    return outcome;
+  }
+
+  delete(path: unknown, options?: { recursive?: boolean }): { deleted: number; bytes: number; path: string } {
+    const target = this.#check('vfs.write', 'delete', path);
+    const outcome = this.#vfs.delete(target, options);
+    this.changes.deleted.push(target);
+    return { ...outcome, path: target };
+  }
+
+  move(from: unknown, to: unknown, options?: { overwrite?: boolean }): { from: string; to: string; overwritten: boolean } {
+    const source = this.#check('vfs.read', 'move', from);
+    this.#check('vfs.write', 'move', source);
+    const target = this.#check('vfs.write', 'move', to);
+    const outcome = this.#vfs.move(source, target, options);
+    this.changes.moved.push({ from: outcome.from, to: outcome.to });
+    return outcome;
+  }
+}

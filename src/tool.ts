@@ -1,0 +1,44 @@
+import type { CallLimits } from './limits.js';
+import type { Permission } from './permissions.js';
+import type { Validator } from './validation.js';
+
+export const RUNNER_NAMES = ['builtin', 'js-runner', 'py-runner'] as const;
+export type RunnerName = (typeof RUNNER_NAMES)[number];
+
+/** A tool definition as written in `tools/<anything>.json` (DESIGN.md §2). */
+export interface ToolSpec {
+  id: string;
+  name: string;
+  description: string;
+  runner: RunnerName;
+  entry?: string;
+  schema: Record<string, unknown>;
+  output_schema?: Record<string, unknown>;
+  permissions: string[];
+  limits?: Partial<CallLimits>;
+}
+
+/** What the engine tells callers about a tool. Holds no host paths. */
+export interface ToolInfo extends ToolSpec {
+  /** `builtin`, or the definition file relative to the project, e.g. `tools/reverse.json`. */
+  source: string;
+}
+
+/** A loaded, validated tool: the spec plus what the engine derived from it once, at load. */
+export interface Tool {
+  readonly spec: Readonly<ToolSpec>;
+  readonly source: string;
+  /** Absolute host path of the entry file; runners only, never shown to callers. */
+  readonly entryPath: string | null;
+  /** Absolute host path of the tools folder the entry must stay inside. */
+  readonly toolsDir: string | null;
+  readonly declared: readonly Permission[];
+  readonly validateInput: Validator;
+  readonly validateOutput: Validator | null;
+  /** Content hash of the definition; runners key their caches on it (with the entry's own hash). */
+  readonly hash: string;
+}
+
+export function toolInfo(tool: Tool): ToolInfo {
+  return { ...structuredClone(tool.spec), source: tool.source };
+}

@@ -1,0 +1,134 @@
+import { createHash } from 'node:crypto';
+import AjvModule, { type ErrorObject, type Options, type ValidateFunction } from 'ajv';
+import Ajv2019Module from 'ajv/dist/2019.js';
+import Ajv2020Module from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+
+/**
+ * JSON Schema validation behind one small interface (the MCP SDK keeps its validator behind one too).
+ * Schemas are compiled once and cached by content, so reloading an unchanged tool definition, or two
+ * tools sharing a schema, costs no second compile.
+ */
+
+// ajv and ajv-formats are CommonJS; under NodeNext their default export arrives wrapped.
+type AjvClass = typeof AjvModule.default;
+const Ajv07 = (AjvModule as unknown as { default: AjvClass }).default;
+const Ajv2019 = (Ajv2019Module as unknown as { default: AjvClass }).default;
+const Ajv2020 = (Ajv2020Module as unknown as { default: AjvClass }).default;
+const addFormats = (addFormatsModule as unknown as { default: (ajv: InstanceType<AjvClass>) => void }).default;
+
+export interface Violation {
+  /** JSON pointer into the validated value ("" is the value itself). */
+  pointer: string;
+  message: string;
+  keyword: string;
+  params: Record<string, unknown>;
+}
+
+export interface Validator {
+  (value: unknown): Violation[] | null;
+  /** The draft the schema was compiled as. */
+  readonly draft: Draft;
+}
+
+export type Draft = '2020-12' | '2019-09' | 'draft-07';
+
+export class SchemaError extends Error {
+  override readonly name = 'SchemaError';
+}
+
+const OPTIONS: Options = {
+  allErrors: true,
+  // Strict mode turns typos such as "requried" into load errors instead of silently ignored keywords.
+  strict: true,
+  strictTypes: false,
+  strictTuples: false,
+  strictRequired: false,
+  allowUnionTypes: true,
+  // Compiled schemas are kept by our cache, not registered by $id: two tools may reuse one $id.
+  addUsedSchema: false,
+  validateFormats: true,
+  // ajv has no time limit of its own: the dispatcher's input size and depth checks bound its work.
+  logger: false,
+};
+
+const instances = new Map<Draft, InstanceType<AjvClass>>();
+
+function instance(draft: Draft): InstanceType<AjvClass> {
+  let ajv = instances.get(draft);
+  if (!ajv) {
+    const Cls = draft === '2020-12' ? Ajv2020 : draft === '2019-09' ? Ajv2019 : Ajv07;
+    ajv = new Cls(OPTIONS);
+    addFormats(ajv);
+    instances.set(draft, ajv);
+  }
+  return ajv;
+}
+
+const DRAFTS: ReadonlyArray<[RegExp, Draft]> = [
+  [/json-schema\.org\/draft\/2020-12\/schema#?$/, '2020-12'],
+  [/json-schema\.org\/draft\/2019-09\/schema#?$/, '2019-09'],
+  [/json-schema\.org\/draft-07\/schema#?$/, 'draft-07'],
+];
+
+export function draftOf(schema: unknown): Draft {
+  if (typeof schema !== 'object' || schema === null || !('$schema' in schema)) return '2020-12';
+  const declared = (schema as { $schema: unknown }).$schema;
+  if (typeof declared !== 'string') throw new SchemaError('"$schema" must be a string');
+  for (const [pattern, draft] of DRAFTS) if (pattern.test(declared)) return draft;
+  throw new SchemaError(`unsupported "$schema" ${JSON.stringify(declared)}; use draft 2020-12, 2019-09 or draft-07`);
+}
+
+const compiled = new Map<string, Validator>();
+const MAX_CACHED = 5000;
+
+export function compileSchema(schema: unknown): Validator {
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
+    if (typeof schema === 'boolean') throw new SchemaError('a boolean schema is not allowed here; use an object schema');
+    throw new SchemaError('a schema must be a JSON object');
+  }
+  const text = JSON.stringify(schema);
+  const key = createHash('sha256').update(text).digest('hex');
+  const hit = compiled.get(key);
+  if (hit) return hit;
+  const draft = draftOf(schema);
+  let fn: ValidateFunction;
+  try {
+    // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
+    fn = instance(draft).compile(JSON.parse(text));
+  } catch (error) {
+    throw new SchemaError((error as Error).message, { cause: error });
+  }
+  const validator = Object.assign((value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? [])), { draft });
+  if (compiled.size >= MAX_CACHED) compiled.delete(compiled.keys().next().value as string);
+  compiled.set(key, validator);
+  return validator;
+}
+
+function toViolations(errors: readonly ErrorObject[]): Violation[] {
+  return errors.map((e) => {
+    let pointer = e.instancePath;
+    let message = e.message ?? 'is invalid';
+    if (e.keyword === 'required' && typeof e.params.missingProperty === 'string') {
+      pointer = `${pointer}/${escapePointer(e.params.missingProperty)}`;
+      message = 'is required';
+    } else if (e.keyword === 'additionalProperties' && typeof e.params.additionalProperty === 'string') {
+      pointer = `${pointer}/${escapePointer(e.params.additionalProperty)}`;
+      message = 'is not an allowed property';
+    } else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) {
+      message = `must be one of ${e.params.allowedValues.map((v: unknown) => JSON.stringify(v)).join(', ')}`;
+    }
+    return { pointer, message, keyword: e.keyword, params: { ...e.params } };
+  });
+}
+
+function escapePointer(token: string): string {
+  return token.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
+/** "/a/b: must be string; /c: is required" — a one-line summary for messages. */
+export function summarize(violations: readonly Violation[], max = 5): string {
+  const parts = violations.slice(0, max).map((v) => `${v.pointer || '/'}: ${v.message}`);
+  if (violations.length > max) parts.push(`and ${violations.length - max} more`);
+  return parts.join('; ');
+}

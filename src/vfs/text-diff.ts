@@ -1,0 +1,76 @@
+import { createTwoFilesPatch } from 'diff';
+
+/**
+ * Unified diffs of file contents, bounded: binary content is summarized, not dumped, and a diff that
+ * would cost too much (huge inputs, or an edit script past `maxEditLength`) is omitted with the reason.
+ */
+
+export interface FileDiff {
+  /** The unified patch, or null when it was omitted (see `omitted`). */
+  patch: string | null;
+  added: number;
+  removed: number;
+  binary: boolean;
+  omitted?: string;
+}
+
+export interface DiffLimits {
+  /** Contents larger than this (either side) are not diffed line by line. */
+  max_input_bytes: number;
+  /** A patch longer than this many characters is cut. */
+  max_patch_chars: number;
+}
+
+export const DEFAULT_DIFF_LIMITS: Readonly<DiffLimits> = Object.freeze({ max_input_bytes: 1024 * 1024, max_patch_chars: 256 * 1024 });
+
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** Text is valid UTF-8 without NUL bytes; anything else is treated as binary. */
+export function asText(buffer: Buffer): string | null {
+  if (buffer.includes(0)) return null;
+  try {
+    return decoder.decode(buffer);
+  } catch {
+    return null;
+  }
+}
+
+export function diffFiles(path: string, before: Buffer | null, after: Buffer | null, limits: DiffLimits = DEFAULT_DIFF_LIMITS): FileDiff {
+  const oldText = before === null ? '' : asText(before);
+  const newText = after === null ? '' : asText(after);
+  if (oldText === null || newText === null) {
+    return { patch: null, added: 0, removed: 0, binary: true, omitted: `binary content (${before?.length ?? 0} → ${after?.length ?? 0} bytes)` };
+  }
+  if ((before?.length ?? 0) > limits.max_input_bytes || (after?.length ?? 0) > limits.max_input_bytes) {
+    return { patch: null, added: 0, removed: 0, binary: false, omitted: `file larger than ${limits.max_input_bytes} bytes; not diffed line by line` };
+  }
+  const patch = createTwoFilesPatch(
+    before === null ? '/dev/null' : `a${path}`,
+    after === null ? '/dev/null' : `b${path}`,
+    oldText,
+    newText,
+    undefined,
+    undefined,
+    { context: 3, maxEditLength: 20_000 },
+  );
+  if (patch === undefined) {
+    return { patch: null, added: 0, removed: 0, binary: false, omitted: 'too many changed lines to diff (over 20000 edits)' };
+  }
+  let added = 0;
+  let removed = 0;
+  for (const line of patch.split('\n')) {
+    if (line.startsWith('+') && !line.startsWith('+++')) added++;
+    else if (line.startsWith('-') && !line.startsWith('---')) removed++;
+  }
+  const body = patch.startsWith('===') ? patch.slice(patch.indexOf('\n') + 1) : patch;
+  if (body.length > limits.max_patch_chars) {
+    return {
+      patch: `${body.slice(0, limits.max_patch_chars)}\n… diff cut at ${limits.max_patch_chars} characters`,
+      added,
+      removed,
+      binary: false,
+      omitted: 'patch cut',
+    };
+  }
+  return { patch: body, added, removed, binary: false };
+}

@@ -1,0 +1,278 @@
+import { Volume } from 'memfs';
+import { ToolFailure } from '../errors.js';
+import { DEFAULT_VFS_QUOTA, type VfsQuota } from '../limits.js';
+import { isWithin, normalizePath, parentOf } from './path.js';
+
+/**
+ * The engine's virtual filesystem: an in-memory POSIX tree on memfs. Nothing here imports `node:fs`;
+ * a test spies on the host filesystem to prove no VFS operation reaches it. Every public method takes
+ * raw, untrusted paths and normalizes them itself.
+ */
+
+export type EntryType = 'file' | 'directory';
+
+export interface VfsEntry {
+  path: string;
+  name: string;
+  type: EntryType;
+  size: number;
+}
+
+export interface VfsStat {
+  path: string;
+  type: EntryType;
+  size: number;
+  mtime: string;
+  birthtime: string;
+}
+
+export interface WriteOutcome {
+  created: boolean;
+  /** The content the file had before, or null when it was created. */
+  previous: Buffer | null;
+  size: number;
+}
+
+export interface WriteOptions {
+  /** Create missing parent directories (default true). */
+  parents?: boolean;
+  /** Add to the end of an existing file instead of replacing it. */
+  append?: boolean;
+  /** Fail with ALREADY_EXISTS if the file exists. */
+  exclusive?: boolean;
+}
+
+export interface ListOptions {
+  recursive?: boolean;
+  /** Stop after this many entries (the caller reports truncation). */
+  limit?: number;
+}
+
+function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_DIRECTORY' | 'NOT_EMPTY', message: string, path: string) {
+  return new ToolFailure('execution', code, message, { details: { path } });
+}
+
+interface FsErrorLike {
+  code?: string;
+}
+
+export class Vfs {
+  readonly quota: Readonly<VfsQuota>;
+  readonly #vol = new Volume();
+  #bytes = 0;
+  /** Files and directories, not counting the root. */
+  #nodes = 0;
+
+  constructor(quota: Partial<VfsQuota> = {}) {
+    this.quota = Object.freeze({ ...DEFAULT_VFS_QUOTA, ...quota });
+  }
+
+  /** Normalizes an untrusted path (throws INVALID_PATH / QUOTA_EXCEEDED). */
+  resolve(path: unknown): string {
+    return normalizePath(path, this.quota);
+  }
+
+  usage(): { bytes: number; files: number } {
+    return { bytes: this.#bytes, files: this.#nodes };
+  }
+
+  #typeOf(path: string): EntryType | null {
+    try {
+      const st = this.#vol.lstatSync(path);
+      if (st.isSymbolicLink()) {
+        // The VFS API creates no symlinks; one found here is refused rather than followed.
+        throw new ToolFailure('execution', 'INVALID_PATH', `Refusing to follow a symbolic link at ${path}`, { details: { path } });
+      }
+      return st.isDirectory() ? 'directory' : 'file';
+    } catch (error) {
+      if (error instanceof ToolFailure) throw error;
+      const code = (error as FsErrorLike).code;
+      if (code === 'ENOENT') return null;
+      if (code === 'ENOTDIR') return null;
+      throw error;
+    }
+  }
+
+  /** Checks every ancestor of `path`: each must be a directory (or absent when `allowMissing`). */
+  #checkAncestors(path: string, allowMissing: boolean): string[] {
+    const missing: string[] = [];
+    let dir = parentOf(path);
+    while (dir !== '/') {
+      const type = this.#typeOf(dir);
+      if (type === 'file') throw fail('NOT_A_DIRECTORY', `Not a directory: ${dir}`, dir);
+      if (type === null) {
+        if (!allowMissing) throw fail('NOT_FOUND', `Directory not found: ${dir}`, dir);
+        missing.push(dir);
+      }
+      dir = parentOf(dir);
+    }
+    return missing.reverse();
+  }
+
+  exists(rawPath: unknown): boolean {
+    const path = this.resolve(rawPath);
+    return path === '/' || this.#typeOf(path) !== null;
+  }
+
+  read(rawPath: unknown): Buffer {
+    const path = this.resolve(rawPath);
+    const type = path === '/' ? 'directory' : this.#typeOf(path);
+    if (type === null) throw fail('NOT_FOUND', `File not found: ${path}`, path);
+    if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
+    return this.#vol.readFileSync(path) as Buffer;
+  }
+
+  stat(rawPath: unknown): VfsStat {
+    const path = this.resolve(rawPath);
+    if (path !== '/' && this.#typeOf(path) === null) throw fail('NOT_FOUND', `No such file or directory: ${path}`, path);
+    const st = this.#vol.statSync(path);
+    return {
+      path,
+      type: st.isDirectory() ? 'directory' : 'file',
+      size: st.isDirectory() ? 0 : Number(st.size),
+      mtime: st.mtime.toISOString(),
+      birthtime: st.birthtime.toISOString(),
+    };
+  }
+
+  write(rawPath: unknown, data: Buffer | string, options: WriteOptions = {}): WriteOutcome {
+    const path = this.resolve(rawPath);
+    if (path === '/') throw fail('IS_A_DIRECTORY', 'Cannot write to the root directory', path);
+    const parents = options.parents ?? true;
+    const missing = this.#checkAncestors(path, parents);
+    const type = this.#typeOf(path);
+    if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
+    if (type === 'file' && options.exclusive) throw fail('ALREADY_EXISTS', `File already exists: ${path}`, path);
+    const previous = type === 'file' ? (this.#vol.readFileSync(path) as Buffer) : null;
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
+    this.#reserve(content.length - (previous?.length ?? 0), missing.length + (previous ? 0 : 1), path, content.length);
+    for (const dir of missing) this.#vol.mkdirSync(dir);
+    this.#vol.writeFileSync(path, content);
+    this.#bytes += content.length - (previous?.length ?? 0);
+    this.#nodes += missing.length + (previous ? 0 : 1);
+    return { created: previous === null, previous, size: content.length };
+  }
+
+  mkdir(rawPath: unknown, options: { parents?: boolean } = {}): { created: boolean; path: string } {
+    const path = this.resolve(rawPath);
+    if (path === '/') return { created: false, path };
+    const parents = options.parents ?? true;
+    const missing = this.#checkAncestors(path, parents);
+    const type = this.#typeOf(path);
+    if (type === 'file') throw fail('ALREADY_EXISTS', `A file already exists at ${path}`, path);
+    if (type === 'directory') return { created: false, path };
+    this.#reserve(0, missing.length + 1, path, 0);
+    for (const dir of missing) this.#vol.mkdirSync(dir);
+    this.#vol.mkdirSync(path);
+    this.#nodes += missing.length + 1;
+    return { created: true, path };
+  }
+
+  list(rawPath: unknown, options: ListOptions = {}): { entries: VfsEntry[]; truncated: boolean } {
+    const path = this.resolve(rawPath);
+    const type = path === '/' ? 'directory' : this.#typeOf(path);
+    if (type === null) throw fail('NOT_FOUND', `Directory not found: ${path}`, path);
+    if (type === 'file') throw fail('NOT_A_DIRECTORY', `Not a directory: ${path}`, path);
+    const limit = options.limit ?? Number.POSITIVE_INFINITY;
+    const entries: VfsEntry[] = [];
+    const walk = (dir: string): boolean => {
+      const names = (this.#vol.readdirSync(dir) as string[]).map(String).sort();
+      for (const name of names) {
+        if (entries.length >= limit) return false;
+        const child = dir === '/' ? `/${name}` : `${dir}/${name}`;
+        const st = this.#vol.lstatSync(child);
+        const isDir = st.isDirectory();
+        entries.push({ path: child, name, type: isDir ? 'directory' : 'file', size: isDir ? 0 : Number(st.size) });
+        if (isDir && options.recursive && !walk(child)) return false;
+      }
+      return true;
+    };
+    const complete = walk(path);
+    return { entries, truncated: !complete };
+  }
+
+  /** Deletes a file, or a directory (non-empty only with `recursive`). Returns how many entries went. */
+  delete(rawPath: unknown, options: { recursive?: boolean } = {}): { deleted: number; bytes: number } {
+    const path = this.resolve(rawPath);
+    const type = path === '/' ? 'directory' : this.#typeOf(path);
+    if (type === null) throw fail('NOT_FOUND', `No such file or directory: ${path}`, path);
+    if (type === 'file') {
+      const size = Number(this.#vol.statSync(path).size);
+      this.#vol.unlinkSync(path);
+      this.#bytes -= size;
+      this.#nodes -= 1;
+      return { deleted: 1, bytes: size };
+    }
+    const { entries } = this.list(path, { recursive: true });
+    if (entries.length > 0 && !options.recursive) {
+      throw fail('NOT_EMPTY', `Directory not empty: ${path} (pass recursive: true to delete it with its contents)`, path);
+    }
+    const bytes = entries.reduce((sum, e) => sum + e.size, 0);
+    if (path === '/') {
+      for (const name of this.#vol.readdirSync('/') as string[]) this.#vol.rmSync(`/${name}`, { recursive: true });
+    } else {
+      this.#vol.rmSync(path, { recursive: true });
+    }
+    const deleted = entries.length + (path === '/' ? 0 : 1);
+    this.#bytes -= bytes;
+    this.#nodes -= deleted;
+    return { deleted, bytes };
+  }
+
+  move(rawFrom: unknown, rawTo: unknown, options: { overwrite?: boolean } = {}): { from: string; to: string; overwritten: boolean } {
+    const from = this.resolve(rawFrom);
+    const to = this.resolve(rawTo);
+    if (from === '/') throw fail('IS_A_DIRECTORY', 'Cannot move the root directory', from);
+    const type = this.#typeOf(from);
+    if (type === null) throw fail('NOT_FOUND', `No such file or directory: ${from}`, from);
+    if (from === to) return { from, to, overwritten: false };
+    if (isWithin(to, from)) {
+      throw new ToolFailure('execution', 'INVALID_PATH', `Cannot move ${from} into itself (${to})`, { details: { from, to } });
+    }
+    const missing = this.#checkAncestors(to, true);
+    const target = to === '/' ? 'directory' : this.#typeOf(to);
+    let overwritten = false;
+    if (target !== null) {
+      if (!options.overwrite) throw fail('ALREADY_EXISTS', `Destination exists: ${to} (pass overwrite: true to replace it)`, to);
+      if (target !== type) {
+        throw fail(target === 'directory' ? 'IS_A_DIRECTORY' : 'NOT_A_DIRECTORY', `Cannot replace a ${target} with a ${type}: ${to}`, to);
+      }
+      this.delete(to, { recursive: true });
+      overwritten = true;
+    }
+    this.#reserve(0, missing.length, to, 0);
+    for (const dir of missing) this.#vol.mkdirSync(dir);
+    this.#nodes += missing.length;
+    this.#vol.renameSync(from, to);
+    return { from, to, overwritten };
+  }
+
+  /** Throws QUOTA_EXCEEDED before anything changes when a change would pass a quota. */
+  #reserve(deltaBytes: number, deltaNodes: number, path: string, fileBytes: number): void {
+    const q = this.quota;
+    if (fileBytes > q.max_file_bytes) {
+      throw quotaFailure(
+        `File of ${fileBytes} bytes exceeds the per-file quota of ${q.max_file_bytes} bytes`,
+        path,
+        'max_file_bytes',
+        q.max_file_bytes,
+      );
+    }
+    if (this.#bytes + deltaBytes > q.max_bytes) {
+      throw quotaFailure(
+        `Write would bring the VFS to ${this.#bytes + deltaBytes} bytes, over its quota of ${q.max_bytes}`,
+        path,
+        'max_bytes',
+        q.max_bytes,
+      );
+    }
+    if (this.#nodes + deltaNodes > q.max_files) {
+      throw quotaFailure(`The VFS would hold more than ${q.max_files} files and directories`, path, 'max_files', q.max_files);
+    }
+  }
+}
+
+function quotaFailure(message: string, path: string, limit: keyof VfsQuota, max: number): ToolFailure {
+  return new ToolFailure('execution', 'QUOTA_EXCEEDED', message, { details: { path, limit, max } });
+}
