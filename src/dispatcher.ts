@@ -38,6 +38,7 @@ export interface DispatcherDeps {
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const NEVER_ABORTED = new AbortController().signal;
 
 function toolLabel(id: unknown): string {
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
@@ -240,7 +241,9 @@ export class Dispatcher {
   async #execute(tool: Tool, runner: Runner, input: unknown, grants: GrantSet, opts: CallOptions, meta: ResultMeta): Promise<unknown> {
     const limits = this.#limits(tool, opts);
     const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, opts.signal));
-    const controller = new AbortController();
+    // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
+    // only runners that can be interrupted get a live one.
+    const controller = runner.interruptible ? new AbortController() : null;
     const logs = new LogBuffer(this.#d.policy.log_bytes);
     const id = tool.spec.id;
     const vfs = new ToolVfs(this.#d.vfs, tool.declared, grants, (permission, operation, path) =>
@@ -257,7 +260,7 @@ export class Dispatcher {
       tool,
       input,
       limits,
-      signal: controller.signal,
+      signal: controller?.signal ?? NEVER_ABORTED,
       runId: meta.run_id,
       traceId: meta.trace_id,
       vfs,
@@ -266,13 +269,11 @@ export class Dispatcher {
     };
     try {
       if (opts.signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
-      const output = runner.interruptible
-        ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, opts.signal, id)
-        : await runner.run(ctx);
-      return output;
+      return controller ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, opts.signal, id) : await runner.run(ctx);
     } finally {
       release();
-      if (!controller.signal.aborted) controller.abort();
+      // Work a tool left running after it returned must stop too.
+      if (controller && !controller.signal.aborted) controller.abort();
       if (logs.lines.length > 0) meta.logs = logs.lines;
       if (logs.dropped > 0) meta.logs_dropped = logs.dropped;
       if (vfs.changed) meta.vfs_changes = vfs.changes;

@@ -25,7 +25,14 @@ const HOST_PATH = /^(?:[a-zA-Z]:[\\/]|\\\\|file:)/;
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what is refused
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
+/** Already-normal paths of plain names (no dot segments, no doubled or trailing slash) skip the full parse. */
+const PLAIN = /^(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$/;
+
 export function normalizePath(input: unknown, quota: Pick<VfsQuota, 'max_path_length' | 'max_name_length'>): string {
+  // A path no longer than one segment may be cannot hold an over-long segment or pass the path limit.
+  if (typeof input === 'string' && input.length <= quota.max_name_length && input.length <= quota.max_path_length && PLAIN.test(input)) {
+    return input;
+  }
   if (typeof input !== 'string') throw invalid(String(input), 'a path must be a string', 'pass a string such as "/docs/a.txt"');
   if (input.length === 0) throw invalid(input, 'the path is empty', 'use "/" for the root');
   if (input.includes('\u0000')) throw invalid(input, 'the path contains a NUL byte', 'remove the NUL byte', true);

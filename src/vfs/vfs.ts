@@ -116,10 +116,16 @@ export class Vfs {
 
   read(rawPath: unknown): Buffer {
     const path = this.resolve(rawPath);
-    const type = path === '/' ? 'directory' : this.#typeOf(path);
-    if (type === null) throw fail('NOT_FOUND', `File not found: ${path}`, path);
-    if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
-    return this.#vol.readFileSync(path) as Buffer;
+    // One memfs call on the hot path; the type checks run only when it fails. The VFS API creates no
+    // symlinks, so there is none to follow here.
+    try {
+      return this.#vol.readFileSync(path) as Buffer;
+    } catch (error) {
+      const type = path === '/' ? 'directory' : this.#typeOf(path);
+      if (type === null) throw fail('NOT_FOUND', `File not found: ${path}`, path);
+      if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
+      throw error;
+    }
   }
 
   stat(rawPath: unknown): VfsStat {

@@ -1,0 +1,45 @@
+import { writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { benchBuiltin } from './builtin.js';
+
+/**
+ * `npm run bench`: runs every benchmark in one process, prints the figures and writes them to
+ * bench/results.json. BENCHMARKS.md quotes these figures with the command that produced them.
+ * Runner benchmarks (bench/js.ts, bench/python.ts) are loaded when present.
+ */
+type Bench = () => Promise<Record<string, unknown>>;
+
+async function optional(module: string, name: string): Promise<Bench | null> {
+  try {
+    const mod = (await import(module)) as Record<string, Bench>;
+    return mod[name] ?? null;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') return null;
+    throw error;
+  }
+}
+
+const only = process.argv.slice(2);
+const suites: Array<[string, Bench | null]> = [
+  ['builtin', benchBuiltin],
+  ['js', await optional('./js.js', 'benchJs')],
+  ['python', await optional('./python.js', 'benchPython')],
+];
+const results: Record<string, unknown> = {
+  date: new Date().toISOString(),
+  node: process.version,
+  cpu: cpus()[0]?.model ?? 'unknown',
+  cores: cpus().length,
+};
+for (const [name, bench] of suites) {
+  if (only.length > 0 && !only.includes(name)) continue;
+  if (!bench) {
+    results[name] = 'not available';
+    continue;
+  }
+  process.stderr.write(`bench ${name}…\n`);
+  results[name] = await bench();
+  process.stderr.write(`${JSON.stringify(results[name], null, 2)}\n`);
+}
+writeFileSync(new URL('../../bench/results.json', import.meta.url), `${JSON.stringify(results, null, 2)}\n`);
+process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
