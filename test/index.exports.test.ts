@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+import * as api from '../src/index.js';
+
+describe('public API', () => {
+  it('exports exactly the documented runtime names', () => {
+    // Adding or removing a name here is an API decision: update README's Library API with it.
+    expect(Object.keys(api).sort()).toEqual(
+      [
+        'DEFAULT_GRANTS',
+        'DEFAULT_POLICY',
+        'DEFAULT_REGISTRY_LIMITS',
+        'DEFAULT_VFS_QUOTA',
+        'ERROR_CODES',
+        'EngineConfigError',
+        'PERMISSION_NAMES',
+        'RUNNER_NAMES',
+        'TOOL_META_SCHEMA',
+        'ToolFailure',
+        'Vfs',
+        'createEngine',
+        'isRetryable',
+      ].sort(),
+    );
+  });
+});
