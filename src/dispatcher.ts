@@ -11,7 +11,7 @@ import type { RunContext, Runner } from './runner.js';
 import type { RunnerName, Tool } from './tool.js';
 import { ToolVfs } from './tool-vfs.js';
 import { summarize } from './validation.js';
-import type { Vfs } from './vfs/vfs.js';
+import type { VfsState } from './vfs/state.js';
 
 /** Per-call options. Every field is optional; none can widen what the engine allows. */
 export interface CallOptions {
@@ -30,7 +30,8 @@ export interface CallOptions {
 export interface DispatcherDeps {
   registry: Registry;
   runners: ReadonlyMap<RunnerName, Runner>;
-  vfs: Vfs;
+  /** The committed VFS: each call runs in a transaction of it and commits only on success. */
+  state: VfsState;
   bus: EventBus;
   policy: Readonly<Policy>;
   grants: GrantSet;
@@ -122,7 +123,7 @@ export class Dispatcher {
         throw new ToolFailure('execution', 'UNAVAILABLE', `No ${tool.spec.runner} is available in this engine to run ${tool.spec.id}`);
       }
       meta.runner = runner.name;
-      const output = await this.#execute(tool, runner, copy, grants, opts, meta);
+      const { output, vfs } = await this.#execute(tool, runner, copy, grants, opts, meta);
       const limit = this.#limits(tool, opts).output_bytes;
       const outputBytes = checkOutput(output, { bytes: limit, depth: policy.input_depth });
       if (tool.validateOutput) {
@@ -133,9 +134,10 @@ export class Dispatcher {
           });
         }
       }
+      // Only now, with the output accepted, do the call's VFS changes become visible and durable.
+      this.#d.state.commit(vfs.transaction);
       meta.duration_ms = performance.now() - started;
       if (bus.active) {
-        const changes = meta.vfs_changes as ToolVfs['changes'] | undefined;
         bus.publish({
           type: 'ToolResultEvent',
           at: new Date().toISOString(),
@@ -145,13 +147,11 @@ export class Dispatcher {
           duration_ms: meta.duration_ms,
           output_bytes: outputBytes,
           output: forEvent(output, policy.event_payload_bytes),
-          vfs: changes ?? null,
+          vfs: vfs.changed ? vfs.changes : null,
         });
       }
-      delete meta.vfs_changes;
       return { ok: true, data: output, meta };
     } catch (thrown) {
-      delete meta.vfs_changes;
       meta.duration_ms = performance.now() - started;
       const error = toErrorInfo(thrown, label, stage);
       if (bus.active) {
@@ -238,7 +238,14 @@ export class Dispatcher {
     });
   }
 
-  async #execute(tool: Tool, runner: Runner, input: unknown, grants: GrantSet, opts: CallOptions, meta: ResultMeta): Promise<unknown> {
+  async #execute(
+    tool: Tool,
+    runner: Runner,
+    input: unknown,
+    grants: GrantSet,
+    opts: CallOptions,
+    meta: ResultMeta,
+  ): Promise<{ output: unknown; vfs: ToolVfs }> {
     const limits = this.#limits(tool, opts);
     const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, opts.signal));
     // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
@@ -246,7 +253,7 @@ export class Dispatcher {
     const controller = runner.interruptible ? new AbortController() : null;
     const logs = new LogBuffer(this.#d.policy.log_bytes);
     const id = tool.spec.id;
-    const vfs = new ToolVfs(this.#d.vfs, tool.declared, grants, (permission, operation, path) =>
+    const vfs = new ToolVfs(this.#d.state.begin(), tool.declared, grants, (permission, operation, path) =>
       this.#security(
         meta.run_id,
         meta.trace_id,
@@ -264,19 +271,22 @@ export class Dispatcher {
       runId: meta.run_id,
       traceId: meta.trace_id,
       vfs,
+      state: this.#d.state,
       log: (level, message) => logs.push(level, message),
       meta,
     };
     try {
       if (opts.signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
-      return controller ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, opts.signal, id) : await runner.run(ctx);
+      const output = controller ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, opts.signal, id) : await runner.run(ctx);
+      return { output, vfs };
     } finally {
       release();
       // Work a tool left running after it returned must stop too.
       if (controller && !controller.signal.aborted) controller.abort();
       if (logs.lines.length > 0) meta.logs = logs.lines;
       if (logs.dropped > 0) meta.logs_dropped = logs.dropped;
-      if (vfs.changed) meta.vfs_changes = vfs.changes;
+      // Whatever the tool left running can no longer reach the VFS through this call.
+      vfs.seal();
     }
   }
 }

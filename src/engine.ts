@@ -11,7 +11,9 @@ import { Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
 import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
-import { Vfs } from './vfs/vfs.js';
+import type { GcReport } from './vfs/gc.js';
+import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
+import { type RecoveryReport, type SnapshotInfo, VfsState } from './vfs/state.js';
 
 export interface EngineOptions {
   /** Folder holding the projects. Default `./workspace`. */
@@ -28,6 +30,13 @@ export interface EngineOptions {
   watch?: boolean;
   /** Append every event to a JSONL file: `true` for `<project>/.arium/audit.jsonl`, or a path. */
   auditLog?: boolean | string;
+  /**
+   * Keep the VFS and its snapshots in `<project>/.arium/` so they survive a restart (default true).
+   * `false` keeps everything in memory.
+   */
+  persist?: boolean;
+  /** Open a damaged state folder by keeping what is intact (see `engine.recovery`). */
+  recover?: boolean;
   /** Runners to use in place of (or besides) the defaults, keyed by their `name`. */
   runners?: readonly Runner[];
 }
@@ -55,8 +64,10 @@ export interface Engine {
   /** Absolute path of the project folder. */
   readonly projectDir: string;
   readonly events: EventBus;
-  /** The live VFS, for the host application (no permission checks: the host is trusted). */
-  readonly vfs: Vfs;
+  /** The live VFS, for the host application (no permission checks: the host is trusted; changes are durable). */
+  readonly vfs: HostVfs;
+  /** What opening the state folder had to repair or give up (`recover`). */
+  readonly recovery: RecoveryReport;
   /** The grants callers get unless a call narrows them. */
   readonly grants: readonly string[];
   readonly policy: Readonly<Policy>;
@@ -68,6 +79,16 @@ export interface Engine {
   /** Re-reads the tools folder now (the watcher does this on its own). */
   refresh(): Promise<void>;
   status(): Promise<EngineStatus>;
+  /** Saves the live tree as a snapshot. */
+  snapshot(options?: { label?: string; message?: string }): SnapshotInfo;
+  /** Every snapshot, oldest first. */
+  snapshots(): SnapshotInfo[];
+  /** Compares `live` or snapshots (id, prefix, label, `latest`); default: newest snapshot → live. */
+  diff(from?: string, to?: string, options?: DiffOptions): DiffResult;
+  /** Brings the live tree back to a snapshot (saving the live tree first, so it can be undone). */
+  restore(ref: string): RestoreResult;
+  /** Deletes stored objects that no snapshot and not the live tree need. */
+  gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
   close(): Promise<void>;
 }
 
@@ -109,7 +130,6 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     throw error;
   }
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
-  const vfs = new Vfs(options.vfsQuota);
   const bus = new EventBus();
   let audit: AuditLog | null = null;
   if (options.auditLog) {
@@ -118,6 +138,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     bus.addSink((event) => log.write(event));
   }
 
+  const state = new VfsState({
+    dir: options.persist === false ? null : join(projectDir, '.arium'),
+    ...(options.vfsQuota ? { quota: options.vfsQuota } : {}),
+    recover: options.recover === true,
+  });
   const builtin = new BuiltinRunner();
   const runners = new Map<RunnerName, Runner>([['builtin', builtin]]);
   for (const runner of options.runners ?? []) runners.set(runner.name, runner);
@@ -137,13 +162,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       }
     },
   });
-  await registry.refresh();
-  if (options.watch ?? true) await registry.watch();
+  try {
+    await registry.refresh();
+    if (options.watch ?? true) await registry.watch();
+  } catch (error) {
+    await registry.close();
+    state.close();
+    throw error;
+  }
 
   const dispatcher = new Dispatcher({
     registry,
     runners,
-    vfs,
+    state,
     bus,
     policy,
     grants,
@@ -155,7 +186,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     project,
     projectDir,
     events: bus,
-    vfs,
+    vfs: new HostVfs(state),
+    recovery: state.recovery,
     grants: grants.texts(),
     policy,
     call: (id, input, callOptions) => dispatcher.call(id, input, callOptions),
@@ -171,10 +203,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       for (const [name, runner] of runners) statuses[name] = await runner.status();
       return { project, tools: registry.list().length, problems: registry.problems().length, runners: statuses };
     },
+    snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
+    snapshots: () => [...state.snapshots],
+    diff: (from, to, diffOptions) => diff(state, from, to, diffOptions),
+    restore: (ref) => restore(state, ref),
+    gc: (onProgress) => gc(state, onProgress),
     close: () => {
       closed ??= (async () => {
         await registry.close();
         await Promise.allSettled([...runners.values()].map((r) => r.close()));
+        state.close();
         await audit?.close();
       })();
       return closed;

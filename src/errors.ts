@@ -29,6 +29,7 @@ export const ERROR_CODES = [
   'INVALID_OUTPUT',
   'TOOL_ERROR',
   'BUSY',
+  'CONFLICT',
   'CANCELLED',
   'UNAVAILABLE',
   'INTERNAL',
@@ -37,7 +38,7 @@ export const ERROR_CODES = [
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
 /** A caller may retry these unchanged and expect a different outcome. */
-const RETRYABLE: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['BUSY', 'TIMEOUT', 'UNAVAILABLE']);
+const RETRYABLE: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['BUSY', 'CONFLICT', 'TIMEOUT', 'UNAVAILABLE']);
 
 export function isRetryable(code: ErrorCode): boolean {
   return RETRYABLE.has(code);

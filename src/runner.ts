@@ -2,6 +2,7 @@ import type { CallLimits } from './limits.js';
 import type { LogLine } from './result.js';
 import type { RunnerName, Tool } from './tool.js';
 import type { ToolVfs } from './tool-vfs.js';
+import type { VfsState } from './vfs/state.js';
 
 /** Everything a runner gets for one call. Built by the dispatcher, after validation and the permission gate. */
 export interface RunContext {
@@ -15,6 +16,8 @@ export interface RunContext {
   readonly traceId: string;
   /** The VFS as this call may see it: every operation is checked against declared and granted permissions. */
   readonly vfs: ToolVfs;
+  /** The committed VFS and its history. For builtin tools (snapshots, restore); sandboxed runners must use `vfs`. */
+  readonly state: VfsState;
   /** Captures a log line for `meta.logs` (bounded by the dispatcher). */
   log(level: LogLine['level'], message: string): void;
   /** Facts a runner reports into `meta` (e.g. the isolation in force). */

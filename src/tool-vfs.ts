@@ -2,7 +2,8 @@ import { ToolFailure } from './errors.js';
 import type { VfsChangeSummary } from './events.js';
 import type { GrantSet, Permission, PermissionName } from './permissions.js';
 import { matchesPath } from './permissions.js';
-import type { ListOptions, Vfs, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs/vfs.js';
+import type { Transaction } from './vfs/transaction.js';
+import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs/vfs.js';
 
 /**
  * Reports a run-time denial (`permission` set) or an attempt to leave the VFS (`permission` null);
@@ -17,16 +18,29 @@ export type DenialReporter = (permission: PermissionName | null, operation: stri
  */
 export class ToolVfs {
   readonly changes: VfsChangeSummary = { written: [], deleted: [], created_dirs: [], moved: [] };
-  readonly #vfs: Vfs;
+  /** The call's own transaction: its writes stay private until the dispatcher commits them. */
+  readonly #vfs: Transaction;
   readonly #declared: readonly Permission[];
   readonly #granted: GrantSet;
   readonly #onDenied: DenialReporter;
 
-  constructor(vfs: Vfs, declared: readonly Permission[], granted: GrantSet, onDenied: DenialReporter) {
+  constructor(vfs: Transaction, declared: readonly Permission[], granted: GrantSet, onDenied: DenialReporter) {
     this.#vfs = vfs;
     this.#declared = declared;
     this.#granted = granted;
     this.#onDenied = onDenied;
+  }
+
+  #sealed = false;
+
+  /** The transaction holding this call's changes. */
+  get transaction(): Transaction {
+    return this.#vfs;
+  }
+
+  /** Ends the call's access: later operations (from work the tool left running) fail. */
+  seal(): void {
+    this.#sealed = true;
   }
 
   get changed(): boolean {
@@ -57,6 +71,9 @@ export class ToolVfs {
   }
 
   #normalize(operation: string, rawPath: unknown): string {
+    if (this.#sealed) {
+      throw new ToolFailure('execution', 'CANCELLED', `The call has ended; ${operation} is no longer possible`, { details: { operation } });
+    }
     try {
       return this.#vfs.resolve(rawPath);
     } catch (error) {

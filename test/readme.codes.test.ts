@@ -23,8 +23,8 @@ describe('README stays true to the code', () => {
 
   it('says retryable is true exactly for the codes isRetryable accepts', () => {
     const retryable = ERROR_CODES.filter(isRetryable);
-    expect(retryable.sort()).toEqual(['BUSY', 'TIMEOUT', 'UNAVAILABLE']);
-    expect(readme).toContain('`retryable` is true only for `BUSY`, `TIMEOUT`\nand `UNAVAILABLE`');
+    expect(retryable.sort()).toEqual(['BUSY', 'CONFLICT', 'TIMEOUT', 'UNAVAILABLE']);
+    expect(readme).toContain('`retryable` is true only for `BUSY`, `CONFLICT`,\n`TIMEOUT` and `UNAVAILABLE`');
   });
 
   it('lists every permission name', () => {

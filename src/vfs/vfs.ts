@@ -76,6 +76,12 @@ export class Vfs {
     return { bytes: this.#bytes, files: this.#nodes };
   }
 
+  /** The type of an already-normalized path, or null when nothing is there. */
+  typeOf(path: string): EntryType | null {
+    if (path === '/') return 'directory';
+    return this.#typeOf(path);
+  }
+
   #typeOf(path: string): EntryType | null {
     try {
       const st = this.#vol.lstatSync(path);
@@ -152,7 +158,7 @@ export class Vfs {
     const previous = type === 'file' ? (this.#vol.readFileSync(path) as Buffer) : null;
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
-    this.#reserve(content.length - (previous?.length ?? 0), missing.length + (previous ? 0 : 1), path, content.length);
+    this.checkQuota(content.length - (previous?.length ?? 0), missing.length + (previous ? 0 : 1), path, content.length);
     for (const dir of missing) this.#vol.mkdirSync(dir);
     this.#vol.writeFileSync(path, content);
     this.#bytes += content.length - (previous?.length ?? 0);
@@ -168,7 +174,7 @@ export class Vfs {
     const type = this.#typeOf(path);
     if (type === 'file') throw fail('ALREADY_EXISTS', `A file already exists at ${path}`, path);
     if (type === 'directory') return { created: false, path };
-    this.#reserve(0, missing.length + 1, path, 0);
+    this.checkQuota(0, missing.length + 1, path, 0);
     for (const dir of missing) this.#vol.mkdirSync(dir);
     this.#vol.mkdirSync(path);
     this.#nodes += missing.length + 1;
@@ -247,7 +253,7 @@ export class Vfs {
       this.delete(to, { recursive: true });
       overwritten = true;
     }
-    this.#reserve(0, missing.length, to, 0);
+    this.checkQuota(0, missing.length, to, 0);
     for (const dir of missing) this.#vol.mkdirSync(dir);
     this.#nodes += missing.length;
     this.#vol.renameSync(from, to);
@@ -255,7 +261,7 @@ export class Vfs {
   }
 
   /** Throws QUOTA_EXCEEDED before anything changes when a change would pass a quota. */
-  #reserve(deltaBytes: number, deltaNodes: number, path: string, fileBytes: number): void {
+  checkQuota(deltaBytes: number, deltaNodes: number, path: string, fileBytes: number): void {
     const q = this.quota;
     if (fileBytes > q.max_file_bytes) {
       throw quotaFailure(

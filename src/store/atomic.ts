@@ -1,0 +1,35 @@
+import { randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+
+/**
+ * Replaces `path` with `data` so that a reader (or a restart after SIGKILL or power loss) sees either
+ * the old file or the new one, never a mix: write a temporary file in the same folder, fsync it,
+ * rename it over the target, then fsync the folder so the rename itself is durable.
+ */
+export function writeFileAtomic(path: string, data: Uint8Array | string): void {
+  const tmp = join(dirname(path), `.tmp-${basename(path)}-${randomBytes(6).toString('hex')}`);
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    let off = 0;
+    while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
+    fsyncSync(fd);
+  } catch (error) {
+    closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw error;
+  }
+  closeSync(fd);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}

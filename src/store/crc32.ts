@@ -1,0 +1,19 @@
+/**
+ * CRC-32 (IEEE 802.3, the polynomial zlib and PNG use), to tell a torn or corrupted journal record
+ * from a whole one. `zlib.crc32` only exists from Node 20.15, so it is computed here.
+ */
+const TABLE = (() => {
+  const table = new Uint32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    table[n] = c >>> 0;
+  }
+  return table;
+})();
+
+export function crc32(data: Uint8Array, start = 0, end = data.length): number {
+  let c = 0xffffffff;
+  for (let i = start; i < end; i++) c = (TABLE[(c ^ (data[i] as number)) & 0xff] as number) ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}

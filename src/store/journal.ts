@@ -1,0 +1,159 @@
+import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { crc32 } from './crc32.js';
+
+/** One change to the live tree. File content travels inside the journal record itself. */
+export type JournalOp =
+  | { op: 'write'; path: string; data: Buffer }
+  | { op: 'delete'; path: string }
+  | { op: 'mkdir'; path: string }
+  | { op: 'move'; from: string; to: string };
+
+/** One acknowledged call's changes; `seq` orders records across checkpoints (see state.ts). */
+export interface JournalRecord {
+  seq: number;
+  ops: JournalOp[];
+}
+
+type StoredOp = Exclude<JournalOp, { op: 'write' }> | { op: 'write'; path: string; size: number };
+
+export class JournalCorruptError extends Error {
+  override readonly name = 'JournalCorruptError';
+  constructor(
+    message: string,
+    /** Byte offset of the first bad record; everything before it is intact. */
+    readonly offset: number,
+    /** Records before the bad one. */
+    readonly intact: number,
+  ) {
+    super(message);
+  }
+}
+
+const MAGIC = 0x41524a31; // "ARJ1"
+const FRAME_HEADER = 12; // magic, payload length, crc32 of payload
+
+/**
+ * The write-ahead journal of the live tree: each acknowledged tool call is one record, appended and
+ * fdatasync'ed before the call's result is returned. A record whose frame is cut short at the end of
+ * the file is a write that was never acknowledged (the process died mid-append) and is dropped; a bad
+ * record followed by more data is corruption, reported with the offset up to which all is intact.
+ */
+export class Journal {
+  readonly path: string;
+  readonly #fd: number;
+  #size: number;
+
+  constructor(path: string) {
+    this.path = path;
+    this.#fd = openSync(path, 'a+', 0o600);
+    this.#size = fstatSync(this.#fd).size;
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+
+  /** Reads every whole record. With `recover`, cuts the file at the first bad record instead of throwing. */
+  replay(recover = false): { records: JournalRecord[]; droppedBytes: number } {
+    const data = Buffer.alloc(this.#size);
+    let read = 0;
+    while (read < data.length) {
+      const n = readSync(this.#fd, data, read, data.length - read, read);
+      if (n === 0) break;
+      read += n;
+    }
+    const records: JournalRecord[] = [];
+    let off = 0;
+    while (off < read) {
+      const bad = (why: string) => {
+        if (recover) return true;
+        throw new JournalCorruptError(
+          `Journal ${this.path} is corrupt at byte ${off} (${why}); ${records.length} records before it are intact`,
+          off,
+          records.length,
+        );
+      };
+      if (read - off < FRAME_HEADER) break; // torn header at the end
+      if (data.readUInt32BE(off) !== MAGIC) {
+        if (bad('bad record marker')) break;
+      }
+      const length = data.readUInt32BE(off + 4);
+      const end = off + FRAME_HEADER + length;
+      if (end > read) break; // torn payload at the end
+      if (crc32(data, off + FRAME_HEADER, end) !== data.readUInt32BE(off + 8)) {
+        if (end === read) break; // the last record, torn inside a sector
+        if (bad('checksum mismatch')) break;
+      }
+      records.push(decode(data.subarray(off + FRAME_HEADER, end)));
+      off = end;
+    }
+    const dropped = read - off;
+    if (dropped > 0) {
+      ftruncateSync(this.#fd, off);
+      fdatasyncSync(this.#fd);
+      this.#size = off;
+    }
+    return { records, droppedBytes: dropped };
+  }
+
+  /** Appends one record and makes it durable. */
+  append(seq: number, ops: readonly JournalOp[]): void {
+    const payload = encode(seq, ops);
+    const frame = Buffer.allocUnsafe(FRAME_HEADER + payload.length);
+    frame.writeUInt32BE(MAGIC, 0);
+    frame.writeUInt32BE(payload.length, 4);
+    frame.writeUInt32BE(crc32(payload), 8);
+    payload.copy(frame, FRAME_HEADER);
+    let off = 0;
+    try {
+      while (off < frame.length) off += writeSync(this.#fd, frame, off, frame.length - off);
+      fdatasyncSync(this.#fd);
+    } catch (error) {
+      // A failed append (e.g. a full disk) must not leave a partial record for the next one to follow.
+      ftruncateSync(this.#fd, this.#size);
+      throw error;
+    }
+    this.#size += frame.length;
+  }
+
+  /** Empties the journal after its records were folded into a checkpoint. */
+  reset(): void {
+    ftruncateSync(this.#fd, 0);
+    fdatasyncSync(this.#fd);
+    this.#size = 0;
+  }
+
+  close(): void {
+    closeSync(this.#fd);
+  }
+}
+
+function encode(seq: number, ops: readonly JournalOp[]): Buffer {
+  const stored: StoredOp[] = [];
+  const blobs: Buffer[] = [];
+  for (const op of ops) {
+    if (op.op === 'write') {
+      stored.push({ op: 'write', path: op.path, size: op.data.length });
+      blobs.push(op.data);
+    } else {
+      stored.push(op);
+    }
+  }
+  const header = Buffer.from(JSON.stringify({ seq, ops: stored }));
+  const length = Buffer.allocUnsafe(4);
+  length.writeUInt32BE(header.length, 0);
+  return Buffer.concat([length, header, ...blobs]);
+}
+
+function decode(payload: Buffer): JournalRecord {
+  const headerLength = payload.readUInt32BE(0);
+  const header = JSON.parse(payload.subarray(4, 4 + headerLength).toString('utf8')) as { seq: number; ops: StoredOp[] };
+  let off = 4 + headerLength;
+  const ops = header.ops.map((op): JournalOp => {
+    if (op.op !== 'write') return op;
+    const data = Buffer.from(payload.subarray(off, off + op.size));
+    off += op.size;
+    return { op: 'write', path: op.path, data };
+  });
+  return { seq: header.seq, ops };
+}

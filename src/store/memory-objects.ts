@@ -1,0 +1,41 @@
+import { CorruptObjectError, type ObjectKind, ObjectStore } from './objects.js';
+
+/** The object store of an engine that keeps no state on disk: same contract, held in a Map. */
+export class MemoryObjectStore {
+  readonly #objects = new Map<string, Buffer>();
+
+  has(hash: string): boolean {
+    return this.#objects.has(hash);
+  }
+
+  put(kind: ObjectKind, bytes: Uint8Array): string {
+    const hash = ObjectStore.hash(kind, bytes);
+    if (!this.#objects.has(hash)) this.#objects.set(hash, Buffer.from(bytes));
+    return hash;
+  }
+
+  get(kind: ObjectKind, hash: string): Buffer {
+    const bytes = this.#objects.get(hash);
+    if (!bytes) throw new CorruptObjectError(`The ${kind} object ${hash.slice(0, 12)} is missing from the store`, hash);
+    return bytes;
+  }
+
+  sync(): void {}
+
+  *list(): Generator<string> {
+    yield* [...this.#objects.keys()];
+  }
+
+  size(hash: string): number {
+    return this.#objects.get(hash)?.length ?? 0;
+  }
+
+  delete(hash: string): void {
+    this.#objects.delete(hash);
+  }
+}
+
+/** What the state layer needs of an object store, on disk or in memory. */
+export type Objects = Pick<ObjectStore, 'has' | 'get' | 'sync' | 'list' | 'delete' | 'size'> & {
+  put(kind: ObjectKind, bytes: Uint8Array): string;
+};

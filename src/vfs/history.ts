@@ -1,0 +1,143 @@
+import { ToolFailure } from '../errors.js';
+import { globToRegExp } from '../permissions.js';
+import { collectGarbage, type GcReport } from './gc.js';
+import type { SnapshotInfo, VfsState } from './state.js';
+import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
+import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
+
+/** `live` or a snapshot reference (id, unique id prefix, label, `latest`). */
+export type TreeRef = string;
+
+export interface DiffOptions {
+  /** Only files matching this glob (`**`, `*`, `?`), e.g. `/src/**`. */
+  path?: string;
+  /** Leave out the unified patches (file list and counts only). */
+  stat_only?: boolean;
+  max_patch_chars?: number;
+}
+
+export interface DiffResult extends TreeDiff {
+  from: { ref: string; snapshot: SnapshotInfo | null };
+  to: { ref: string; snapshot: SnapshotInfo | null };
+}
+
+export interface RestoreResult {
+  restored: SnapshotInfo;
+  /** The snapshot taken of the live tree before restoring (restore it to undo), or null when the live tree already equalled a snapshot. */
+  backup: SnapshotInfo | null;
+  written: number;
+  deleted: number;
+}
+
+function rootOf(state: VfsState, ref: TreeRef): { root: string; snapshot: SnapshotInfo | null } {
+  if (ref === 'live') return { root: state.liveRoot(), snapshot: null };
+  const snapshot = state.resolveSnapshot(ref);
+  return { root: snapshot.root, snapshot };
+}
+
+/** Compares two trees, each `live` or a snapshot. By default: the newest snapshot against the live tree. */
+export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | undefined, options: DiffOptions = {}): DiffResult {
+  const fromRef = from ?? (state.snapshots.length > 0 ? 'latest' : 'empty');
+  const toRef = to ?? 'live';
+  const a = fromRef === 'empty' ? { root: null, snapshot: null } : rootOf(state, fromRef);
+  const b = rootOf(state, toRef);
+  let filter: ((path: string) => boolean) | undefined;
+  if (options.path !== undefined) {
+    if (!options.path.startsWith('/')) {
+      throw new ToolFailure('validation', 'INVALID_INPUT', `The path filter must be an absolute VFS glob such as /src/** (got "${options.path}")`);
+    }
+    const re = globToRegExp(options.path);
+    filter = (p) => re.test(p);
+  }
+  const result = diffTrees(state.objects, a.root, b.root, {
+    ...(filter ? { filter } : {}),
+    patches: options.stat_only !== true,
+    ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
+  });
+  return { from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result };
+}
+
+/**
+ * Brings the live tree back to a snapshot, as one atomic, durable change. The live tree is first saved
+ * as a snapshot of its own (unless it already equals one), so a restore can itself be undone and
+ * uncommitted work is never lost.
+ */
+export function restore(state: VfsState, ref: TreeRef): RestoreResult {
+  const target = state.resolveSnapshot(ref);
+  const live = state.liveRoot();
+  const known = [...state.snapshots].reverse().find((s) => s.root === live);
+  const backup = known ? null : state.snapshot({ label: 'before-restore', message: `live tree before restoring ${target.id}` });
+  const ops = state.applyRoot(target.root, (root) => opsBetween(state.objects, live, root));
+  return {
+    restored: target,
+    backup,
+    written: ops.filter((o) => o.op === 'write').length,
+    deleted: ops.filter((o) => o.op === 'delete').length,
+  };
+}
+
+/** Deletes objects that neither the live tree nor any snapshot needs. */
+export function gc(state: VfsState, onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport {
+  const roots = new Set(state.snapshots.map((s) => s.root));
+  roots.add(state.checkpoint());
+  return collectGarbage(state.objects, roots, onProgress);
+}
+
+/**
+ * The VFS as the host application sees it (`engine.vfs`): no permission checks (the host is trusted),
+ * but every change is a committed, durable transaction of its own, like a tool call's.
+ */
+export class HostVfs {
+  readonly #state: VfsState;
+
+  constructor(state: VfsState) {
+    this.#state = state;
+  }
+
+  #change<T>(apply: (txn: ReturnType<VfsState['begin']>) => T): T {
+    const txn = this.#state.begin();
+    const result = apply(txn);
+    this.#state.commit(txn);
+    return result;
+  }
+
+  resolve(path: unknown): string {
+    return this.#state.vfs.resolve(path);
+  }
+
+  usage(): { bytes: number; files: number } {
+    return this.#state.vfs.usage();
+  }
+
+  read(path: unknown): Buffer {
+    return this.#state.vfs.read(path);
+  }
+
+  exists(path: unknown): boolean {
+    return this.#state.vfs.exists(path);
+  }
+
+  stat(path: unknown): VfsStat {
+    return this.#state.vfs.stat(path);
+  }
+
+  list(path: unknown, options?: ListOptions): { entries: VfsEntry[]; truncated: boolean } {
+    return this.#state.vfs.list(path, options);
+  }
+
+  write(path: unknown, data: Buffer | string, options?: WriteOptions): WriteOutcome {
+    return this.#change((txn) => txn.write(path, data, options));
+  }
+
+  mkdir(path: unknown, options?: { parents?: boolean }): { created: boolean; path: string } {
+    return this.#change((txn) => txn.mkdir(path, options));
+  }
+
+  delete(path: unknown, options?: { recursive?: boolean }): { deleted: number; bytes: number } {
+    return this.#change((txn) => txn.delete(path, options));
+  }
+
+  move(from: unknown, to: unknown, options?: { overwrite?: boolean }): { from: string; to: string; overwritten: boolean } {
+    return this.#change((txn) => txn.move(from, to, options));
+  }
+}

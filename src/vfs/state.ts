@@ -1,0 +1,390 @@
+import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ToolFailure } from '../errors.js';
+import type { VfsQuota } from '../limits.js';
+import { writeFileAtomic } from '../store/atomic.js';
+import { Journal, JournalCorruptError, type JournalOp } from '../store/journal.js';
+import { ProjectLock } from '../store/lock.js';
+import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
+import { CorruptObjectError, ObjectStore } from '../store/objects.js';
+import { parentOf } from './path.js';
+import { applyOps, type OpTarget, Transaction } from './transaction.js';
+import { decodeTree, TreeIndex } from './tree-index.js';
+import { Vfs, type WriteOptions } from './vfs.js';
+
+export interface SnapshotInfo {
+  id: string;
+  at: string;
+  label: string | null;
+  message: string | null;
+  /** Hash of the root tree. Two snapshots with equal roots hold exactly the same files. */
+  root: string;
+  files: number;
+  dirs: number;
+  bytes: number;
+}
+
+/** The state folder could not be read as it is; the message says what is wrong and how to recover. */
+export class StateCorruptError extends Error {
+  override readonly name = 'StateCorruptError';
+}
+
+export interface RecoveryReport {
+  /** Bytes of a torn last journal record that was never acknowledged, dropped. */
+  torn_bytes: number;
+  /** What `recover` had to give up, one line each. */
+  lost: string[];
+}
+
+export interface StateOptions {
+  /** State folder (`<project>/.arium`), or null to keep everything in memory. */
+  dir: string | null;
+  quota?: Partial<VfsQuota>;
+  /** Open a damaged state by keeping what is intact instead of refusing to start. */
+  recover?: boolean;
+  /** Fold the journal into a checkpoint once it is this large. */
+  checkpointBytes?: number;
+}
+
+interface LiveRef {
+  root: string | null;
+  /** The last journal record folded into `root`. */
+  seq: number;
+}
+
+/**
+ * The committed VFS and everything that makes it durable: the write-ahead journal of acknowledged
+ * calls, the content-addressed objects, the live checkpoint and the snapshot log. Layout of the folder:
+ *   objects/ab/cdef…   blobs and trees      live.json        {root, seq} of the last checkpoint
+ *   journal            records since then   snapshots.jsonl  one SnapshotInfo a line
+ *   lock               the owning engine
+ * Start-up loads the checkpoint and replays the journal records after its seq, so a record folded
+ * into a checkpoint just before a crash is not applied twice.
+ */
+export class VfsState {
+  readonly vfs: Vfs;
+  readonly dir: string | null;
+  readonly recovery: RecoveryReport = { torn_bytes: 0, lost: [] };
+  readonly objects: Objects;
+  readonly #index = new TreeIndex();
+  readonly #journal: Journal | null = null;
+  readonly #lock: ProjectLock | null = null;
+  readonly #checkpointBytes: number;
+  #snapshots: SnapshotInfo[] = [];
+  #seq = 0;
+  #folded = 0;
+  #closed = false;
+
+  constructor(options: StateOptions) {
+    this.vfs = new Vfs(options.quota);
+    this.dir = options.dir;
+    this.#checkpointBytes = options.checkpointBytes ?? 64 * 1024 * 1024;
+    if (options.dir === null) {
+      this.objects = new MemoryObjectStore();
+      return;
+    }
+    const dir = options.dir;
+    mkdirSync(dir, { recursive: true });
+    this.#lock = new ProjectLock(join(dir, 'lock'));
+    this.#lock.acquire();
+    try {
+      this.objects = new ObjectStore(join(dir, 'objects'));
+      this.#snapshots = this.#readSnapshots(options.recover === true);
+      const live = this.#readLive(options.recover === true);
+      this.#seq = live.seq;
+      this.#folded = live.seq;
+      if (live.root) this.#materialize(live.root, options.recover === true);
+      this.#journal = new Journal(join(dir, 'journal'));
+      this.#replay(options.recover === true);
+    } catch (error) {
+      this.#lock.release();
+      throw error;
+    }
+  }
+
+  get snapshots(): readonly SnapshotInfo[] {
+    return this.#snapshots;
+  }
+
+  begin(): Transaction {
+    return new Transaction(this.vfs);
+  }
+
+  /**
+   * Makes a transaction's changes the committed state: checked first on a scratch overlay of the current
+   * tree (a concurrent call may have changed it), then journaled durably, then applied. Throws before
+   * anything changes when the changes no longer apply or cannot be made durable.
+   */
+  commit(txn: Transaction): void {
+    if (txn.ops.length === 0) return;
+    this.#ensureOpen();
+    try {
+      applyOps(new Transaction(this.vfs), txn.ops);
+    } catch (error) {
+      if (error instanceof ToolFailure && error.code === 'QUOTA_EXCEEDED') throw error;
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new ToolFailure('execution', 'CONFLICT', `The call's changes conflict with a change committed while it ran: ${reason}`, {
+        details: { reason },
+        cause: error,
+      });
+    }
+    this.#durably(txn.ops);
+  }
+
+  /** Journals `ops` (when durable) and applies them to the committed tree. */
+  #durably(ops: readonly JournalOp[]): void {
+    if (this.#journal) {
+      try {
+        this.#journal.append(this.#seq + 1, ops);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        throw new ToolFailure(
+          'execution',
+          'UNAVAILABLE',
+          `The change could not be made durable (${code ?? (error as Error).message}); nothing was changed`,
+          {
+            details: { errno: code ?? null },
+            cause: error,
+          },
+        );
+      }
+    }
+    this.#seq++;
+    applyOps(this.#target(), ops);
+    if (this.#journal && this.#journal.size > this.#checkpointBytes) this.checkpoint();
+  }
+
+  /** The committed tree as an OpTarget that keeps the tree index in step. */
+  #target(): OpTarget {
+    const vfs = this.vfs;
+    const index = this.#index;
+    return {
+      typeOf: (path) => vfs.typeOf(path),
+      write: (path: string, data: Buffer, options: WriteOptions) => {
+        index.invalidate(path);
+        for (let dir = parentOf(path); dir !== '/' && vfs.typeOf(dir) === null; dir = parentOf(dir)) index.invalidate(dir);
+        return vfs.write(path, data, options);
+      },
+      mkdir: (path, options) => {
+        index.invalidate(path);
+        return vfs.mkdir(path, options);
+      },
+      delete: (path, options) => {
+        index.invalidate(path);
+        if (path === '/') index.clear();
+        return vfs.delete(path, options);
+      },
+      move: (from, to, options) => {
+        index.invalidate(from);
+        index.invalidate(to);
+        return vfs.move(from, to, options);
+      },
+    };
+  }
+
+  /** Writes what changed to the object store and returns the live root tree (durable when on disk). */
+  #flush(): string {
+    const root = this.#index.write(this.vfs, this.objects);
+    this.objects.sync();
+    return root;
+  }
+
+  /** Folds the journal into the live checkpoint. */
+  checkpoint(): string {
+    this.#ensureOpen();
+    const root = this.#flush();
+    if (this.dir && this.#journal && (this.#folded !== this.#seq || !existsSync(join(this.dir, 'live.json')))) {
+      writeFileAtomic(join(this.dir, 'live.json'), JSON.stringify({ root, seq: this.#seq } satisfies LiveRef));
+      this.#folded = this.#seq;
+      this.#journal.reset();
+    }
+    return root;
+  }
+
+  /** The root tree hash of the live tree, with its objects written. */
+  liveRoot(): string {
+    return this.#flush();
+  }
+
+  snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
+    const root = this.checkpoint();
+    const stats = this.vfs.usage();
+    const dirs = this.vfs.list('/', { recursive: true }).entries.filter((e) => e.type === 'directory').length;
+    const at = new Date().toISOString();
+    const idSource = `${root}\u0000${at}\u0000${this.#snapshots.length}\u0000${options.label ?? ''}`;
+    const info: SnapshotInfo = {
+      id: ObjectStore.hash('blob', Buffer.from(idSource)).slice(0, 12),
+      at,
+      label: options.label ?? null,
+      message: options.message ?? null,
+      root,
+      files: stats.files - dirs,
+      dirs,
+      bytes: stats.bytes,
+    };
+    if (this.dir) {
+      const path = join(this.dir, 'snapshots.jsonl');
+      appendFileSync(path, `${JSON.stringify(info)}\n`, { mode: 0o600 });
+      const fd = openSync(path, 'r');
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    this.#snapshots.push(info);
+    return info;
+  }
+
+  /** A snapshot by id (or unique id prefix of 4+ characters), by label (the newest with it), or `latest`. */
+  resolveSnapshot(ref: string): SnapshotInfo {
+    const list = this.#snapshots;
+    if (ref === 'latest' && list.length > 0) return list[list.length - 1] as SnapshotInfo;
+    const exact = list.find((s) => s.id === ref);
+    if (exact) return exact;
+    const labelled = [...list].reverse().find((s) => s.label === ref);
+    if (labelled) return labelled;
+    const byPrefix = ref.length >= 4 ? list.filter((s) => s.id.startsWith(ref)) : [];
+    if (byPrefix.length === 1) return byPrefix[0] as SnapshotInfo;
+    const why =
+      byPrefix.length > 1
+        ? `the prefix "${ref}" matches ${byPrefix.length} snapshots; give more characters`
+        : `no snapshot has the id or label "${ref}"`;
+    throw new ToolFailure('execution', 'NOT_FOUND', `Unknown snapshot: ${why} (list them with vfs.log / arium log)`, {
+      details: { snapshot: ref, known: list.length },
+    });
+  }
+
+  /** Brings the live tree to a snapshot's content as one durable, atomic change. */
+  applyRoot(root: string, build: (root: string) => JournalOp[]): JournalOp[] {
+    this.#ensureOpen();
+    const ops = build(root);
+    if (ops.length > 0) {
+      applyOps(new Transaction(this.vfs), ops);
+      this.#durably(ops);
+    }
+    return ops;
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    try {
+      if (this.#journal) this.checkpoint();
+    } finally {
+      this.#closed = true;
+      this.#journal?.close();
+      this.#lock?.release();
+    }
+  }
+
+  #ensureOpen(): void {
+    if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The engine is closed');
+  }
+
+  #readLive(recover: boolean): LiveRef {
+    const path = join(this.dir as string, 'live.json');
+    if (!existsSync(path)) return { root: null, seq: 0 };
+    try {
+      const live = JSON.parse(readFileSync(path, 'utf8')) as LiveRef;
+      if ((live.root !== null && typeof live.root !== 'string') || !Number.isInteger(live.seq)) throw new Error('unexpected fields');
+      return live;
+    } catch (error) {
+      const latest = this.#snapshots[this.#snapshots.length - 1];
+      if (!recover) {
+        throw new StateCorruptError(
+          `The live checkpoint ${path} is unreadable (${(error as Error).message}). Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from ${latest ? `the newest snapshot ${latest.id}` : 'an empty tree'} plus the journal.`,
+        );
+      }
+      this.recovery.lost.push(`live.json was unreadable; restarted from ${latest ? `snapshot ${latest.id}` : 'an empty tree'}`);
+      return { root: latest?.root ?? null, seq: 0 };
+    }
+  }
+
+  #readSnapshots(recover: boolean): SnapshotInfo[] {
+    const path = join(this.dir as string, 'snapshots.jsonl');
+    if (!existsSync(path)) return [];
+    const out: SnapshotInfo[] = [];
+    const lines = readFileSync(path, 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      if (line.trim() === '') return;
+      try {
+        out.push(JSON.parse(line) as SnapshotInfo);
+      } catch {
+        // The last line may be torn by a crash mid-append: that snapshot was never acknowledged.
+        if (i === lines.length - 1 || (i === lines.length - 2 && lines[lines.length - 1] === '')) return;
+        if (!recover) throw new StateCorruptError(`Line ${i + 1} of ${path} is not a snapshot record; start with recover to skip it`);
+        this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
+      }
+    });
+    return out;
+  }
+
+  #materialize(root: string, recover: boolean): void {
+    const walk = (hash: string, dir: string): void => {
+      let entries: ReturnType<typeof decodeTree>;
+      try {
+        entries = decodeTree(this.objects.get('tree', hash));
+      } catch (error) {
+        if (!recover || !(error instanceof CorruptObjectError)) throw this.#corrupt(error, dir);
+        this.recovery.lost.push(`folder ${dir}: ${error.message}`);
+        return;
+      }
+      if (dir !== '/') this.vfs.mkdir(dir, { parents: true });
+      this.#index.seed(dir, 'd', hash);
+      for (const [name, kind, child] of entries) {
+        const path = dir === '/' ? `/${name}` : `${dir}/${name}`;
+        if (kind === 'd') {
+          walk(child, path);
+          continue;
+        }
+        try {
+          this.vfs.write(path, this.objects.get('blob', child), { parents: true });
+          this.#index.seed(path, 'f', child);
+        } catch (error) {
+          if (!recover || !(error instanceof CorruptObjectError)) throw this.#corrupt(error, path);
+          this.recovery.lost.push(`file ${path}: ${error.message}`);
+          this.#index.invalidate(path);
+        }
+      }
+    };
+    walk(root, '/');
+    if (this.recovery.lost.length > 0) this.#index.invalidate('/');
+  }
+
+  #corrupt(error: unknown, path: string): Error {
+    if (error instanceof CorruptObjectError) {
+      return new StateCorruptError(`${error.message} (needed for ${path}). Start with recover to load everything that is intact.`);
+    }
+    return error as Error;
+  }
+
+  #replay(recover: boolean): void {
+    const journal = this.#journal as Journal;
+    let records: ReturnType<Journal['replay']>['records'];
+    try {
+      const result = journal.replay(recover);
+      records = result.records;
+      this.recovery.torn_bytes = result.droppedBytes;
+    } catch (error) {
+      if (error instanceof JournalCorruptError) {
+        throw new StateCorruptError(`${error.message}. Start with recover to keep those ${error.intact} records and drop the rest.`);
+      }
+      throw error;
+    }
+    for (const record of records) {
+      if (record.seq <= this.#folded) continue;
+      try {
+        applyOps(this.#target(), record.ops);
+      } catch (error) {
+        if (!recover) {
+          throw new StateCorruptError(
+            `Journal record ${record.seq} does not apply to the checkpoint (${(error as Error).message}); start with recover to stop before it`,
+          );
+        }
+        this.recovery.lost.push(`journal record ${record.seq} and later did not apply and were dropped`);
+        break;
+      }
+      this.#seq = record.seq;
+    }
+  }
+}

@@ -1,0 +1,75 @@
+import type { Objects } from '../store/memory-objects.js';
+import { isWithin, parentOf } from './path.js';
+import type { Vfs } from './vfs.js';
+
+/** One entry of a stored tree: name, `f`ile or `d`irectory, object hash, size in bytes (0 for folders). */
+export type TreeEntry = [name: string, kind: 'f' | 'd', hash: string, size: number];
+
+export function encodeTree(entries: readonly TreeEntry[]): Buffer {
+  return Buffer.from(JSON.stringify(entries));
+}
+
+export function decodeTree(bytes: Buffer): TreeEntry[] {
+  return JSON.parse(bytes.toString('utf8')) as TreeEntry[];
+}
+
+/**
+ * Caches the object hash of every file and folder of the live tree, and forgets exactly the entries a
+ * change touches (the changed path and its ancestors). Writing the live tree to the object store then
+ * costs work in proportion to what changed since the last time, not to the size of the tree: that is
+ * what makes a snapshot after one change cheap on a tree of 10,000 files.
+ */
+export class TreeIndex {
+  readonly #files = new Map<string, string>();
+  readonly #trees = new Map<string, string>();
+
+  /** Forgets `path` (and everything below it) and the folders above it. */
+  invalidate(path: string): void {
+    this.#files.delete(path);
+    if (this.#trees.delete(path)) {
+      for (const key of this.#files.keys()) if (isWithin(key, path)) this.#files.delete(key);
+      for (const key of this.#trees.keys()) if (isWithin(key, path)) this.#trees.delete(key);
+    }
+    for (let dir = parentOf(path); ; dir = parentOf(dir)) {
+      this.#trees.delete(dir);
+      if (dir === '/') break;
+    }
+  }
+
+  /** Records hashes known to be right (after loading a stored tree). */
+  seed(path: string, kind: 'f' | 'd', hash: string): void {
+    (kind === 'f' ? this.#files : this.#trees).set(path, hash);
+  }
+
+  clear(): void {
+    this.#files.clear();
+    this.#trees.clear();
+  }
+
+  /** Writes what changed of the live tree to `store` and returns the root tree's hash. */
+  write(vfs: Vfs, store: Objects): string {
+    return this.#tree(vfs, store, '/');
+  }
+
+  #tree(vfs: Vfs, store: Objects, dir: string): string {
+    const cached = this.#trees.get(dir);
+    if (cached) return cached;
+    const entries: TreeEntry[] = [];
+    for (const e of vfs.list(dir).entries) {
+      if (e.type === 'directory') {
+        entries.push([e.name, 'd', this.#tree(vfs, store, e.path), 0]);
+      } else {
+        let hash = this.#files.get(e.path);
+        if (!hash) {
+          hash = store.put('blob', vfs.read(e.path));
+          this.#files.set(e.path, hash);
+        }
+        entries.push([e.name, 'f', hash, e.size]);
+      }
+    }
+    const bytes = encodeTree(entries);
+    const hash = store.put('tree', bytes);
+    this.#trees.set(dir, hash);
+    return hash;
+  }
+}
