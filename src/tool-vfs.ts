@@ -70,6 +70,11 @@ export class ToolVfs {
     return this.#granted.allowsPath(permission, path);
   }
 
+  /** Checks `permission` on `path` as an operation would (SecurityEvent and DENIED when refused). */
+  demand(permission: PermissionName, operation: string, path: string): void {
+    this.#check(permission, operation, path);
+  }
+
   #normalize(operation: string, rawPath: unknown): string {
     if (this.#sealed) {
       throw new ToolFailure('execution', 'CANCELLED', `The call has ended; ${operation} is no longer possible`, { details: { operation } });

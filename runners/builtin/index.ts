@@ -4,8 +4,9 @@ import type { Tool } from '../../src/tool.js';
 import type { Builtin } from './define.js';
 import { FS_BUILTINS } from './fs-tools.js';
 import { systemHash } from './hash-tool.js';
+import { VFS_BUILTINS } from './vfs-tools.js';
 
-export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash];
+export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, ...VFS_BUILTINS];
 
 /** Runs the engine's own tools in-process: VFS primitives and hashing. */
 export class BuiltinRunner implements Runner {
