@@ -14,6 +14,7 @@ import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
 import type { GcReport } from './vfs/gc.js';
 import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
 import { type RecoveryReport, type SnapshotInfo, VfsState } from './vfs/state.js';
+import { exportHost, importHost, type TransferReport } from './vfs/transfer.js';
 
 export interface EngineOptions {
   /** Folder holding the projects. Default `./workspace`. */
@@ -87,6 +88,10 @@ export interface Engine {
   diff(from?: string, to?: string, options?: DiffOptions): DiffResult;
   /** Brings the live tree back to a snapshot (saving the live tree first, so it can be undone). */
   restore(ref: string): RestoreResult;
+  /** Copies a host folder into the VFS as one atomic change (links are never followed). */
+  importFrom(hostDir: string, vfsPath?: string, onProgress?: (files: number) => void): TransferReport;
+  /** Copies a VFS folder or file to a host folder, never writing outside it. */
+  exportTo(vfsPath: string, hostDir: string, options?: { overwrite?: boolean }, onProgress?: (files: number) => void): TransferReport;
   /** Deletes stored objects that no snapshot and not the live tree need. */
   gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
   close(): Promise<void>;
@@ -208,6 +213,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     diff: (from, to, diffOptions) => diff(state, from, to, diffOptions),
     restore: (ref) => restore(state, ref),
     gc: (onProgress) => gc(state, onProgress),
+    importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
+    exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),
     close: () => {
       closed ??= (async () => {
         await registry.close();
