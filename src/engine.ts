@@ -3,9 +3,10 @@ import { join, resolve } from 'node:path';
 import { BuiltinRunner } from '../runners/builtin/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
+import { loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
 import { type CallOptions, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
-import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
+import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError } from './permissions.js';
 import { Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
@@ -67,6 +68,8 @@ export interface Engine {
   readonly events: EventBus;
   /** The live VFS, for the host application (no permission checks: the host is trusted; changes are durable). */
   readonly vfs: HostVfs;
+  /** The project's arium.json as loaded (empty when it has none). */
+  readonly config: Readonly<ProjectConfig>;
   /** What opening the state folder had to repair or give up (`recover`). */
   readonly recovery: RecoveryReport;
   /** The grants callers get unless a call narrows them. */
@@ -99,19 +102,22 @@ export interface Engine {
 
 const PROJECT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-function checkPolicy(policy: Partial<Policy>): Policy {
-  const merged = { ...DEFAULT_POLICY };
-  for (const [key, value] of Object.entries(policy ?? {})) {
-    if (!(key in DEFAULT_POLICY)) {
-      throw new EngineConfigError(`Unknown policy field "${key}"; known fields: ${Object.keys(DEFAULT_POLICY).join(', ')}`, `policy.${key}`);
+function checkNumbers<T extends object>(defaults: T, given: Partial<T>, name: string): T {
+  const merged = { ...defaults };
+  for (const [key, value] of Object.entries(given ?? {})) {
+    if (!(key in defaults)) {
+      throw new EngineConfigError(`Unknown ${name} field "${key}"; known fields: ${Object.keys(defaults).join(', ')}`, `${name}.${key}`);
     }
     if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-      throw new EngineConfigError(`policy.${key} must be a positive integer (got ${JSON.stringify(value)})`, `policy.${key}`);
+      throw new EngineConfigError(`${name}.${key} must be a positive integer (got ${JSON.stringify(value)})`, `${name}.${key}`);
     }
     (merged as Record<string, number>)[key] = value;
   }
   return merged;
 }
+
+const checkPolicy = (policy: Partial<Policy>) => checkNumbers(DEFAULT_POLICY, policy, 'policy');
+const checkQuota = (quota: Partial<VfsQuota>) => checkNumbers(DEFAULT_VFS_QUOTA, quota, 'vfsQuota');
 
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const project = options.project ?? 'demo';
@@ -126,10 +132,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       'project',
     );
   }
-  const policy = checkPolicy(options.policy ?? {});
+  let config: ProjectConfig;
+  try {
+    config = loadProjectConfig(projectDir);
+  } catch (error) {
+    if (error instanceof ProjectConfigError) throw new EngineConfigError(error.message, error.field ? `arium.json ${error.field}` : 'arium.json');
+    throw error;
+  }
+  // Options given in code override the project's arium.json, field by field.
+  const policy = checkPolicy({ ...config.policy, ...options.policy });
+  const vfsQuota = checkQuota({ ...config.vfs, ...options.vfsQuota });
   let grants: GrantSet;
   try {
-    grants = new GrantSet(options.grants ?? DEFAULT_GRANTS);
+    grants = new GrantSet(options.grants ?? config.grants ?? DEFAULT_GRANTS);
   } catch (error) {
     if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, 'grants');
     throw error;
@@ -137,15 +152,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
   const bus = new EventBus();
   let audit: AuditLog | null = null;
-  if (options.auditLog) {
-    audit = new AuditLog(typeof options.auditLog === 'string' ? resolve(options.auditLog) : join(projectDir, '.arium', 'audit.jsonl'));
+  const auditLog = options.auditLog ?? config.audit_log;
+  if (auditLog) {
+    const path =
+      typeof auditLog === 'string' ? resolve(options.auditLog === undefined ? projectDir : '.', auditLog) : join(projectDir, '.arium', 'audit.jsonl');
+    audit = new AuditLog(path);
     const log = audit;
     bus.addSink((event) => log.write(event));
   }
 
   const state = new VfsState({
-    dir: options.persist === false ? null : join(projectDir, '.arium'),
-    ...(options.vfsQuota ? { quota: options.vfsQuota } : {}),
+    dir: (options.persist ?? config.persist) === false ? null : join(projectDir, '.arium'),
+    quota: vfsQuota,
     recover: options.recover === true,
   });
   const builtin = new BuiltinRunner();
@@ -193,6 +211,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     events: bus,
     vfs: new HostVfs(state),
     recovery: state.recovery,
+    config,
     grants: grants.texts(),
     policy,
     call: (id, input, callOptions) => dispatcher.call(id, input, callOptions),

@@ -1,0 +1,87 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import { compileSchema, summarize } from './validation.js';
+
+/**
+ * `workspace/<project>/arium.json`: what an operator sets for a project (DESIGN.md §2b). Every field is
+ * optional; engine options given in code override the file. A bad file stops the engine at start-up
+ * with an error naming the field, never silently.
+ */
+export interface ProjectConfig {
+  /** Grants callers get by default. */
+  grants?: string[];
+  /** Policy overrides (limits.ts): timeout, concurrency, queue, output cap… */
+  policy?: Record<string, number>;
+  /** VFS quota overrides (limits.ts). */
+  vfs?: Record<string, number>;
+  /** Keep the VFS in `.arium/` (default true). */
+  persist?: boolean;
+  /** Append events to `.arium/audit.jsonl` (true) or to this path, relative to the project. */
+  audit_log?: boolean | string;
+  /** Python interpreter for Python tools (a path, e.g. a virtualenv's bin/python). */
+  python?: string;
+  /** Refuse to run Python tools without namespace isolation. */
+  strict?: boolean;
+}
+
+const positiveIntegers = (keys: readonly string[]) =>
+  Object.fromEntries(
+    keys.map((k) => [
+      k,
+      {
+        type: 'integer',
+        minimum: 1,
+        description: `default ${String((DEFAULT_POLICY as Record<string, number>)[k] ?? (DEFAULT_VFS_QUOTA as Record<string, number>)[k])}`,
+      },
+    ]),
+  );
+
+export const PROJECT_CONFIG_SCHEMA = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  $id: 'urn:arium:schema:project:v1',
+  title: 'Arium project configuration (arium.json)',
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    $schema: { type: 'string' },
+    grants: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+    policy: { type: 'object', additionalProperties: false, properties: positiveIntegers(Object.keys(DEFAULT_POLICY)) },
+    vfs: { type: 'object', additionalProperties: false, properties: positiveIntegers(Object.keys(DEFAULT_VFS_QUOTA)) },
+    persist: { type: 'boolean' },
+    audit_log: { type: ['boolean', 'string'] },
+    python: { type: 'string', minLength: 1 },
+    strict: { type: 'boolean' },
+  },
+} as const;
+
+const validate = compileSchema(PROJECT_CONFIG_SCHEMA);
+
+export class ProjectConfigError extends Error {
+  override readonly name = 'ProjectConfigError';
+  constructor(
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Reads and checks `arium.json`; returns `{}` when the project has none. */
+export function loadProjectConfig(projectDir: string): ProjectConfig {
+  const path = join(projectDir, 'arium.json');
+  if (!existsSync(path)) return {};
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (error) {
+    throw new ProjectConfigError(`${path} is not valid JSON: ${(error as Error).message}`);
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ProjectConfigError(`${path} must hold a JSON object`);
+  const violations = validate(raw);
+  if (violations) {
+    const field = (violations[0]?.pointer ?? '').slice(1).replace(/\//g, '.');
+    throw new ProjectConfigError(`${path}: ${summarize(violations)}`, field || undefined);
+  }
+  return raw as ProjectConfig;
+}

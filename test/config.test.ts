@@ -1,0 +1,67 @@
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PROJECT_CONFIG_SCHEMA } from '../src/config.js';
+import { createEngine, EngineConfigError } from '../src/index.js';
+
+let workspace: string;
+
+beforeEach(() => {
+  workspace = mkdtempSync(join(tmpdir(), 'arium-config-'));
+  mkdirSync(join(workspace, 'p', 'tools'), { recursive: true });
+});
+
+afterEach(() => rmSync(workspace, { recursive: true, force: true }));
+
+function config(value: unknown): void {
+  writeFileSync(join(workspace, 'p', 'arium.json'), typeof value === 'string' ? value : JSON.stringify(value));
+}
+
+describe('arium.json', () => {
+  it('sets grants, policy and quotas for the project', async () => {
+    config({ grants: ['vfs.read'], policy: { timeout_ms: 1234 }, vfs: { max_files: 3 }, persist: false });
+    const engine = await createEngine({ workspace, project: 'p', watch: false });
+    try {
+      expect(engine.grants).toEqual(['vfs.read']);
+      expect(engine.policy.timeout_ms).toBe(1234);
+      const denied = await engine.call('fs.write', { path: '/a', content: 'x' });
+      expect(denied.ok ? null : denied.error.code).toBe('DENIED');
+      expect(engine.config.persist).toBe(false);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it('is overridden field by field by engine options', async () => {
+    config({ grants: ['vfs.read'], policy: { timeout_ms: 1234, queue_length: 5 }, persist: false });
+    const engine = await createEngine({ workspace, project: 'p', watch: false, grants: ['vfs.read', 'vfs.write'], policy: { timeout_ms: 99 } });
+    try {
+      expect(engine.grants).toEqual(['vfs.read', 'vfs.write']);
+      expect(engine.policy.timeout_ms).toBe(99);
+      expect(engine.policy.queue_length).toBe(5);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it.each([
+    ['malformed JSON', '{ "grants": [', 'is not valid JSON', 'arium.json'],
+    ['an unknown field', { grantz: [] }, 'is not an allowed property', 'arium.json grantz'],
+    ['a wrong type', { policy: { timeout_ms: 'fast' } }, 'must be integer', 'arium.json policy.timeout_ms'],
+    ['an unknown policy field', { policy: { speed: 3 } }, 'is not an allowed property', 'arium.json policy.speed'],
+    ['a malformed grant', { grants: ['vfs.teleport'] }, 'Unknown permission "vfs.teleport"', 'grants'],
+  ])('refuses %s with an error naming the field', async (_name, value, message, field) => {
+    config(value);
+    const error = await createEngine({ workspace, project: 'p', watch: false }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EngineConfigError);
+    expect((error as EngineConfigError).message).toContain(message);
+    expect((error as EngineConfigError).field).toBe(field);
+  });
+
+  it('publishes its schema as schema/project.schema.json', () => {
+    const published = JSON.parse(readFileSync(new URL('../schema/project.schema.json', import.meta.url), 'utf8'));
+    // Regenerate with: node -e "import('./dist/src/config.js').then(m => console.log(JSON.stringify(m.PROJECT_CONFIG_SCHEMA, null, 2)))"
+    expect(published).toEqual(JSON.parse(JSON.stringify(PROJECT_CONFIG_SCHEMA)));
+  });
+});
