@@ -105,7 +105,7 @@ export class HostVfs {
     return this.#state.vfs.resolve(path);
   }
 
-  usage(): { bytes: number; files: number } {
+  usage(): { bytes: number; files: number; dirs: number } {
     return this.#state.vfs.usage();
   }
 

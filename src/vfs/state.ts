@@ -209,7 +209,7 @@ export class VfsState {
   snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
     const root = this.checkpoint();
     const stats = this.vfs.usage();
-    const dirs = this.vfs.list('/', { recursive: true }).entries.filter((e) => e.type === 'directory').length;
+    const dirs = stats.dirs;
     const at = new Date().toISOString();
     const idSource = `${root}\u0000${at}\u0000${this.#snapshots.length}\u0000${options.label ?? ''}`;
     const info: SnapshotInfo = {

@@ -62,6 +62,8 @@ export class Vfs {
   #bytes = 0;
   /** Files and directories, not counting the root. */
   #nodes = 0;
+  /** Directories among the nodes (snapshots report files and folders apart without walking the tree). */
+  #dirs = 0;
 
   constructor(quota: Partial<VfsQuota> = {}) {
     this.quota = Object.freeze({ ...DEFAULT_VFS_QUOTA, ...quota });
@@ -72,8 +74,9 @@ export class Vfs {
     return normalizePath(path, this.quota);
   }
 
-  usage(): { bytes: number; files: number } {
-    return { bytes: this.#bytes, files: this.#nodes };
+  /** `files` counts files and folders together (what the `max_files` quota limits); `dirs` the folders. */
+  usage(): { bytes: number; files: number; dirs: number } {
+    return { bytes: this.#bytes, files: this.#nodes, dirs: this.#dirs };
   }
 
   /** The type of an already-normalized path, or null when nothing is there. */
@@ -163,6 +166,7 @@ export class Vfs {
     this.#vol.writeFileSync(path, content);
     this.#bytes += content.length - (previous?.length ?? 0);
     this.#nodes += missing.length + (previous ? 0 : 1);
+    this.#dirs += missing.length;
     return { created: previous === null, previous, size: content.length };
   }
 
@@ -178,6 +182,7 @@ export class Vfs {
     for (const dir of missing) this.#vol.mkdirSync(dir);
     this.#vol.mkdirSync(path);
     this.#nodes += missing.length + 1;
+    this.#dirs += missing.length + 1;
     return { created: true, path };
   }
 
@@ -229,6 +234,7 @@ export class Vfs {
     const deleted = entries.length + (path === '/' ? 0 : 1);
     this.#bytes -= bytes;
     this.#nodes -= deleted;
+    this.#dirs -= entries.filter((e) => e.type === 'directory').length + (path === '/' ? 0 : 1);
     return { deleted, bytes };
   }
 
@@ -256,6 +262,7 @@ export class Vfs {
     this.checkQuota(0, missing.length, to, 0);
     for (const dir of missing) this.#vol.mkdirSync(dir);
     this.#nodes += missing.length;
+    this.#dirs += missing.length;
     this.#vol.renameSync(from, to);
     return { from, to, overwritten };
   }
