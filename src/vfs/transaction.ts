@@ -186,6 +186,9 @@ export class Transaction {
     if (type === null) throw fail('NOT_FOUND', `No such file or directory: ${from}`, from);
     if (from === to) return { from, to, overwritten: false };
     if (isWithin(to, from)) throw new ToolFailure('execution', 'INVALID_PATH', `Cannot move ${from} into itself (${to})`, { details: { from, to } });
+    // Replacing a folder that contains the source would delete the source first: refused, not a CONFLICT at commit.
+    if (isWithin(from, to))
+      throw new ToolFailure('execution', 'INVALID_PATH', `Cannot move ${from} over ${to}, which contains it`, { details: { from, to } });
     const missing = this.#missingParents(to, true);
     const target = missing.length > 0 ? null : this.typeOf(to);
     if (target !== null) {

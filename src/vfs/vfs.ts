@@ -248,6 +248,9 @@ export class Vfs {
     if (isWithin(to, from)) {
       throw new ToolFailure('execution', 'INVALID_PATH', `Cannot move ${from} into itself (${to})`, { details: { from, to } });
     }
+    if (isWithin(from, to)) {
+      throw new ToolFailure('execution', 'INVALID_PATH', `Cannot move ${from} over ${to}, which contains it`, { details: { from, to } });
+    }
     const missing = this.#checkAncestors(to, true);
     const target = to === '/' ? 'directory' : this.#typeOf(to);
     let overwritten = false;
