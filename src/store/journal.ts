@@ -1,4 +1,6 @@
-import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { fsyncDir } from './atomic.js';
 import { crc32 } from './crc32.js';
 
 /** One change to the live tree. File content travels inside the journal record itself. */
@@ -45,16 +47,25 @@ export class Journal {
 
   constructor(path: string) {
     this.path = path;
+    const created = !existsSync(path);
     this.#fd = openSync(path, 'a+', 0o600);
     this.#size = fstatSync(this.#fd).size;
+    // fdatasync makes appended records durable, but not the file's own name: sync the folder once.
+    if (created) fsyncDir(dirname(path));
   }
 
   get size(): number {
     return this.#size;
   }
 
-  /** Reads every whole record. With `recover`, cuts the file at the first bad record instead of throwing. */
-  replay(recover = false): { records: JournalRecord[]; droppedBytes: number } {
+  /**
+   * Reads every whole record. With `recover`, cuts the file at the first bad record instead of throwing
+   * (`corruptAt` then says where). Only the last append can be torn by a crash, so a damaged record
+   * is dropped as torn only when it is the last thing in the file: a length that runs past the end with a
+   * whole record after it, or a bad checksum with bytes after it, is corruption, never a reason to drop
+   * the records behind it.
+   */
+  replay(recover = false): { records: JournalRecord[]; droppedBytes: number; corruptAt: number | null } {
     const data = Buffer.alloc(this.#size);
     let read = 0;
     while (read < data.length) {
@@ -63,25 +74,35 @@ export class Journal {
       read += n;
     }
     const records: JournalRecord[] = [];
+    let corruptAt: number | null = null;
     let off = 0;
     while (off < read) {
       const bad = (why: string) => {
-        if (recover) return true;
+        if (recover) {
+          corruptAt = off;
+          return true;
+        }
         throw new JournalCorruptError(
           `Journal ${this.path} is corrupt at byte ${off} (${why}); ${records.length} records before it are intact`,
           off,
           records.length,
         );
       };
-      if (read - off < FRAME_HEADER) break; // torn header at the end
+      if (read - off < FRAME_HEADER) break; // a torn header at the end: too short to be a whole record
       if (data.readUInt32BE(off) !== MAGIC) {
+        // A file extended by a crash before its new bytes were written reads as zeros: a torn tail.
+        if (isZero(data, off, read)) break;
         if (bad('bad record marker')) break;
       }
       const length = data.readUInt32BE(off + 4);
       const end = off + FRAME_HEADER + length;
-      if (end > read) break; // torn payload at the end
+      if (end > read) {
+        if (!wholeRecordAfter(data, off + FRAME_HEADER, read)) break; // torn payload at the end
+        if (bad('bad record length')) break;
+      }
       if (crc32(data, off + FRAME_HEADER, end) !== data.readUInt32BE(off + 8)) {
-        if (end === read) break; // the last record, torn inside a sector
+        // The last record, torn inside a sector. One with bytes after it was whole when the next append began.
+        if (end === read) break;
         if (bad('checksum mismatch')) break;
       }
       records.push(decode(data.subarray(off + FRAME_HEADER, end)));
@@ -93,7 +114,7 @@ export class Journal {
       fdatasyncSync(this.#fd);
       this.#size = off;
     }
-    return { records, droppedBytes: dropped };
+    return { records, droppedBytes: dropped, corruptAt };
   }
 
   /** Appends one record and makes it durable. */
@@ -126,6 +147,26 @@ export class Journal {
   close(): void {
     closeSync(this.#fd);
   }
+}
+
+function isZero(data: Buffer, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (data[i] !== 0) return false;
+  return true;
+}
+
+/**
+ * Whether a whole, checksummed record starts anywhere in `data` from `from` on. (A file stored in the
+ * VFS that itself holds journal frames could fool this into calling a torn tail corruption: the engine
+ * then refuses to start and `recover` drops the tail, which is safe; the reverse mistake would not be.)
+ */
+function wholeRecordAfter(data: Buffer, from: number, to: number): boolean {
+  const marker = Buffer.allocUnsafe(4);
+  marker.writeUInt32BE(MAGIC, 0);
+  for (let at = data.indexOf(marker, from); at !== -1 && at + FRAME_HEADER <= to; at = data.indexOf(marker, at + 1)) {
+    const end = at + FRAME_HEADER + data.readUInt32BE(at + 4);
+    if (end <= to && crc32(data, at + FRAME_HEADER, end) === data.readUInt32BE(at + 8)) return true;
+  }
+  return false;
 }
 
 function encode(seq: number, ops: readonly JournalOp[]): Buffer {

@@ -1,8 +1,8 @@
-import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, truncateSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
-import { writeFileAtomic } from '../store/atomic.js';
+import { fsyncDir, writeFileAtomic } from '../store/atomic.js';
 import { Journal, JournalCorruptError, type JournalOp } from '../store/journal.js';
 import { ProjectLock } from '../store/lock.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
@@ -96,6 +96,8 @@ export class VfsState {
       if (live.root) this.#materialize(live.root, options.recover === true);
       this.#journal = new Journal(join(dir, 'journal'));
       this.#replay(options.recover === true);
+      // Save the repaired state now, so the next start is a normal one instead of hitting the same damage.
+      if (this.recovery.lost.length > 0) this.#writeCheckpoint();
     } catch (error) {
       this.#lock.release();
       throw error;
@@ -151,7 +153,14 @@ export class VfsState {
     }
     this.#seq++;
     applyOps(this.#target(), ops);
-    if (this.#journal && this.#journal.size > this.#checkpointBytes) this.checkpoint();
+    if (this.#journal && this.#journal.size > this.#checkpointBytes) {
+      try {
+        this.#writeCheckpoint();
+      } catch {
+        // The change is durable in the journal already, so the call succeeded; folding the journal
+        // (e.g. on a full disk) is tried again after the next change, and by the next start.
+      }
+    }
   }
 
   /** The committed tree as an OpTarget that keeps the tree index in step. */
@@ -189,11 +198,15 @@ export class VfsState {
     return root;
   }
 
-  /** Folds the journal into the live checkpoint. */
+  /** Folds the journal into the live checkpoint. Throws UNAVAILABLE when the disk refuses (the journal still holds everything). */
   checkpoint(): string {
     this.#ensureOpen();
+    return unavailable('The checkpoint', () => this.#writeCheckpoint(false));
+  }
+
+  #writeCheckpoint(force = true): string {
     const root = this.#flush();
-    if (this.dir && this.#journal && (this.#folded !== this.#seq || !existsSync(join(this.dir, 'live.json')))) {
+    if (this.dir && this.#journal && (force || this.#folded !== this.#seq || !existsSync(join(this.dir, 'live.json')))) {
       writeFileAtomic(join(this.dir, 'live.json'), JSON.stringify({ root, seq: this.#seq } satisfies LiveRef));
       this.#folded = this.#seq;
       this.#journal.reset();
@@ -203,11 +216,13 @@ export class VfsState {
 
   /** The root tree hash of the live tree, with its objects written. */
   liveRoot(): string {
-    return this.#flush();
+    this.#ensureOpen();
+    return unavailable('The live tree', () => this.#flush());
   }
 
   snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
-    const root = this.checkpoint();
+    this.#ensureOpen();
+    const root = unavailable('The snapshot', () => this.#writeCheckpoint(false));
     const stats = this.vfs.usage();
     const dirs = stats.dirs;
     const at = new Date().toISOString();
@@ -224,13 +239,7 @@ export class VfsState {
     };
     if (this.dir) {
       const path = join(this.dir, 'snapshots.jsonl');
-      appendFileSync(path, `${JSON.stringify(info)}\n`, { mode: 0o600 });
-      const fd = openSync(path, 'r');
-      try {
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
+      unavailable('The snapshot', () => appendLine(path, `${JSON.stringify(info)}\n`));
     }
     this.#snapshots.push(info);
     return info;
@@ -269,7 +278,9 @@ export class VfsState {
   close(): void {
     if (this.#closed) return;
     try {
-      if (this.#journal) this.checkpoint();
+      if (this.#journal) this.#writeCheckpoint(false);
+    } catch {
+      // Nothing is lost: the journal holds every acknowledged change and the next start replays it.
     } finally {
       this.#closed = true;
       this.#journal?.close();
@@ -283,7 +294,18 @@ export class VfsState {
 
   #readLive(recover: boolean): LiveRef {
     const path = join(this.dir as string, 'live.json');
-    if (!existsSync(path)) return { root: null, seq: 0 };
+    if (!existsSync(path)) {
+      // A checkpoint is written before the first snapshot: snapshots without one means it was lost.
+      const latest = this.#snapshots[this.#snapshots.length - 1];
+      if (!latest) return { root: null, seq: 0 };
+      if (!recover) {
+        throw new StateCorruptError(
+          `The live checkpoint ${path} is missing although the project has snapshots. Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from the newest snapshot ${latest.id} plus the journal.`,
+        );
+      }
+      this.recovery.lost.push(`live.json was missing; restarted from snapshot ${latest.id}`);
+      return { root: latest.root, seq: 0 };
+    }
     try {
       const live = JSON.parse(readFileSync(path, 'utf8')) as LiveRef;
       if ((live.root !== null && typeof live.root !== 'string') || !Number.isInteger(live.seq)) throw new Error('unexpected fields');
@@ -303,19 +325,30 @@ export class VfsState {
   #readSnapshots(recover: boolean): SnapshotInfo[] {
     const path = join(this.dir as string, 'snapshots.jsonl');
     if (!existsSync(path)) return [];
+    const bytes = readFileSync(path);
+    // A record is appended with its newline in one write: a last line without one was torn by a crash
+    // and never acknowledged. Cut it off, or the next record would be glued to it.
+    const whole = bytes.lastIndexOf(0x0a) + 1;
+    if (whole < bytes.length) {
+      truncateSync(path, whole);
+      this.recovery.torn_bytes += bytes.length - whole;
+    }
     const out: SnapshotInfo[] = [];
-    const lines = readFileSync(path, 'utf8').split('\n');
-    lines.forEach((line, i) => {
-      if (line.trim() === '') return;
-      try {
-        out.push(JSON.parse(line) as SnapshotInfo);
-      } catch {
-        // The last line may be torn by a crash mid-append: that snapshot was never acknowledged.
-        if (i === lines.length - 1 || (i === lines.length - 2 && lines[lines.length - 1] === '')) return;
-        if (!recover) throw new StateCorruptError(`Line ${i + 1} of ${path} is not a snapshot record; start with recover to skip it`);
-        this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
-      }
-    });
+    bytes
+      .subarray(0, whole)
+      .toString('utf8')
+      .split('\n')
+      .forEach((line, i) => {
+        if (line.trim() === '') return;
+        try {
+          const info = JSON.parse(line) as SnapshotInfo;
+          if (typeof info?.id !== 'string' || typeof info.root !== 'string') throw new Error('not a snapshot');
+          out.push(info);
+        } catch {
+          if (!recover) throw new StateCorruptError(`Line ${i + 1} of ${path} is not a snapshot record; start with recover to skip it`);
+          this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
+        }
+      });
     return out;
   }
 
@@ -364,7 +397,11 @@ export class VfsState {
     try {
       const result = journal.replay(recover);
       records = result.records;
-      this.recovery.torn_bytes = result.droppedBytes;
+      if (result.corruptAt === null) {
+        this.recovery.torn_bytes += result.droppedBytes;
+      } else {
+        this.recovery.lost.push(`journal records from byte ${result.corruptAt} on were damaged and dropped (${result.droppedBytes} bytes)`);
+      }
     } catch (error) {
       if (error instanceof JournalCorruptError) {
         throw new StateCorruptError(`${error.message}. Start with recover to keep those ${error.intact} records and drop the rest.`);
@@ -373,6 +410,11 @@ export class VfsState {
     }
     for (const record of records) {
       if (record.seq <= this.#folded) continue;
+      if (record.seq !== this.#seq + 1 && !recover && this.#folded === this.#seq) {
+        throw new StateCorruptError(
+          `Journal record ${record.seq} follows checkpoint ${this.#seq}: the records in between are missing (was live.json lost or replaced?). Start with recover to apply what the journal holds.`,
+        );
+      }
       try {
         applyOps(this.#target(), record.ops);
       } catch (error) {
@@ -387,4 +429,37 @@ export class VfsState {
       this.#seq = record.seq;
     }
   }
+}
+
+/** Runs a write to the state folder; a refusal from the disk (ENOSPC, EIO, EROFS…) becomes UNAVAILABLE. */
+function unavailable<T>(what: string, write: () => T): T {
+  try {
+    return write();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (error instanceof ToolFailure || typeof code !== 'string' || !/^E[A-Z]+$/.test(code)) throw error;
+    throw new ToolFailure('execution', 'UNAVAILABLE', `${what} could not be written to disk (${code}); nothing was changed`, {
+      details: { errno: code },
+      cause: error,
+    });
+  }
+}
+
+/** Appends `line` durably; a failed append is cut back off so the file still ends on a whole line. */
+function appendLine(path: string, line: string): void {
+  const created = !existsSync(path);
+  const fd = openSync(path, 'a', 0o600);
+  const size = fstatSync(fd).size;
+  try {
+    const bytes = Buffer.from(line);
+    let off = 0;
+    while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
+    fsyncSync(fd);
+  } catch (error) {
+    ftruncateSync(fd, size);
+    throw error;
+  } finally {
+    closeSync(fd);
+  }
+  if (created) fsyncDir(dirname(path));
 }
