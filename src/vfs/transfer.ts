@@ -135,7 +135,13 @@ export function exportHost(
   };
   const writeFile = (path: string, data: Buffer) => {
     inside(path);
-    const fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o644);
+    let fd: number;
+    try {
+      fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o644);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw hostError(`Refusing to write through ${path}: it is a symbolic link`, path);
+      throw error;
+    }
     try {
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
