@@ -179,13 +179,13 @@ export class VfsState {
         return vfs.mkdir(path, options);
       },
       delete: (path, options) => {
-        index.invalidate(path);
+        index.invalidate(path, vfs.typeOf(path) === 'directory');
         if (path === '/') index.clear();
         return vfs.delete(path, options);
       },
       move: (from, to, options) => {
-        index.invalidate(from);
-        index.invalidate(to);
+        index.invalidate(from, vfs.typeOf(from) === 'directory');
+        index.invalidate(to, vfs.typeOf(to) === 'directory');
         return vfs.move(from, to, options);
       },
     };

@@ -23,10 +23,15 @@ export class TreeIndex {
   readonly #files = new Map<string, string>();
   readonly #trees = new Map<string, string>();
 
-  /** Forgets `path` (and everything below it) and the folders above it. */
-  invalidate(path: string): void {
+  /**
+   * Forgets `path` and the folders above it; with `subtree` (a folder deleted, moved away or replaced)
+   * also everything below it. The folder's own hash may already be gone (a change inside it dropped it)
+   * while hashes of files below it are still held: kept, they would be taken for the content of whatever
+   * is moved to those paths later.
+   */
+  invalidate(path: string, subtree = false): void {
     this.#files.delete(path);
-    if (this.#trees.delete(path)) {
+    if (this.#trees.delete(path) || subtree) {
       for (const key of this.#files.keys()) if (isWithin(key, path)) this.#files.delete(key);
       for (const key of this.#trees.keys()) if (isWithin(key, path)) this.#trees.delete(key);
     }
