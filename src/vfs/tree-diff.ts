@@ -30,7 +30,7 @@ export interface TreeDiff {
 export interface TreeDiffOptions {
   /** Keep only files whose path (or old path) matches. */
   filter?: (path: string) => boolean;
-  /** Compute unified patches (default true); `false` gives only the file list and counts. */
+  /** Include unified patches (default true); `false` gives only the file list and counts (line counts too). */
   patches?: boolean;
   /** Total patch characters before the remaining patches are left out. */
   max_patch_chars?: number;
@@ -141,7 +141,8 @@ export function diffTrees(objects: Objects, from: string | null, to: string | nu
     .sort((x, y) => (x.path < y.path ? -1 : 1));
   const byPath = new Map(raw.map((r) => [r.path, r]));
   for (const f of kept) {
-    if (f.status === 'renamed' || options.patches === false) continue;
+    // Line counts are computed without patches too: `--stat` is mostly about them.
+    if (f.status === 'renamed') continue;
     const r = byPath.get(f.path) as RawChange;
     const before = r.before ? objects.get('blob', r.before[2]) : null;
     const after = r.after ? objects.get('blob', r.after[2]) : null;
@@ -150,7 +151,7 @@ export function diffTrees(objects: Objects, from: string | null, to: string | nu
     f.lines_added = d.added;
     f.lines_removed = d.removed;
     if (d.omitted && d.patch === null) f.note = d.omitted;
-    if (d.patch !== null) {
+    if (d.patch !== null && options.patches !== false) {
       if (d.patch.length > budget.left) {
         budget.exhausted = true;
         f.note = 'patch left out: the diff reached its output limit';
