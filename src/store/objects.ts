@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fsyncDir } from './atomic.js';
 
 export type ObjectKind = 'blob' | 'tree';
@@ -25,12 +25,17 @@ const HASH = /^[0-9a-f]{64}$/;
  */
 export class ObjectStore {
   readonly dir: string;
-  /** Objects and folders written since the last `sync`, which makes them durable together. */
-  readonly #unsynced: string[] = [];
+  /** Folders that got new names since the last `sync`, which makes those names durable together. */
   readonly #dirtyDirs = new Set<string>();
+  /** Whether a prefix folder was created since the last `sync` (then the store folder needs syncing too). */
+  #newPrefix = false;
+  /** Whether the store folder itself was created by this engine (then its parent needs syncing once). */
+  #newStore: boolean;
 
   constructor(dir: string) {
     this.dir = dir;
+    // A new store's own name becomes durable with the first sync (its parent folder is synced then).
+    this.#newStore = !existsSync(dir);
     mkdirSync(dir, { recursive: true });
   }
 
@@ -46,44 +51,45 @@ export class ObjectStore {
     return HASH.test(hash) && existsSync(this.#path(hash));
   }
 
-  /** Stores `bytes` unless already present. Not durable until `sync()`: a checkpoint syncs once for all. */
+  /** Stores `bytes` unless already present. Its name is not durable until `sync()`: a checkpoint syncs the folders once for all. */
   put(kind: ObjectKind, bytes: Uint8Array, knownHash?: string): string {
     const hash = knownHash ?? ObjectStore.hash(kind, bytes);
     const path = this.#path(hash);
     if (existsSync(path)) return hash;
     const dir = join(this.dir, hash.slice(0, 2));
-    mkdirSync(dir, { recursive: true });
+    if (!existsSync(dir)) {
+      mkdirSync(dir, { recursive: true });
+      this.#newPrefix = true;
+    }
     const tmp = `${path}.tmp-${process.pid}`;
     const fd = openSync(tmp, 'w', 0o600);
     try {
       let off = 0;
       while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
-    } finally {
+      // Synced before it takes its name: after a power loss an object under a valid name is whole. (Were
+      // it renamed first, a crash could leave an empty file under the name, and since a later put of the
+      // same content finds the name taken, every later snapshot would refer to the damaged object.)
+      fsyncSync(fd);
+    } catch (error) {
       closeSync(fd);
+      rmSync(tmp, { force: true });
+      throw error;
     }
-    // Renamed into place only once whole: a crash leaves a stray .tmp file (removed by gc), never a
-    // short object under a valid name. Until sync() its bytes may still be lost, which is why the live
-    // tree's reference to it is written only after sync().
+    closeSync(fd);
+    // A crash before the rename leaves a stray .tmp file (removed by gc), never a short object.
     renameSync(tmp, path);
-    this.#unsynced.push(path);
     this.#dirtyDirs.add(dir);
     return hash;
   }
 
   /** Makes the names of objects written since the last call durable. */
   sync(): void {
-    for (const path of this.#unsynced) {
-      const fd = openSync(path, 'r');
-      try {
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-    }
-    this.#unsynced.length = 0;
     for (const dir of this.#dirtyDirs) fsyncDir(dir);
-    if (this.#dirtyDirs.size > 0) fsyncDir(this.dir);
     this.#dirtyDirs.clear();
+    if (this.#newPrefix) fsyncDir(this.dir);
+    this.#newPrefix = false;
+    if (this.#newStore) fsyncDir(dirname(this.dir));
+    this.#newStore = false;
   }
 
   get(kind: ObjectKind, hash: string): Buffer {
