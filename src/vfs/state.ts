@@ -364,7 +364,7 @@ export class VfsState {
       }
       if (dir !== '/') this.vfs.mkdir(dir, { parents: true });
       this.#index.seed(dir, 'd', hash);
-      for (const [name, kind, child] of entries) {
+      for (const [name, kind, child, size] of entries) {
         const path = dir === '/' ? `/${name}` : `${dir}/${name}`;
         if (kind === 'd') {
           walk(child, path);
@@ -372,7 +372,7 @@ export class VfsState {
         }
         try {
           this.vfs.write(path, this.objects.get('blob', child), { parents: true });
-          this.#index.seed(path, 'f', child);
+          this.#index.seed(path, 'f', child, size);
         } catch (error) {
           if (!recover || !(error instanceof CorruptObjectError)) throw this.#corrupt(error, path);
           this.recovery.lost.push(`file ${path}: ${error.message}`);

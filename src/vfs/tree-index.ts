@@ -20,7 +20,8 @@ export function decodeTree(bytes: Buffer): TreeEntry[] {
  * what makes a snapshot after one change cheap on a tree of 10,000 files.
  */
 export class TreeIndex {
-  readonly #files = new Map<string, string>();
+  /** Path → [blob hash, size] of files whose content has not changed since it was hashed. */
+  readonly #files = new Map<string, [hash: string, size: number]>();
   readonly #trees = new Map<string, string>();
 
   /**
@@ -42,8 +43,9 @@ export class TreeIndex {
   }
 
   /** Records hashes known to be right (after loading a stored tree). */
-  seed(path: string, kind: 'f' | 'd', hash: string): void {
-    (kind === 'f' ? this.#files : this.#trees).set(path, hash);
+  seed(path: string, kind: 'f' | 'd', hash: string, size = 0): void {
+    if (kind === 'f') this.#files.set(path, [hash, size]);
+    else this.#trees.set(path, hash);
   }
 
   clear(): void {
@@ -60,16 +62,18 @@ export class TreeIndex {
     const cached = this.#trees.get(dir);
     if (cached) return cached;
     const entries: TreeEntry[] = [];
-    for (const e of vfs.list(dir).entries) {
+    for (const e of vfs.entries(dir)) {
+      const path = dir === '/' ? `/${e.name}` : `${dir}/${e.name}`;
       if (e.type === 'directory') {
-        entries.push([e.name, 'd', this.#tree(vfs, store, e.path), 0]);
+        entries.push([e.name, 'd', this.#tree(vfs, store, path), 0]);
       } else {
-        let hash = this.#files.get(e.path);
-        if (!hash) {
-          hash = store.put('blob', vfs.read(e.path));
-          this.#files.set(e.path, hash);
+        let file = this.#files.get(path);
+        if (!file) {
+          const data = vfs.read(path);
+          file = [store.put('blob', data), data.length];
+          this.#files.set(path, file);
         }
-        entries.push([e.name, 'f', hash, e.size]);
+        entries.push([e.name, 'f', file[0], file[1]]);
       }
     }
     const bytes = encodeTree(entries);

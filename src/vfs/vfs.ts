@@ -209,6 +209,18 @@ export class Vfs {
     return { entries, truncated: !complete };
   }
 
+  /**
+   * The names and types of a folder's entries, sorted like `list`, for the tree index: no stat per entry
+   * (memfs builds a Stats object, with two syscalls, for each), so a snapshot after one change does not
+   * pay for the hundred neighbours of the changed file. `dir` must be a normalized folder path.
+   */
+  entries(dir: string): Array<{ name: string; type: EntryType }> {
+    const dirents = this.#vol.readdirSync(dir, { withFileTypes: true }) as Array<{ name: unknown; isDirectory(): boolean }>;
+    return dirents
+      .map((d) => ({ name: String(d.name), type: d.isDirectory() ? ('directory' as const) : ('file' as const) }))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
   /** Deletes a file, or a directory (non-empty only with `recursive`). Returns how many entries went. */
   delete(rawPath: unknown, options: { recursive?: boolean } = {}): { deleted: number; bytes: number } {
     const path = this.resolve(rawPath);
