@@ -24,6 +24,7 @@ const suites: Array<[string, Bench | null]> = [
   ['builtin', benchBuiltin],
   ['js', await optional('./js.js', 'benchJs')],
   ['python', await optional('./python.js', 'benchPython')],
+  ['vfs', await optional('./vfs.js', 'benchVfs')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),
