@@ -5,7 +5,11 @@ import { crc32 } from './crc32.js';
 
 /** One change to the live tree. File content travels inside the journal record itself. */
 export type JournalOp =
-  | { op: 'write'; path: string; data: Buffer }
+  /**
+   * `append`: `data` goes at the end of whatever the file holds when the record is applied, so appends
+   * by calls running at once all land. `create`: the file must not exist then (an exclusive create).
+   */
+  | { op: 'write'; path: string; data: Buffer; append?: true; create?: true }
   | { op: 'delete'; path: string }
   | { op: 'mkdir'; path: string }
   | { op: 'move'; from: string; to: string };
@@ -16,7 +20,7 @@ export interface JournalRecord {
   ops: JournalOp[];
 }
 
-type StoredOp = Exclude<JournalOp, { op: 'write' }> | { op: 'write'; path: string; size: number };
+type StoredOp = Exclude<JournalOp, { op: 'write' }> | { op: 'write'; path: string; size: number; append?: true; create?: true };
 
 export class JournalCorruptError extends Error {
   override readonly name = 'JournalCorruptError';
@@ -174,7 +178,8 @@ function encode(seq: number, ops: readonly JournalOp[]): Buffer {
   const blobs: Buffer[] = [];
   for (const op of ops) {
     if (op.op === 'write') {
-      stored.push({ op: 'write', path: op.path, size: op.data.length });
+      const { data, ...rest } = op;
+      stored.push({ ...rest, size: data.length });
       blobs.push(op.data);
     } else {
       stored.push(op);
@@ -194,7 +199,8 @@ function decode(payload: Buffer): JournalRecord {
     if (op.op !== 'write') return op;
     const data = Buffer.from(payload.subarray(off, off + op.size));
     off += op.size;
-    return { op: 'write', path: op.path, data };
+    const { size: _size, ...rest } = op;
+    return { ...rest, data };
   });
   return { seq: header.seq, ops };
 }

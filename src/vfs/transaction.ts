@@ -137,7 +137,12 @@ export class Transaction {
     this.#reserve(content.length - (previous?.length ?? 0), nodes, path, content.length);
     this.#createDirs(missing);
     this.#overlay.set(path, { type: 'file', data: content, mtime: new Date().toISOString() });
-    this.ops.push({ op: 'write', path, data: content });
+    // An append is journaled as what was added, a create as a create: replayed at commit on a tree another
+    // call may have changed meanwhile, they keep their meaning (no lost appends, no doubly created file).
+    const op: JournalOp = { op: 'write', path, data: options.append ? bytes : content };
+    if (options.append) op.append = true;
+    if (options.exclusive) op.create = true;
+    this.ops.push(op);
     return { created: previous === null, previous, size: content.length };
   }
 
@@ -239,7 +244,7 @@ export function applyOps(target: OpTarget, ops: readonly JournalOp[]): void {
   for (const op of ops) {
     switch (op.op) {
       case 'write':
-        target.write(op.path, op.data, { parents: false });
+        target.write(op.path, op.data, { parents: false, append: op.append === true, exclusive: op.create === true });
         break;
       case 'mkdir':
         target.mkdir(op.path, { parents: false });
