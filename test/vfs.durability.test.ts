@@ -123,6 +123,7 @@ async function populate(engine: Engine): Promise<void> {
   engine.snapshot({ label: 'first', message: 'the first one' });
   engine.vfs.delete('/gone.txt');
   engine.vfs.move('/docs/notes.txt', '/docs/moved/notes.txt');
+  engine.vfs.write('/docs/moved/notes.txt', 'appended\n', { append: true });
   const r = await engine.call('fs.write', { path: '/docs/readme.md', content: '# Title\n\nNew body\n' });
   expect(r.ok).toBe(true);
 }
@@ -154,10 +155,11 @@ describe('restart', () => {
       await populate(engine);
       const expected = fingerprint(engine.vfs);
       const copy = crashCopy('crashed');
-      expect(records(join(copy, 'journal')).length).toBe(3);
+      expect(records(join(copy, 'journal')).length).toBe(4);
       const after = await open({ project: 'crashed' });
       try {
         expect(fingerprint(after.vfs)).toEqual(expected);
+        expect(after.vfs.read('/docs/moved/notes.txt').toString()).toBe('first\nappended\n');
         expect(after.snapshots().map((s) => s.label)).toEqual(['first']);
       } finally {
         await after.close();

@@ -305,6 +305,32 @@ describe('commit conflicts', () => {
     expect(state.vfs.exists('/fine.txt')).toBe(false);
   });
 
+  it('appends by calls running at once all land, in commit order', () => {
+    const state = seeded();
+    const first = state.begin();
+    const second = state.begin();
+    first.write('/keep.txt', 'one\n', { append: true });
+    second.write('/keep.txt', 'two\n', { append: true });
+    second.write('/fresh.log', 'a\n', { append: true });
+    second.write('/fresh.log', 'b\n', { append: true });
+    expect(second.read('/fresh.log').toString()).toBe('a\nb\n');
+    state.commit(second);
+    state.commit(first);
+    expect(state.vfs.read('/keep.txt').toString()).toBe('keep\ntwo\none\n');
+    expect(state.vfs.read('/fresh.log').toString()).toBe('a\nb\n');
+  });
+
+  it('two calls that each create the same file exclusively: the second fails with CONFLICT', () => {
+    const state = seeded();
+    const first = state.begin();
+    const second = state.begin();
+    first.write('/lock.txt', 'first', { exclusive: true });
+    second.write('/lock.txt', 'second', { exclusive: true });
+    state.commit(first);
+    expect(failure(() => state.commit(second)).code).toBe('CONFLICT');
+    expect(state.vfs.read('/lock.txt').toString()).toBe('first');
+  });
+
   it('a delete of something already deleted by another call is not a conflict', () => {
     const state = seeded();
     const first = state.begin();
