@@ -35,6 +35,13 @@ export type Draft = '2020-12' | '2019-09' | 'draft-07';
 
 export class SchemaError extends Error {
   override readonly name = 'SchemaError';
+  /** JSON pointer into the schema where it is wrong, when known. */
+  readonly pointer: string | undefined;
+
+  constructor(message: string, options: { cause?: unknown; pointer?: string } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.pointer = options.pointer;
+  }
 }
 
 const OPTIONS: Options = {
@@ -92,17 +99,41 @@ export function compileSchema(schema: unknown): Validator {
   const hit = compiled.get(key);
   if (hit) return hit;
   const draft = draftOf(schema);
+  const ajv = instance(draft);
+  // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
+  const copy = JSON.parse(text);
+  // Checked here rather than left to compile(), whose error is one flat string: this way the author
+  // learns where in the schema the mistake is ("/properties/n/type"), as a pointer.
+  if (!ajv.validateSchema(copy)) {
+    const violations = toViolations(ajv.errors ?? []);
+    throw new SchemaError(`schema is invalid: ${summarize(violations)}`, { pointer: violations[0]?.pointer ?? '' });
+  }
   let fn: ValidateFunction;
   try {
-    // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
-    fn = instance(draft).compile(JSON.parse(text));
+    fn = ajv.compile(copy);
   } catch (error) {
-    throw new SchemaError((error as Error).message, { cause: error });
+    const message = (error as Error).message;
+    // ajv's strict-mode error names the keyword but not where it is; find it, so the report can point at it.
+    const keyword = /^strict mode: unknown keyword: "(.+)"$/.exec(message)?.[1];
+    const pointer = keyword === undefined ? undefined : findKey(copy, keyword, '');
+    throw new SchemaError(message, pointer === undefined ? { cause: error } : { cause: error, pointer });
   }
   const validator = Object.assign((value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? [])), { draft });
   if (compiled.size >= MAX_CACHED) compiled.delete(compiled.keys().next().value as string);
   compiled.set(key, validator);
   return validator;
+}
+
+/** Pointer to the first property named `key` in a JSON value (depth first), if any. */
+function findKey(value: unknown, key: string, at: string, depth = 0): string | undefined {
+  if (typeof value !== 'object' || value === null || depth > 64) return undefined;
+  const entries: Array<[string, unknown]> = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
+  for (const [k] of entries) if (k === key && !Array.isArray(value)) return `${at}/${escapePointer(k)}`;
+  for (const [k, v] of entries) {
+    const found = findKey(v, key, `${at}/${escapePointer(k)}`, depth + 1);
+    if (found !== undefined) return found;
+  }
+  return undefined;
 }
 
 function toViolations(errors: readonly ErrorObject[]): Violation[] {

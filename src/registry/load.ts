@@ -5,7 +5,7 @@ import type { RegistryProblem } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
 import { PermissionSyntaxError, parsePermission } from '../permissions.js';
 import type { Tool, ToolSpec } from '../tool.js';
-import { compileSchema, summarize } from '../validation.js';
+import { compileSchema, SchemaError, summarize } from '../validation.js';
 import { TOOL_META_SCHEMA } from './meta-schema.js';
 
 /** Which entry file extensions each runner accepts. */
@@ -74,7 +74,10 @@ async function readBounded(file: string, max: number): Promise<string> {
   }
 }
 
-function parseJson(text: string): unknown {
+function parseJson(raw: string): unknown {
+  // Some editors save UTF-8 with a byte order mark, which JSON.parse refuses (RFC 8259 §8.1 lets a
+  // parser ignore it): such a file is not malformed.
+  const text = raw.charCodeAt(0) === 0xfeff ? raw.slice(1) : raw;
   if (text.trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a JSON object');
   try {
     return JSON.parse(text);
@@ -101,6 +104,10 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
     throw new DefinitionError(`a tool definition must be a JSON object, not ${Array.isArray(raw) ? 'an array' : typeof raw}`);
   }
   const declaredId = typeof (raw as { id?: unknown }).id === 'string' ? ((raw as { id: string }).id as string) : undefined;
+  // Before the meta-schema: its if/then for builtin only says "/: must NOT be valid" when an entry is given.
+  if ((raw as { runner?: unknown }).runner === 'builtin') {
+    throw new DefinitionError('runner "builtin" is reserved for the engine\'s own tools; use "js-runner" or "py-runner"', '/runner', declaredId);
+  }
   const violations = metaValidator(raw);
   if (violations) {
     const first = violations[0];
@@ -109,9 +116,6 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   const spec = raw as ToolSpec;
   const id = spec.id;
   if (ctx.reserved.has(id)) throw new DefinitionError(`the id "${id}" belongs to a builtin tool; choose another id`, '/id', id);
-  if (spec.runner === 'builtin') {
-    throw new DefinitionError('runner "builtin" is reserved for the engine\'s own tools; use "js-runner" or "py-runner"', '/runner', id);
-  }
   if (spec.schema.type !== 'object') {
     throw new DefinitionError('the input schema must have "type": "object" at its root (tools take named arguments)', '/schema/type', id);
   }
@@ -120,13 +124,13 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   try {
     validateInput = compileSchema(spec.schema);
   } catch (error) {
-    throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, '/schema', id);
+    throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, `/schema${schemaPointer(error)}`, id);
   }
   if (spec.output_schema !== undefined) {
     try {
       validateOutput = compileSchema(spec.output_schema);
     } catch (error) {
-      throw new DefinitionError(`invalid output schema: ${(error as Error).message}`, '/output_schema', id);
+      throw new DefinitionError(`invalid output schema: ${(error as Error).message}`, `/output_schema${schemaPointer(error)}`, id);
     }
   }
   const permissions = spec.permissions ?? [];
@@ -154,6 +158,10 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
     validateOutput,
     hash: createHash('sha256').update(text).update('\u0000').update(entry.content).digest('hex'),
   });
+}
+
+function schemaPointer(error: unknown): string {
+  return error instanceof SchemaError && error.pointer ? error.pointer : '';
 }
 
 /** Largest entry file the registry reads (to hash it; runners read it again). */
