@@ -6,6 +6,9 @@ import type { RegistryLimits } from '../limits.js';
 import type { Tool } from '../tool.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
 
+/** chokidar 4 emits at most one "change" per path in this window (`_throttle('change', path, 50)`). */
+const CHOKIDAR_CHANGE_THROTTLE_MS = 50;
+
 interface FileState {
   /** mtime, size and inode: a change in any of them means the file must be read again. */
   fingerprint: string;
@@ -39,6 +42,8 @@ export class Registry {
   #problems: RegistryProblem[] = [];
   #watcher: FSWatcher | null = null;
   #timer: NodeJS.Timeout | null = null;
+  #settle: NodeJS.Timeout | null = null;
+  #settleForce = false;
   #scanning: Promise<void> | null = null;
   #rescanRequested = false;
   #forceReload = false;
@@ -96,28 +101,43 @@ export class Registry {
       // Skip editor swap files and hidden folders; everything else may be a definition or tool code.
       ignored: (path: string) => /(^|[/\\])(\.[^/\\]+|node_modules|__pycache__)$/.test(path) && path !== dir,
     });
-    const schedule = (path: string) => {
-      if (!path.endsWith('.json')) this.#forceReload = true;
-      this.#schedule();
-    };
+    const schedule = (path: string) => this.#schedule(!path.endsWith('.json'));
     watcher.on('add', schedule).on('change', schedule).on('unlink', schedule).on('addDir', schedule).on('unlinkDir', schedule);
-    watcher.on('error', () => this.#schedule());
+    watcher.on('error', () => this.#schedule(true));
     this.#watcher = watcher;
     await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
   }
 
-  #schedule(): void {
+  /** `force`: tool code (not a definition) changed, so every definition is read again. */
+  #schedule(force: boolean): void {
     if (this.#closed) return;
+    if (force) {
+      this.#forceReload = true;
+      this.#settleForce = true;
+    }
+    const debounce = this.#options.debounceMs ?? 40;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => {
       this.#timer = null;
       this.refresh().catch(() => {});
-    }, this.#options.debounceMs ?? 40);
+    }, debounce);
+    // chokidar drops a second "change" of one path within 50 ms of the first (its change throttle) and
+    // never emits it later, so a file finished right after it was first seen (a save in two writes, the
+    // half-written case) stayed stale until its next edit. One more pass once that window is over picks
+    // such a change up; files that did not change cost one stat each.
+    if (this.#settle) clearTimeout(this.#settle);
+    this.#settle = setTimeout(() => {
+      this.#settle = null;
+      if (this.#settleForce) this.#forceReload = true;
+      this.#settleForce = false;
+      this.refresh().catch(() => {});
+    }, CHOKIDAR_CHANGE_THROTTLE_MS + debounce);
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#timer) clearTimeout(this.#timer);
+    if (this.#settle) clearTimeout(this.#settle);
     await this.#watcher?.close();
     this.#watcher = null;
     await this.#scanning;

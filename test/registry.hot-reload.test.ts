@@ -1,0 +1,126 @@
+import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Engine, RegistryChangeEvent } from '../src/index.js';
+import { definition, nextEvent, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
+
+/**
+ * The design target is "within a second" (chokidar on inotify plus a 40 ms debounce). Each wait below is
+ * bounded generously so a loaded machine does not turn a slow event into a failure; what must never
+ * happen (no event at all, or a wrong registry) still fails.
+ */
+const WAIT_MS = 5000;
+
+let project: TempProject;
+let engine: Engine;
+
+beforeEach(async () => {
+  project = tempProject({
+    'tool.js': TRIVIAL_JS,
+    'echo.json': definition({ id: 'demo.echo', description: 'version 1' }),
+  });
+  engine = await openEngine(project, { watch: true });
+});
+
+afterEach(async () => {
+  await engine.close();
+  project.remove();
+});
+
+const registryEvent = (match: (e: RegistryChangeEvent) => boolean) => nextEvent(engine, 'registry', match, WAIT_MS);
+
+describe('hot reload of the tools folder', () => {
+  it('adds a tool when a file appears, and emits a RegistryChangeEvent', async () => {
+    const seen = registryEvent((e) => e.added.includes('demo.new'));
+    project.write('new.json', definition({ id: 'demo.new' }));
+    const event = await seen;
+    expect(event).toMatchObject({ type: 'RegistryChangeEvent', run_id: null, trace_id: null, added: ['demo.new'], updated: [], removed: [] });
+    expect(new Date(event.at).toISOString()).toBe(event.at);
+    expect(engine.tool('demo.new')?.source).toBe('tools/new.json');
+  });
+
+  it('updates a tool when its file changes', async () => {
+    const seen = registryEvent((e) => e.updated.includes('demo.echo'));
+    project.write('echo.json', definition({ id: 'demo.echo', description: 'version 2' }));
+    await seen;
+    expect(engine.tool('demo.echo')?.description).toBe('version 2');
+  });
+
+  it('updates a tool when its code changes, though its definition did not', async () => {
+    const seen = registryEvent((e) => e.updated.includes('demo.echo'));
+    project.write('tool.js', 'export default async function run() { return { changed: true }; }\n');
+    const event = await seen;
+    expect(event.added).toEqual([]);
+  });
+
+  it('picks up an editor-style save (write a hidden temp file, rename it over the definition)', async () => {
+    const seen = registryEvent((e) => e.updated.includes('demo.echo'));
+    const temp = project.write('.echo.json.tmp', definition({ id: 'demo.echo', description: 'renamed in' }));
+    renameSync(temp, join(project.tools, 'echo.json'));
+    await seen;
+    expect(engine.tool('demo.echo')?.description).toBe('renamed in');
+  });
+
+  it('removes a tool when its file is deleted', async () => {
+    const seen = registryEvent((e) => e.removed.includes('demo.echo'));
+    rmSync(join(project.tools, 'echo.json'));
+    await seen;
+    expect(engine.tool('demo.echo')).toBeUndefined();
+    const call = await engine.call('demo.echo', {});
+    expect(call.ok ? null : [call.error.stage, call.error.code]).toEqual(['validation', 'UNKNOWN_TOOL']);
+  });
+
+  it('keeps serving the last good version of a half-written file, flagged stale, until it is whole again', async () => {
+    const broken = registryEvent((e) => e.problems.some((p) => p.file === 'tools/echo.json'));
+    project.write('echo.json', '{ "id": "demo.echo", "description": "version 2 but the edit');
+    const event = await broken;
+    const problem = event.problems.find((p) => p.file === 'tools/echo.json');
+    expect(problem).toMatchObject({ stale: true, at: expect.stringMatching(/^1:\d+$/) });
+    expect(problem?.message).toContain('malformed JSON');
+    expect(problem?.message).toContain('still serving the last version that loaded');
+    expect(event.removed).toEqual([]);
+    expect(engine.tool('demo.echo')?.description).toBe('version 1');
+    expect(engine.problems()).toEqual(event.problems);
+
+    // Written at once, ~45 ms after chokidar reported the broken version: inside its 50 ms change throttle,
+    // which drops this change. The registry's settle pass must still find it (it used to stay stale).
+    const fixed = registryEvent((e) => e.updated.includes('demo.echo'));
+    project.write('echo.json', definition({ id: 'demo.echo', description: 'version 2' }));
+    const after = await fixed;
+    expect(after.problems).toEqual([]);
+    expect(engine.tool('demo.echo')?.description).toBe('version 2');
+    expect(engine.problems()).toEqual([]);
+  });
+
+  it('treats an emptied file as half-written too', async () => {
+    const broken = registryEvent((e) => e.problems.some((p) => p.file === 'tools/echo.json'));
+    writeFileSync(join(project.tools, 'echo.json'), '');
+    const problem = (await broken).problems.find((p) => p.file === 'tools/echo.json');
+    expect(problem?.stale).toBe(true);
+    expect(problem?.message).toContain('the file is empty');
+    expect(engine.tool('demo.echo')).toBeDefined();
+  });
+
+  it('reports a new file that never loaded, without serving it and without stale', async () => {
+    const seen = registryEvent((e) => e.problems.some((p) => p.file === 'tools/half.json'));
+    project.write('half.json', '{ "id": "demo.half", ');
+    const problem = (await seen).problems.find((p) => p.file === 'tools/half.json');
+    expect(problem?.stale).toBeUndefined();
+    expect(problem?.message).toContain('malformed JSON');
+    expect(engine.tool('demo.half')).toBeUndefined();
+    expect(engine.tool('demo.echo')).toBeDefined();
+  });
+
+  it('hands an id over when the file that owned it is deleted and a duplicate remains', async () => {
+    const dup = registryEvent((e) => e.problems.some((p) => p.file === 'tools/zz-echo.json'));
+    project.write('zz-echo.json', definition({ id: 'demo.echo', description: 'the duplicate' }));
+    expect((await dup).problems.find((p) => p.file === 'tools/zz-echo.json')?.message).toContain('duplicate id "demo.echo"');
+    expect(engine.tool('demo.echo')?.description).toBe('version 1');
+
+    const handover = registryEvent((e) => e.updated.includes('demo.echo'));
+    rmSync(join(project.tools, 'echo.json'));
+    const event = await handover;
+    expect(event.problems).toEqual([]);
+    expect(engine.tool('demo.echo')).toMatchObject({ description: 'the duplicate', source: 'tools/zz-echo.json' });
+  });
+});
