@@ -20,6 +20,8 @@ interface WalkContext {
   limits: PayloadLimits;
   bytes: number;
   copy: boolean;
+  /** The value the walk started from (to search for a cycle once the depth limit is hit). */
+  root: unknown;
 }
 
 function pointer(path: readonly (string | number)[]): string {
@@ -40,6 +42,24 @@ function addBytes(ctx: WalkContext, n: number): void {
       details: { limit_bytes: ctx.limits.bytes },
     });
   }
+}
+
+/**
+ * A cycle shows up as a walk that reaches the depth limit; only then (off the hot path) is the chain of
+ * ancestors searched for a value that contains itself, so a cycle is reported as what it is (not plain
+ * JSON), with the pointer where it closes, rather than as a size problem. Every ancestor on `path` is
+ * an own data property already checked by `walk`, so reading it runs no caller code.
+ */
+function cycleAt(root: unknown, path: readonly (string | number)[]): (string | number)[] | null {
+  const seen = new Set<unknown>();
+  let node = root;
+  for (let i = 0; i <= path.length; i++) {
+    if (seen.has(node)) return path.slice(0, i);
+    seen.add(node);
+    if (i === path.length || typeof node !== 'object' || node === null) break;
+    node = Object.getOwnPropertyDescriptor(node, path[i] as string | number)?.value;
+  }
+  return null;
 }
 
 function walk(ctx: WalkContext, value: unknown, path: (string | number)[], depth: number): unknown {
@@ -68,7 +88,9 @@ function walk(ctx: WalkContext, value: unknown, path: (string | number)[], depth
     return null;
   }
   if (depth >= ctx.limits.depth) {
-    throw new ToolFailure(ctx.stage, ctx.tooLarge, `The ${ctx.what} is nested deeper than ${ctx.limits.depth} levels (or is cyclic)`, {
+    const cycle = cycleAt(ctx.root, path);
+    if (cycle !== null) reject(ctx, cycle, 'the value contains itself (a cycle)');
+    throw new ToolFailure(ctx.stage, ctx.tooLarge, `The ${ctx.what} is nested deeper than ${ctx.limits.depth} levels`, {
       details: { pointer: pointer(path), limit_depth: ctx.limits.depth },
     });
   }
@@ -119,13 +141,23 @@ export function copyInput(value: unknown, limits: PayloadLimits): unknown {
     limits,
     bytes: 0,
     copy: true,
+    root: value,
   };
   return walk(ctx, value, [], 0);
 }
 
 /** Checks a tool's output and returns its approximate JSON size. Throws `INVALID_OUTPUT` / `OUTPUT_LIMIT`. */
 export function checkOutput(value: unknown, limits: PayloadLimits): number {
-  const ctx: WalkContext = { stage: 'execution', invalid: 'INVALID_OUTPUT', tooLarge: 'OUTPUT_LIMIT', what: 'output', limits, bytes: 0, copy: false };
+  const ctx: WalkContext = {
+    stage: 'execution',
+    invalid: 'INVALID_OUTPUT',
+    tooLarge: 'OUTPUT_LIMIT',
+    what: 'output',
+    limits,
+    bytes: 0,
+    copy: false,
+    root: value,
+  };
   walk(ctx, value, [], 0);
   return ctx.bytes;
 }
