@@ -339,7 +339,7 @@ class LogBuffer {
 
 /** Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does. */
 export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorInfo {
-  if (thrown instanceof ToolFailure) {
+  if (isFailure(thrown)) {
     const info: ErrorInfo = {
       type: 'ToolError',
       tool,
@@ -354,7 +354,7 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
   }
   let message: string;
   try {
-    message = thrown instanceof Error ? thrown.message : String(thrown);
+    message = thrown instanceof Error ? String(thrown.message) : String(thrown);
   } catch {
     message = 'unprintable value';
   }
@@ -366,6 +366,18 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
     message: `Internal error in the engine while running ${tool}: ${message}`,
     retryable: false,
   };
+}
+
+/**
+ * `instanceof` runs the thrown value's prototype lookup, and a hostile value (a revoked Proxy, a Proxy
+ * whose getPrototypeOf trap throws) makes that throw: the catch block that builds the result must not.
+ */
+function isFailure(thrown: unknown): thrown is ToolFailure {
+  try {
+    return thrown instanceof ToolFailure;
+  } catch {
+    return false;
+  }
 }
 
 /** Ids within a small edit distance of `id`, closest first. */

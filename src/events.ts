@@ -126,8 +126,17 @@ export class EventBus extends EventEmitter<EngineEventMap> {
     } catch (error) {
       if (!this.#warned) {
         this.#warned = true;
-        process.emitWarning(`An Arium event listener threw and was ignored: ${String((error as Error)?.message ?? error)}`);
+        process.emitWarning(`An Arium event listener threw and was ignored: ${describe(error)}`);
       }
     }
+  }
+}
+
+/** Text for whatever a listener threw. Reading it may itself throw (a revoked Proxy, a throwing toString). */
+function describe(thrown: unknown): string {
+  try {
+    return String((thrown as Error)?.message ?? thrown);
+  } catch {
+    return 'a value that cannot be printed';
   }
 }
