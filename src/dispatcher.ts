@@ -199,7 +199,9 @@ export class Dispatcher {
     if (!Array.isArray(requested) || requested.some((g) => typeof g !== 'string')) {
       throw new ToolFailure('validation', 'INVALID_INPUT', 'grants must be an array of permission strings', { details: { option: 'grants' } });
     }
-    const key = requested.join('\n');
+    // A key no list of strings can share with another: with join('\n'), the single grant
+    // "vfs.read:/a\nvfs.write" hit the cached set of ["vfs.read:/a", "vfs.write"] and got vfs.write.
+    const key = JSON.stringify(requested);
     let set = this.#grantCache.get(key);
     if (!set) {
       try {

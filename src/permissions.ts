@@ -126,7 +126,9 @@ function scopeCovers(outer: Permission, inner: Permission): boolean {
   if (outer.scope.endsWith('/**')) {
     const base = outer.scope.slice(0, -3);
     if (base.search(/[*?]/) !== -1) return false;
-    return inner.prefix === base || inner.prefix.startsWith(`${base}/`) || (base === '' && inner.prefix.startsWith('/'));
+    // The inner scope must be the folder itself or lie below "<base>/". Comparing only literal prefixes
+    // let "/docs*" (which matches /docsecret) pass as covered by "/docs/**": narrowing widened.
+    return inner.scope === base || inner.scope.startsWith(`${base}/`);
   }
   return false;
 }

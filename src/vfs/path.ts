@@ -22,8 +22,9 @@ function clip(path: string): string {
 const ENCODED_DOT = /^(?:\.|%2e)+$/i;
 /** `C:\`, `C:/`, `\\server\share`, `file:` — host path syntaxes that have no meaning in the VFS. */
 const HOST_PATH = /^(?:[a-zA-Z]:[\\/]|\\\\|file:)/;
+// C0, DEL and C1 (U+0080–U+009F: NEL is a line break to some readers, CSI starts terminal escapes).
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what is refused
-const CONTROL = /[\u0000-\u001f\u007f]/;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 
 /** Already-normal paths of plain names (no dot segments, no doubled or trailing slash) skip the full parse. */
 const PLAIN = /^(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$/;
@@ -40,7 +41,11 @@ export function normalizePath(input: unknown, quota: Pick<VfsQuota, 'max_path_le
   if (HOST_PATH.test(input)) {
     throw invalid(input, 'host path syntax has no meaning in the VFS', 'use a POSIX path rooted at "/", e.g. "/data/a.txt"', true);
   }
-  if (input.includes('\\')) throw invalid(input, 'backslashes are not path separators here', 'use "/" between segments');
+  if (input.includes('\\')) {
+    // "..\\..\\etc" means nothing here, but it is a traversal attempt on the hosts where it would mean something.
+    const climbs = input.split(/[\\/]/).some((segment) => segment === '..' || (segment.includes('%') && ENCODED_DOT.test(segment)));
+    throw invalid(input, 'backslashes are not path separators here', 'use "/" between segments', climbs);
+  }
   const segments: string[] = [];
   for (const segment of input.split('/')) {
     if (segment === '' || segment === '.') continue;
@@ -50,10 +55,13 @@ export function normalizePath(input: unknown, quota: Pick<VfsQuota, 'max_path_le
       continue;
     }
     if (segment.includes('%') && ENCODED_DOT.test(segment)) {
+      // Nothing here decodes it, so it cannot leave the VFS; but the only reason to send it is to get a
+      // decoder somewhere to climb, so it is reported like a traversal.
       throw invalid(
         input,
         `the segment ${JSON.stringify(segment)} is an encoded dot segment`,
         'use plain names; "." and ".." are not allowed encoded',
+        true,
       );
     }
     if (Buffer.byteLength(segment) > quota.max_name_length) {
