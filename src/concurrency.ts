@@ -65,9 +65,15 @@ export class Limiter {
     }
   }
 
-  /** Takes a slot now if one is free (no queueing, no allocation of a promise). */
+  /**
+   * Takes a slot now if one is free (no queueing, no allocation of a promise). Every release drains the
+   * queue, so a waiter still queued cannot run now: it waits on the global limit (then `#free` is false
+   * for every tool) or on its own tool's limit (then `#free` is false for that tool). A free slot can
+   * therefore go to this call without overtaking anyone: requiring an empty queue instead let one
+   * saturated tool hold every other tool's calls in the queue while global slots sat idle.
+   */
   tryAcquire(tool: string): Release | null {
-    return this.#queue.length === 0 && this.#free(tool) ? this.#take(tool) : null;
+    return this.#free(tool) ? this.#take(tool) : null;
   }
 
   acquire(tool: string, signal?: AbortSignal): Promise<Release> {
