@@ -1,4 +1,4 @@
-import { executionFailure } from '../../src/errors.js';
+import { executionFailure, ToolFailure } from '../../src/errors.js';
 import { asText, diffFiles } from '../../src/vfs/text-diff.js';
 import { type Builtin, defineBuiltin, objectSchema, PATH } from './define.js';
 
@@ -11,7 +11,11 @@ type In = Record<string, unknown>;
 function decodeContent(content: string, encoding: unknown): Buffer {
   if (encoding !== 'base64') return Buffer.from(content, 'utf8');
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(content) || content.length % 4 === 1) {
-    throw executionFailure('INVALID_INPUT', 'content is not valid base64', { details: { pointer: '/content' } });
+    // An input error like any schema violation: stage validation, with the violation at its pointer
+    // (it was an execution-stage error with a bare pointer, unlike every other INVALID_INPUT).
+    throw new ToolFailure('validation', 'INVALID_INPUT', 'Invalid input for fs.write: /content: is not valid base64', {
+      details: { violations: [{ pointer: '/content', message: 'is not valid base64', keyword: 'contentEncoding', params: { contentEncoding: 'base64' } }] },
+    });
   }
   return Buffer.from(content, 'base64');
 }
