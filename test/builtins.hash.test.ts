@@ -86,7 +86,7 @@ describe('system.hash', () => {
     [{ text: 'abc', algorithm: 'SHA256' }, 'an algorithm in upper case'],
     [{ text: 'abc', format: 'hex64' }, 'an unknown format'],
     [{ text: 42 }, 'text that is not a string'],
-  ])('%j (%s) → validation INVALID_INPUT', async (input) => {
+  ])('%j (%s) → validation INVALID_INPUT', async (input, _why) => {
     const error = failed(await engine.call('system.hash', input));
     expect([error.stage, error.code]).toEqual(['validation', 'INVALID_INPUT']);
   });

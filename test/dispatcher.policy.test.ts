@@ -80,7 +80,7 @@ describe('concurrency', () => {
   });
 
   it('holds every tool at the global limit, and runs the queue in order', async () => {
-    const gates = new Map<string, ReturnType<typeof deferred>>();
+    const gates = new Map<string, { resolve: () => void }>();
     const order: string[] = [];
     const hold = (ctx: RunContext) => {
       const tag = (ctx.input as { tag: string }).tag;
