@@ -200,9 +200,11 @@ export function forEvent(value: unknown, maxBytes: number): unknown {
         out['…'] = 'truncated';
         break;
       }
-      budget -= key.length + 4;
+      // Keys count against the budget and are cut like strings: one key of a megabyte is a payload too.
+      const shown = key.length > budget ? `${key.slice(0, budget)}…[${key.length} chars]` : key;
+      budget -= shown.length + 4;
       const item = SECRET_KEY.test(key) ? '[redacted]' : visit((v as Record<string, unknown>)[key], depth + 1);
-      Object.defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true });
+      Object.defineProperty(out, shown, { value: item, enumerable: true, writable: true, configurable: true });
     }
     return out;
   };
