@@ -91,15 +91,33 @@ export class ToolVfs {
 
   #check(permission: PermissionName, operation: string, rawPath: unknown): string {
     const path = this.#normalize(operation, rawPath);
-    if (!this.allows(permission, path)) {
-      this.#onDenied(permission, operation, path);
-      const declared = this.#declared.some((d) => d.name === permission && matchesPath(d, path));
-      const why = declared ? 'the caller was not granted it for this path' : 'the tool did not declare it for this path';
-      throw new ToolFailure('permission', 'DENIED', `Permission denied: ${operation} ${path} needs ${permission} (${why})`, {
-        details: { permission, operation, path },
-      });
-    }
+    if (!this.allows(permission, path)) this.#deny(permission, operation, path);
     return path;
+  }
+
+  #deny(permission: PermissionName, operation: string, path: string): never {
+    this.#onDenied(permission, operation, path);
+    const declared = this.#declared.some((d) => d.name === permission && matchesPath(d, path));
+    const why = declared ? 'the caller was not granted it for this path' : 'the tool did not declare it for this path';
+    throw new ToolFailure('permission', 'DENIED', `Permission denied: ${operation} ${path} needs ${permission} (${why})`, {
+      details: { permission, operation, path },
+    });
+  }
+
+  /**
+   * Deleting or moving a folder changes everything below it, so every path below needs the permission
+   * too: with "vfs.write:/docs/*.md", deleting a folder named /docs/notes.md must not delete
+   * /docs/notes.md/secret.txt, which the caller may not write. `rebase` checks the paths the entries
+   * will have under another folder (a move's destination). Skipped when no scope applies.
+   */
+  #checkBelow(permission: PermissionName, operation: string, dir: string, rebase?: string): void {
+    const scoped = (p: Permission) => p.name === permission && p.scope !== null;
+    if (!this.#declared.some(scoped) && !this.#granted.named(permission).some(scoped)) return;
+    if (this.#vfs.typeOf(dir) !== 'directory') return;
+    for (const entry of this.#vfs.list(dir, { recursive: true }).entries) {
+      const path = rebase === undefined ? entry.path : (rebase === '/' ? '' : rebase) + entry.path.slice(dir === '/' ? 0 : dir.length);
+      if (!this.allows(permission, path)) this.#deny(permission, operation, path);
+    }
   }
 
   read(path: unknown): Buffer {
@@ -133,6 +151,7 @@ export class ToolVfs {
 
   delete(path: unknown, options?: { recursive?: boolean }): { deleted: number; bytes: number; path: string } {
     const target = this.#check('vfs.write', 'delete', path);
+    if (options?.recursive) this.#checkBelow('vfs.write', 'delete', target);
     const outcome = this.#vfs.delete(target, options);
     this.changes.deleted.push(target);
     return { ...outcome, path: target };
@@ -142,6 +161,10 @@ export class ToolVfs {
     const source = this.#check('vfs.read', 'move', from);
     this.#check('vfs.write', 'move', source);
     const target = this.#check('vfs.write', 'move', to);
+    this.#checkBelow('vfs.read', 'move', source);
+    this.#checkBelow('vfs.write', 'move', source);
+    this.#checkBelow('vfs.write', 'move', source, target);
+    if (options?.overwrite) this.#checkBelow('vfs.write', 'move', target);
     const outcome = this.#vfs.move(source, target, options);
     this.changes.moved.push({ from: outcome.from, to: outcome.to });
     return outcome;

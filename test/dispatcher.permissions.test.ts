@@ -166,6 +166,54 @@ describe('path scopes at run time', () => {
   });
 });
 
+describe('folder operations under a pattern scope', () => {
+  // "vfs.write:/docs/*.md" matches a folder named /docs/notes.md, but not the files inside it.
+  const GRANTS = ['vfs.read', 'vfs.write:/docs/*.md'];
+
+  it('refuses to delete a folder holding paths the caller may not write', async () => {
+    await withEngine(GRANTS, async (engine, events) => {
+      engine.vfs.write('/docs/notes.md/secret.txt', 'keep me');
+      expect(failed(await engine.call('fs.write', { path: '/docs/notes.md/secret.txt', content: 'x' })).code).toBe('DENIED');
+      const result = await engine.call('fs.delete', { path: '/docs/notes.md', recursive: true });
+      const error = failed(result);
+      expect([error.stage, error.code]).toEqual(['permission', 'DENIED']);
+      expect(error.details).toEqual({ permission: 'vfs.write', operation: 'delete', path: '/docs/notes.md/secret.txt' });
+      expect(security(events).filter((e) => e.run_id === result.meta.run_id)).toHaveLength(1);
+      expect(engine.vfs.read('/docs/notes.md/secret.txt').toString()).toBe('keep me');
+    });
+  });
+
+  it('refuses to move such a folder, or to overwrite one', async () => {
+    await withEngine(GRANTS, async (engine) => {
+      engine.vfs.write('/docs/x.md/inner.txt', 'x');
+      engine.vfs.write('/docs/y.md/other.txt', 'y');
+      const move = failed(await engine.call('fs.move', { from: '/docs/x.md', to: '/docs/z.md' }));
+      expect(move.details).toEqual({ permission: 'vfs.write', operation: 'move', path: '/docs/x.md/inner.txt' });
+      engine.vfs.mkdir('/docs/empty.md');
+      const over = failed(await engine.call('fs.move', { from: '/docs/empty.md', to: '/docs/y.md', overwrite: true }));
+      expect(over.details).toEqual({ permission: 'vfs.write', operation: 'move', path: '/docs/y.md/other.txt' });
+      expect(engine.vfs.exists('/docs/x.md/inner.txt') && engine.vfs.exists('/docs/y.md/other.txt')).toBe(true);
+    });
+  });
+
+  it('refuses to move a folder to where its contents could not be written', async () => {
+    await withEngine(['vfs.read', 'vfs.write:/docs/**', 'vfs.write:/out/*.md'], async (engine) => {
+      engine.vfs.write('/docs/pack/a.txt', 'a');
+      const error = failed(await engine.call('fs.move', { from: '/docs/pack', to: '/out/pack.md' }));
+      expect(error.details).toEqual({ permission: 'vfs.write', operation: 'move', path: '/out/pack.md/a.txt' });
+    });
+  });
+
+  it('still deletes and moves whole folders under a folder scope', async () => {
+    await withEngine(['vfs.read', 'vfs.write:/out/**'], async (engine) => {
+      engine.vfs.write('/out/deep/a/b.txt', 'b');
+      expect(await engine.call('fs.move', { from: '/out/deep', to: '/out/moved' })).toMatchObject({ ok: true });
+      expect(await engine.call('fs.delete', { path: '/out', recursive: true })).toMatchObject({ ok: true });
+      expect(engine.vfs.exists('/out')).toBe(false);
+    });
+  });
+});
+
 describe('paths that try to leave the VFS', () => {
   const ESCAPES: string[] = [
     '/../etc/passwd',
