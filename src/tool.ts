@@ -16,6 +16,8 @@ export interface ToolSpec {
   output_schema?: Record<string, unknown>;
   permissions: string[];
   limits?: Partial<CallLimits>;
+  /** Example inputs, each valid against `schema`. */
+  examples?: Record<string, unknown>[];
 }
 
 /** What the engine tells callers about a tool. Holds no host paths. */

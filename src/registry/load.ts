@@ -126,6 +126,10 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   } catch (error) {
     throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, `/schema${schemaPointer(error)}`, id);
   }
+  for (const [i, example] of (spec.examples ?? []).entries()) {
+    const bad = validateInput(example);
+    if (bad) throw new DefinitionError(`example ${i} does not match the input schema: ${summarize(bad)}`, `/examples/${i}`, id);
+  }
   if (spec.output_schema !== undefined) {
     try {
       validateOutput = compileSchema(spec.output_schema);

@@ -47,6 +47,12 @@ export const TOOL_META_SCHEMA = {
       items: { type: 'string', pattern: PERMISSION_PATTERN },
       description: `What the tool needs: ${PERMISSION_NAMES.join(', ')}; VFS permissions may carry a scope, e.g. "vfs.read:/docs/**"`,
     },
+    examples: {
+      type: 'array',
+      maxItems: 10,
+      items: { type: 'object' },
+      description: 'Example inputs (each must match "schema"); shown to models and used by `arium demo`',
+    },
     limits: {
       type: 'object',
       additionalProperties: false,

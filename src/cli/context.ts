@@ -1,0 +1,56 @@
+import { resolve } from 'node:path';
+import { createEngine, type Engine } from '../index.js';
+import { bool, list, type Parsed, str } from './args.js';
+import type { CliIo, Paint } from './io.js';
+import { paint } from './io.js';
+
+/** What every command gets: its parsed arguments, the io, colours, and a way to open the engine. */
+export interface Context {
+  parsed: Parsed;
+  io: CliIo;
+  json: boolean;
+  c: Paint;
+  workspace: string;
+  project: string;
+  /** Opens the engine for the chosen project (no watcher: CLI commands are short-lived). */
+  open(): Promise<Engine>;
+  out(text: string): void;
+  /** Prints one JSON document (the whole --json output of a command). */
+  emit(value: unknown): void;
+}
+
+export function makeContext(parsed: Parsed, io: CliIo): Context {
+  const json = bool(parsed, 'json');
+  const colour = !json && io.isTTY && !bool(parsed, 'no-color') && io.env.NO_COLOR === undefined;
+  const workspace = resolve(io.cwd, str(parsed, 'workspace') ?? 'workspace');
+  const project = str(parsed, 'project') ?? 'demo';
+  const grants = list(parsed, 'grant');
+  return {
+    parsed,
+    io,
+    json,
+    c: paint(colour),
+    workspace,
+    project,
+    open: () =>
+      createEngine({
+        workspace,
+        project,
+        watch: false,
+        ...(grants ? { grants } : {}),
+        ...(bool(parsed, 'recover') ? { recover: true } : {}),
+      }),
+    out: (text) => io.stdout.write(`${text}\n`),
+    emit: (value) => io.stdout.write(`${JSON.stringify(value, null, 2)}\n`),
+  };
+}
+
+/** Runs `fn` with an open engine and always closes it. */
+export async function withEngine<T>(ctx: Context, fn: (engine: Engine) => Promise<T> | T): Promise<T> {
+  const engine = await ctx.open();
+  try {
+    return await fn(engine);
+  } finally {
+    await engine.close();
+  }
+}
