@@ -1,6 +1,7 @@
 import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { BuiltinRunner } from '../runners/builtin/index.js';
+import { JsRunner } from '../runners/js/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
@@ -167,7 +168,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     recover: options.recover === true,
   });
   const builtin = new BuiltinRunner();
-  const runners = new Map<RunnerName, Runner>([['builtin', builtin]]);
+  // JsRunner loads nothing native here: isolated-vm lives in its sandbox process, started on first use.
+  const runners = new Map<RunnerName, Runner>([
+    ['builtin', builtin],
+    ['js-runner', new JsRunner()],
+  ]);
   for (const runner of options.runners ?? []) runners.set(runner.name, runner);
 
   const toolsPath = join(projectDir, 'tools');

@@ -1,0 +1,195 @@
+import { dirname } from 'node:path';
+import { ToolFailure } from '../../src/errors.js';
+import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
+import type { Tool } from '../../src/tool.js';
+import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
+import { SandboxProcess } from './sandbox-process.js';
+
+export interface JsRunnerOptions {
+  /** Folder of the isolated-vm package to use. Default: the one installed with the engine. */
+  isolatedVm?: string;
+  /** Isolates the sandbox process keeps at most; each runs one call at a time. Default 16. */
+  maxIsolates?: number;
+  /** Confine the sandbox process with Node's permission model (reads only its own code and the tools folder, no child processes). Default true where Node has it. */
+  permissionModel?: boolean;
+}
+
+/** Restarts of the sandbox process in a row, each dying within this long, before the runner stops restarting it on its own. */
+const FLAPPING_MS = 5_000;
+const MAX_FLAPS = 3;
+
+/**
+ * Runs `js-runner` tools: ES modules (`export default async function run(input, ctx)`) in isolated-vm
+ * isolates, one isolate and a fresh context per call, inside a sandbox process of their own
+ * (sandbox-process.ts, worker/). THREAT_MODEL.md says what this does and does not guarantee.
+ *
+ * isolated-vm is never loaded in the engine process: when it is missing or does not load, only JS
+ * calls fail (UNAVAILABLE, with how to fix the install); builtins and Python tools are unaffected.
+ */
+export class JsRunner implements Runner {
+  readonly name = 'js-runner' as const;
+  readonly interruptible = true;
+  readonly #options: JsRunnerOptions;
+  #current: SandboxProcess | null = null;
+  readonly #all = new Set<SandboxProcess>();
+  /** Tools folders the sandbox process may read (with the permission model on). */
+  readonly #roots = new Set<string>();
+  readonly #prepared = new Map<string, Tool>();
+  #starts = 0;
+  #crashes = 0;
+  #flaps = 0;
+  #lastStart = 0;
+  #lastProblem: string | null = null;
+  #closed = false;
+
+  constructor(options: JsRunnerOptions = {}) {
+    this.#options = options;
+  }
+
+  async run(ctx: RunContext): Promise<unknown> {
+    const sandbox = this.#sandbox(ctx.tool);
+    try {
+      await sandbox.ready;
+    } catch (error) {
+      throw this.#unavailable(error);
+    }
+    return sandbox.call(ctx);
+  }
+
+  prepare(tool: Tool): void {
+    if (!tool.entryPath || this.#closed) return;
+    this.#prepared.set(tool.spec.id, tool);
+    try {
+      this.#sandbox(tool).prepare(tool);
+    } catch {
+      // Unavailable: the first call reports why.
+    }
+  }
+
+  forget(tool: Tool): void {
+    this.#prepared.delete(tool.spec.id);
+    this.#current?.forget(tool);
+  }
+
+  async status(): Promise<RunnerStatus> {
+    const base = {
+      isolation: 'isolated-vm: a V8 isolate per running call and a fresh context per call, in a separate sandbox process',
+      permission_model: this.#permissionFlag() !== null,
+      process_starts: this.#starts,
+      process_crashes: this.#crashes,
+      last_problem: this.#lastProblem,
+    };
+    const ivm = this.#ivmDir();
+    if (!ivm) return { available: false, reason: `isolated-vm is not installed. ${installAdvice()}`, ...base };
+    const sandbox = this.#current ?? (this.#closed ? null : this.#start());
+    if (!sandbox) return { available: false, reason: 'the runner is closed', ...base };
+    try {
+      const info = await sandbox.ready;
+      const stats = await sandbox.ask('stats');
+      return {
+        available: true,
+        ...base,
+        node: info.node,
+        isolated_vm: info.isolatedVm,
+        pid: sandbox.pid,
+        pool: stats.pool,
+        in_flight: sandbox.inFlight,
+      };
+    } catch (error) {
+      return { available: false, reason: this.#unavailable(error).message, ...base };
+    }
+  }
+
+  /** For tests: what the sandbox process itself may do (read outside its folders, start processes). */
+  async probe(): Promise<Record<string, unknown>> {
+    const sandbox = this.#current ?? this.#start();
+    await sandbox.ready;
+    return sandbox.ask('probe');
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#current = null;
+    await Promise.all([...this.#all].map((p) => p.close()));
+  }
+
+  /** The process new calls go to, started if needed (also when the call's tools folder is new to it). */
+  #sandbox(tool: Tool): SandboxProcess {
+    if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The JS runner has been closed');
+    if (tool.toolsDir && !this.#roots.has(tool.toolsDir)) {
+      this.#roots.add(tool.toolsDir);
+      // With the permission model on, a running process cannot read the new folder: start one that can.
+      if (this.#current && this.#permissionFlag() !== null) this.#retire(this.#current);
+    }
+    if (this.#current?.accepting) return this.#current;
+    return this.#start();
+  }
+
+  #start(): SandboxProcess {
+    const ivmDir = this.#ivmDir();
+    if (!ivmDir) throw new ToolFailure('execution', 'UNAVAILABLE', `isolated-vm is not installed. ${installAdvice()}`);
+    const worker = workerPath();
+    const typescriptDir = packageDir('typescript');
+    const execArgv = ['--no-node-snapshot', '--no-warnings'];
+    const permission = this.#permissionFlag();
+    if (permission) {
+      execArgv.push(permission, '--allow-addons');
+      for (const dir of [dirname(worker), ivmDir, typescriptDir, ...this.#roots]) if (dir) execArgv.push(`--allow-fs-read=${dir}`);
+    }
+    const sandbox = new SandboxProcess({
+      workerPath: worker,
+      execArgv,
+      workerConfig: { ivmDir, typescriptDir, maxIsolates: this.#options.maxIsolates ?? 16 },
+    });
+    this.#starts++;
+    this.#lastStart = Date.now();
+    this.#current = sandbox;
+    this.#all.add(sandbox);
+    sandbox.onDrain = () => this.#retire(sandbox);
+    sandbox.onExit = () => this.#exited(sandbox);
+    for (const tool of this.#prepared.values()) {
+      if (tool.toolsDir && this.#roots.has(tool.toolsDir)) sandbox.prepare(tool);
+    }
+    sandbox.ready.catch((error: unknown) => {
+      this.#lastProblem = String((error as Error)?.message ?? error);
+    });
+    return sandbox;
+  }
+
+  /** New calls go elsewhere; this process ends once its calls are done (the worker exits on its own when draining). */
+  #retire(sandbox: SandboxProcess): void {
+    if (this.#current === sandbox) this.#current = null;
+    if (sandbox.inFlight === 0) void sandbox.close();
+    if (!this.#closed && this.#prepared.size > 0) this.#start();
+  }
+
+  #exited(sandbox: SandboxProcess): void {
+    this.#all.delete(sandbox);
+    if (this.#current !== sandbox) return;
+    this.#current = null;
+    if (this.#closed || sandbox.info === null) return;
+    this.#crashes++;
+    // Keep tools warm after a crash, unless the process keeps dying right after it starts.
+    this.#flaps = Date.now() - this.#lastStart < FLAPPING_MS ? this.#flaps + 1 : 0;
+    if (this.#prepared.size > 0 && this.#flaps < MAX_FLAPS) this.#start();
+  }
+
+  #ivmDir(): string | null {
+    return this.#options.isolatedVm ?? packageDir('isolated-vm');
+  }
+
+  #permissionFlag(): string | null {
+    return this.#options.permissionModel === false ? null : permissionFlag();
+  }
+
+  #unavailable(error: unknown): ToolFailure {
+    if (error instanceof ToolFailure) return error;
+    const reason = String((error as Error)?.message ?? error).split('\n')[0] ?? '';
+    this.#lastProblem = reason;
+    // The reason can name host paths: it stays in status(); callers get its gist and the fix.
+    const gist = reason.replace(/(?:\/[^\s'"]+)+/g, '…');
+    return new ToolFailure('execution', 'UNAVAILABLE', `The JS sandbox could not start (${gist}). ${installAdvice()}`, {
+      details: { runner: 'js-runner' },
+    });
+  }
+}

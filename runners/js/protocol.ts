@@ -1,0 +1,56 @@
+import type { ErrorCode } from '../../src/errors.js';
+import type { CallLimits } from '../../src/limits.js';
+import type { LogLine } from '../../src/result.js';
+
+/**
+ * Messages between the engine and the JS sandbox process (runners/js/worker/main.mjs), over Node's IPC
+ * channel with `serialization: 'advanced'` (structured clone, so bytes cross as Uint8Array). The worker
+ * is plain JavaScript; these types are the contract it follows.
+ *
+ * The engine treats what comes back as untrusted data: a tool cannot write these messages, but if V8
+ * were ever compromised in the sandbox process it could, so every field is checked before use.
+ */
+
+export interface ToolRef {
+  /** Real path of the entry file. */
+  entry: string;
+  /** Real path of the tools folder: nothing outside it may be imported. */
+  root: string;
+}
+
+export const VFS_OPS = ['read', 'write', 'list', 'stat', 'exists', 'delete', 'mkdir', 'move'] as const;
+export type VfsOp = (typeof VFS_OPS)[number];
+
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+export type ToWorker =
+  | {
+      t: 'call';
+      id: number;
+      tool: ToolRef;
+      input: unknown;
+      limits: CallLimits;
+      info: { tool: string; runId: string; traceId: string };
+    }
+  | { t: 'reply'; id: number; rid: number; ok: true; value: unknown }
+  | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
+  | { t: 'abort'; id: number; code: ErrorCode; message: string }
+  | { t: 'prepare'; tool: ToolRef; memoryMb: number }
+  | { t: 'forget'; entry: string }
+  | { t: 'stats'; id: number }
+  | { t: 'probe'; id: number }
+  | { t: 'shutdown' };
+
+export type FromWorker =
+  | { t: 'ready'; node: string; isolatedVm: string }
+  | { t: 'unavailable'; reason: string }
+  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[] }
+  | { t: 'done'; id: number; ok: true; data: unknown; logs: LogLine[]; dropped: number }
+  | { t: 'done'; id: number; ok: false; error: WireError & { stack?: string }; logs: LogLine[]; dropped: number }
+  | { t: 'draining'; reason: string }
+  | { t: 'stats'; id: number; [key: string]: unknown }
+  | { t: 'probe'; id: number; [key: string]: unknown };

@@ -1,0 +1,327 @@
+import { type ChildProcess, fork } from 'node:child_process';
+import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
+import type { LogLine } from '../../src/result.js';
+import type { RunContext } from '../../src/runner.js';
+import type { Tool } from '../../src/tool.js';
+import { endsCall, isVfsOp, runVfsOp, toWire } from './host-ops.js';
+import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
+
+/**
+ * One JS sandbox process (runners/js/worker/main.mjs) and the calls it is running. The engine process
+ * never loads isolated-vm; when V8 aborts in here, only this process dies, its calls fail, and the
+ * runner starts another one.
+ */
+
+export interface SandboxConfig {
+  workerPath: string;
+  execArgv: string[];
+  /** Passed to the worker as JSON in argv[2]. */
+  workerConfig: Record<string, unknown>;
+}
+
+export interface WorkerInfo {
+  node: string;
+  isolatedVm: string;
+}
+
+/** After asking the worker to stop a call, how long it may take before the process counts as stuck. */
+const STOP_GRACE_MS = 2_000;
+const STDERR_KEEP = 8_192;
+const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODES);
+const LEVELS: ReadonlySet<string> = new Set(['log', 'info', 'warn', 'error']);
+
+interface Pending {
+  ctx: RunContext;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+  settled: boolean;
+  stopTimer: NodeJS.Timeout | null;
+  onAbort: () => void;
+}
+
+export function toolRef(tool: Tool): ToolRef {
+  if (!tool.entryPath || !tool.toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no entry file`);
+  return { entry: tool.entryPath, root: tool.toolsDir };
+}
+
+export class SandboxProcess {
+  readonly ready: Promise<WorkerInfo>;
+  /** Called once when the process is gone (crashed, stopped, or drained). */
+  onExit: (() => void) | null = null;
+  /** Called when the worker asks to be replaced (a catastrophic V8 error in one of its isolates). */
+  onDrain: (() => void) | null = null;
+  readonly #child: ChildProcess;
+  readonly #calls = new Map<number, Pending>();
+  readonly #probes = new Map<number, (value: Record<string, unknown>) => void>();
+  #seq = 0;
+  #stderr = '';
+  #exited = false;
+  #draining = false;
+  #stopping = false;
+  #info: WorkerInfo | null = null;
+  #unavailable: string | null = null;
+
+  constructor(config: SandboxConfig) {
+    this.#child = fork(config.workerPath, [JSON.stringify(config.workerConfig)], {
+      execArgv: config.execArgv,
+      serialization: 'advanced',
+      // Tool code never sees this process's environment, but nothing in it should be there to leak.
+      env: {},
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    });
+    this.#child.stderr?.setEncoding('utf8');
+    this.#child.stderr?.on('data', (chunk: string) => {
+      this.#stderr = (this.#stderr + chunk).slice(-STDERR_KEEP);
+    });
+    this.ready = new Promise<WorkerInfo>((resolve, reject) => {
+      this.#child.on('message', (message: FromWorker) => {
+        if (message?.t === 'ready') {
+          this.#info = { node: String(message.node), isolatedVm: String(message.isolatedVm) };
+          resolve(this.#info);
+        } else if (message?.t === 'unavailable') {
+          this.#unavailable = String(message.reason);
+          reject(new Error(this.#unavailable));
+        } else {
+          this.#onMessage(message);
+        }
+      });
+      this.#child.on('exit', (code, signal) => {
+        this.#exited = true;
+        if (!this.#info && !this.#unavailable) {
+          reject(
+            new Error(`the sandbox process exited during start-up (${signal ?? `code ${code}`}): ${this.#stderr.trim().split('\n').pop() ?? ''}`),
+          );
+        }
+        this.#failAll(code, signal);
+        this.onExit?.();
+      });
+      this.#child.on('error', (error) => reject(error));
+    });
+    this.ready.catch(() => {});
+    this.#idle();
+  }
+
+  /** False once the process is going away: new calls go to another one. */
+  get accepting(): boolean {
+    return !this.#exited && !this.#draining && !this.#stopping;
+  }
+
+  get info(): WorkerInfo | null {
+    return this.#info;
+  }
+
+  get inFlight(): number {
+    return this.#calls.size;
+  }
+
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
+  call(ctx: RunContext): Promise<unknown> {
+    const id = ++this.#seq;
+    return new Promise((resolve, reject) => {
+      const pending: Pending = { ctx, resolve, reject, settled: false, stopTimer: null, onAbort: () => this.#abort(id) };
+      this.#calls.set(id, pending);
+      this.#busy();
+      ctx.signal.addEventListener('abort', pending.onAbort, { once: true });
+      const tool = ctx.tool;
+      this.#send({
+        t: 'call',
+        id,
+        tool: toolRef(tool),
+        input: ctx.input,
+        limits: { ...ctx.limits },
+        info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
+      });
+    });
+  }
+
+  prepare(tool: Tool): void {
+    this.#send({ t: 'prepare', tool: toolRef(tool), memoryMb: tool.spec.limits?.memory_mb ?? 128 });
+  }
+
+  /** Asks the worker for facts about itself (`stats`) or about its own confinement (`probe`, used by tests). */
+  ask(kind: 'stats' | 'probe'): Promise<Record<string, unknown>> {
+    const id = ++this.#seq;
+    return new Promise((resolve) => {
+      this.#probes.set(id, resolve);
+      this.#busy();
+      this.#send({ t: kind, id });
+    });
+  }
+
+  forget(tool: Tool): void {
+    if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath });
+  }
+
+  /** Stops the process; calls still running fail with UNAVAILABLE. */
+  async close(): Promise<void> {
+    if (this.#exited) return;
+    this.#stopping = true;
+    const gone = new Promise<void>((resolve) => this.#child.once('exit', () => resolve()));
+    this.#send({ t: 'shutdown' });
+    const timer = setTimeout(() => this.#child.kill('SIGKILL'), 1_000);
+    await gone;
+    clearTimeout(timer);
+  }
+
+  #send(message: ToWorker): void {
+    if (this.#exited || !this.#child.connected) return;
+    this.#child.send(message);
+  }
+
+  #onMessage(message: FromWorker): void {
+    switch (message?.t) {
+      case 'vfs':
+        this.#vfs(message);
+        return;
+      case 'done':
+        this.#done(message);
+        return;
+      case 'draining':
+        this.#draining = true;
+        this.onDrain?.();
+        return;
+      case 'stats':
+      case 'probe': {
+        const resolve = this.#probes.get(message.id);
+        this.#probes.delete(message.id);
+        resolve?.(message);
+        this.#idle();
+        return;
+      }
+    }
+  }
+
+  /** A `ctx.vfs` request from a running tool, served on the call's own permission-checked VFS. */
+  #vfs(message: Extract<FromWorker, { t: 'vfs' }>): void {
+    const pending = this.#calls.get(message.id);
+    const reply = (ok: boolean, payload: unknown) =>
+      this.#send(
+        ok
+          ? { t: 'reply', id: message.id, rid: message.rid, ok: true, value: payload }
+          : { t: 'reply', id: message.id, rid: message.rid, ok: false, error: payload as ReturnType<typeof toWire> },
+      );
+    if (!pending || pending.settled) {
+      reply(false, { code: 'CANCELLED', message: 'The call has ended' });
+      return;
+    }
+    if (!isVfsOp(message.op) || !Array.isArray(message.args)) {
+      reply(false, { code: 'INVALID_INPUT', message: 'Unknown VFS operation' });
+      return;
+    }
+    try {
+      reply(true, runVfsOp(pending.ctx.vfs, message.op, message.args));
+    } catch (error) {
+      const failure =
+        error instanceof ToolFailure
+          ? error
+          : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${message.op} failed in the engine`, { cause: error });
+      if (failure.code === 'INTERNAL' || endsCall(failure)) {
+        // Settle now and stop the tool: it must not get to catch a denial and go on.
+        this.#settle(message.id, failure);
+        this.#send({ t: 'abort', id: message.id, code: failure.code, message: failure.message });
+      }
+      reply(false, toWire(failure));
+    }
+  }
+
+  #done(message: Extract<FromWorker, { t: 'done' }>): void {
+    const pending = this.#calls.get(message.id);
+    if (!pending) return;
+    this.#calls.delete(message.id);
+    if (pending.stopTimer) clearTimeout(pending.stopTimer);
+    pending.ctx.signal.removeEventListener('abort', pending.onAbort);
+    this.#idle();
+    if (pending.settled) return;
+    pending.settled = true;
+    const logs: LogLine[] = Array.isArray(message.logs) ? message.logs : [];
+    for (const line of logs) pending.ctx.log(LEVELS.has(line?.level) ? line.level : 'log', String(line?.message));
+    // The dispatcher replaces this count with its own when it drops lines too (its cap is the smaller one).
+    if (Number.isSafeInteger(message.dropped) && message.dropped > 0) pending.ctx.meta.logs_dropped = message.dropped;
+    if (message.ok === true) {
+      pending.resolve(message.data);
+      return;
+    }
+    const error = message.error ?? { code: 'INTERNAL', message: 'The sandbox reported a failure without details' };
+    const code: ErrorCode = KNOWN_CODES.has(error.code) ? error.code : 'INTERNAL';
+    const stage = code === 'DENIED' ? 'permission' : 'execution';
+    const options: ConstructorParameters<typeof ToolFailure>[3] = {};
+    if (error.details && typeof error.details === 'object') options.details = error.details;
+    if (typeof error.stack === 'string' && error.stack !== '') options.toolStack = error.stack;
+    pending.reject(new ToolFailure(stage, code, String(error.message), options));
+  }
+
+  /** The dispatcher gave up on the call (deadline or cancel) and has its result; the tool must stop. */
+  #abort(id: number): void {
+    const pending = this.#calls.get(id);
+    if (!pending || pending.settled) return;
+    this.#settle(id, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
+    this.#send({ t: 'abort', id, code: 'CANCELLED', message: 'The call was stopped by the engine' });
+  }
+
+  /** Fails the call now; the worker still owes its `done`, and is killed if it does not come in time. */
+  #settle(id: number, failure: ToolFailure): void {
+    const pending = this.#calls.get(id);
+    if (!pending || pending.settled) return;
+    pending.settled = true;
+    pending.reject(failure);
+    pending.stopTimer = setTimeout(() => {
+      // The worker could not stop the tool (its event loop is stuck): only killing the process helps.
+      if (this.#calls.has(id)) this.#child.kill('SIGKILL');
+    }, STOP_GRACE_MS);
+    pending.stopTimer.unref();
+  }
+
+  #failAll(code: number | null, signal: NodeJS.Signals | null): void {
+    const running = [...this.#calls.values()].filter((p) => !p.settled);
+    const how = signal ? `signal ${signal}` : `exit code ${code}`;
+    const outOfMemory = /out of memory|invalid size error|heap limit|allocation failed|CALL_AND_RETRY_LAST/i.test(this.#stderr);
+    for (const pending of this.#calls.values()) {
+      if (pending.stopTimer) clearTimeout(pending.stopTimer);
+      pending.ctx.signal.removeEventListener('abort', pending.onAbort);
+      if (pending.settled) continue;
+      pending.settled = true;
+      let failure: ToolFailure;
+      if (this.#stopping) {
+        failure = new ToolFailure('execution', 'UNAVAILABLE', 'The JS runner was shut down while the tool ran');
+      } else if (running.length === 1 && outOfMemory) {
+        const mb = pending.ctx.limits.memory_mb;
+        failure = new ToolFailure(
+          'execution',
+          'MEMORY_LIMIT',
+          `${pending.ctx.tool.spec.id} exceeded its memory limit of ${mb} MB (V8 aborted the sandbox process, which was replaced)`,
+          {
+            details: { memory_mb: mb, reason: 'the sandbox process aborted' },
+          },
+        );
+      } else {
+        failure = new ToolFailure(
+          'execution',
+          'UNAVAILABLE',
+          `The JS sandbox process stopped (${how}) while ${running.length} call(s) ran; it has been replaced and the call can be retried`,
+          { details: { calls: running.length } },
+        );
+      }
+      pending.reject(failure);
+    }
+    this.#calls.clear();
+    for (const resolve of this.#probes.values()) resolve({ error: 'the sandbox process exited' });
+    this.#probes.clear();
+  }
+
+  /** The process keeps the engine's event loop alive only while it has work. */
+  #busy(): void {
+    this.#child.ref();
+    this.#child.channel?.ref();
+    (this.#child.stderr as unknown as { ref?: () => void } | null)?.ref?.();
+  }
+
+  #idle(): void {
+    if (this.#calls.size > 0 || this.#probes.size > 0) return;
+    this.#child.unref();
+    this.#child.channel?.unref();
+    (this.#child.stderr as unknown as { unref?: () => void } | null)?.unref?.();
+  }
+}

@@ -1,0 +1,359 @@
+import { LoadError } from './loader.mjs';
+import { SETUP_FILENAME } from './setup-script.mjs';
+
+/**
+ * One call in the worker: lease an isolate with a fresh context, link and evaluate the tool's modules,
+ * start the tool through the prelude, relay its VFS requests to the host, and report one outcome.
+ *
+ * Everything that runs tool code (evaluate, invoke, deliver) is an async isolated-vm task on the
+ * isolate's own thread, so this process stays free to serve other calls and to stop this one: on the
+ * deadline, a cancel or a memory fault the isolate is disposed, which terminates whatever it runs
+ * (loops, regexps, Atomics.wait, microtask floods).
+ */
+
+const VFS_OPS = new Set(['read', 'write', 'list', 'stat', 'exists', 'delete', 'mkdir', 'move']);
+const LOG_LEVELS = new Set(['log', 'info', 'warn', 'error']);
+/** VFS requests of one call being served by the host at once; the rest wait here, in order. */
+const MAX_IN_FLIGHT = 16;
+/** Requests one call may have queued here; the prelude already refuses more than 256 pending. */
+const MAX_QUEUED = 300;
+/** After a result, how long the isolate may keep running what the tool left behind before it is disposed. */
+const AFTER_RESULT_GRACE_MS = 250;
+
+const SANDBOX_FRAME = new RegExp(`\\((?:${SETUP_FILENAME}|arium:main|arium:start):|^\\s+at (?:${SETUP_FILENAME}|arium:main|arium:start):`);
+
+/** Tool stacks keep only the tool's frames: nothing from the sandbox's own code or the host side of the boundary. */
+export function toolStack(stack) {
+  if (typeof stack !== 'string' || stack === '') return undefined;
+  const kept = [];
+  for (const line of stack.split('\n')) {
+    if (line.includes('<isolated-vm boundary>')) break;
+    if (!SANDBOX_FRAME.test(line)) kept.push(line);
+  }
+  const text = kept.join('\n');
+  return text.length > 16_384 ? `${text.slice(0, 16_384)}…` : text;
+}
+
+/** A logged stack shows the tool's frames only. */
+function sandboxFramesRemoved(text) {
+  if (!text.includes('arium:')) return text;
+  return text
+    .split('\n')
+    .filter((line) => !SANDBOX_FRAME.test(line))
+    .join('\n');
+}
+
+function failure(code, message, extra = {}) {
+  return { ok: false, error: { code, message, ...extra } };
+}
+
+export class CallRun {
+  #msg;
+  #deps;
+  #deadline;
+  #timer;
+  #ended = false;
+  #lease = null;
+  #modules = [];
+  #tasks = 0;
+  #kill = null;
+  #logs = [];
+  #logBytes = 0;
+  #dropped = 0;
+  #queue = [];
+  #inFlight = 0;
+  #graceTimer = null;
+  #released = false;
+  #acquiring = false;
+
+  /** deps: { pool, loader, post(message), logCap, onFinished(run) } */
+  constructor(msg, deps) {
+    this.#msg = msg;
+    this.#deps = deps;
+    this.#deadline = Date.now() + msg.limits.timeout_ms;
+    this.#timer = setTimeout(
+      () => this.stop('TIMEOUT', `${msg.info.tool} did not finish within ${msg.limits.timeout_ms} ms`, { timeout_ms: msg.limits.timeout_ms }),
+      msg.limits.timeout_ms,
+    );
+  }
+
+  get id() {
+    return this.#msg.id;
+  }
+
+  get slot() {
+    return this.#lease?.slot ?? null;
+  }
+
+  async start() {
+    const { pool, loader } = this.#deps;
+    const msg = this.#msg;
+    let graph;
+    let generated;
+    try {
+      graph = loader.graph(msg.tool.entry, msg.tool.root);
+      generated = loader.generated();
+    } catch (error) {
+      if (error instanceof LoadError) return this.#end(failure('TOOL_ERROR', error.message, { details: { phase: 'load' } }));
+      return this.#end(failure('INTERNAL', `The tool's modules could not be loaded: ${error?.message ?? error}`));
+    }
+    this.#acquiring = true;
+    try {
+      this.#lease = await pool.acquire(msg.limits.memory_mb);
+    } catch (error) {
+      this.#acquiring = false;
+      if (this.#ended) return this.#cleanup();
+      return this.#end(failure('INTERNAL', `No sandbox could be prepared for the call: ${error?.message ?? error}`));
+    }
+    this.#acquiring = false;
+    // Ended while waiting for an isolate (deadline, cancel): give it back untouched.
+    if (this.#ended) return this.#cleanup();
+    const { slot, context } = this.#lease;
+    context.binding.call = this;
+    let main;
+    try {
+      // No tool code has run in this context yet, so these synchronous steps run only the prelude and V8's linker.
+      const info = {
+        tool: msg.info.tool,
+        runId: msg.info.runId,
+        traceId: msg.info.traceId,
+        limits: msg.limits,
+        outputBytes: msg.limits.output_bytes,
+      };
+      context.entry.applySync(undefined, [0, msg.input, info], { arguments: { copy: true } });
+      main = this.#link(slot.isolate, context.context, graph, generated);
+    } catch (error) {
+      return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
+    }
+    // One isolate task evaluates the tool's modules and starts the tool (see GENERATED in loader.mjs).
+    await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
+    if (this.#ended) return;
+    if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
+  }
+
+  /** Compiles the graph's modules in this isolate (from code cache) and links them in the context. */
+  #link(isolate, context, graph, generated) {
+    const compile = (source, name, cachedData) => {
+      const options = { filename: name };
+      if (cachedData) options.cachedData = cachedData;
+      const module = isolate.compileModuleSync(source, options);
+      this.#modules.push(module);
+      return module;
+    };
+    const compiled = new Map();
+    const keys = new Map();
+    for (const mod of graph.modules.values()) {
+      const module = compile(mod.source, mod.name, mod.cachedData);
+      compiled.set(mod.key, module);
+      keys.set(module, mod.key);
+    }
+    const main = compile(generated.main.source, generated.main.name, generated.main.cachedData);
+    const start = compile(generated.start.source, generated.start.name, generated.start.cachedData);
+    const entry = compiled.get(graph.entryKey);
+    main.instantiateSync(context, (specifier, referrer) => {
+      if (referrer === main) return specifier === 'arium:start' ? start : entry;
+      const key = graph.modules.get(keys.get(referrer))?.deps.get(specifier);
+      const target = key === undefined ? undefined : compiled.get(key);
+      if (!target) throw new Error(`Cannot resolve "${specifier}"`);
+      return target;
+    });
+    return main;
+  }
+
+  /** Where the prelude says the call is: 0 the tool has not started, 1 it runs, 2 it has its outcome. */
+  #state() {
+    try {
+      return this.#lease.context.entry.applySync(undefined, [2], { timeout: 1000 });
+    } catch {
+      return 2;
+    }
+  }
+
+  #remaining() {
+    return Math.max(1, this.#deadline - Date.now());
+  }
+
+  /** Tracks an isolated-vm task; a rejection ends the call unless it already has an outcome. */
+  #task(promise, phase) {
+    this.#tasks++;
+    return promise.then(
+      () => this.#taskDone(),
+      (error) => {
+        if (!this.#ended) this.#end(this.#classify(error, phase));
+        this.#taskDone();
+      },
+    );
+  }
+
+  #taskDone() {
+    this.#tasks--;
+    if (this.#ended && this.#tasks === 0) this.#cleanup();
+  }
+
+  /** What a rejected isolated-vm task means for the call. */
+  #classify(error, phase) {
+    const message = typeof error?.message === 'string' ? error.message : '';
+    if (message.includes('memory limit')) return this.#memoryFailure('the isolate reached its heap limit');
+    if (message.includes('Script execution timed out')) {
+      return failure('TIMEOUT', `${this.#msg.info.tool} did not finish within ${this.#msg.limits.timeout_ms} ms`, {
+        details: { timeout_ms: this.#msg.limits.timeout_ms },
+      });
+    }
+    if (message.includes('disposed')) return failure('INTERNAL', 'The sandbox isolate was lost while the tool ran');
+    const thrown = error instanceof Error ? error : null;
+    const text = thrown ? `${thrown.name}: ${thrown.message}` : `a non-Error value (${describeValue(error)})`;
+    if (phase === 'evaluate' && this.#state() === 0) {
+      return failure('TOOL_ERROR', `The tool module threw while loading: ${text}`, { stack: toolStack(thrown?.stack), details: { phase } });
+    }
+    return failure('TOOL_ERROR', `Unhandled promise rejection in the tool: ${text}`, { stack: toolStack(thrown?.stack), details: { phase } });
+  }
+
+  #memoryFailure(reason) {
+    const mb = this.#msg.limits.memory_mb;
+    return failure('MEMORY_LIMIT', `${this.#msg.info.tool} exceeded its memory limit of ${mb} MB (${reason})`, {
+      details: { memory_mb: mb, reason },
+    });
+  }
+
+  /** From the prelude (through an ignored callback): a log line, or a VFS request. */
+  onSend(op, rid, a, b) {
+    if (this.#ended) return;
+    if (op === 'log') {
+      if (this.#logBytes >= this.#deps.logCap) {
+        this.#dropped++;
+        return;
+      }
+      const text = sandboxFramesRemoved(String(b));
+      this.#logBytes += text.length;
+      this.#logs.push({ level: LOG_LEVELS.has(a) ? a : 'log', message: text });
+    } else if (op === 'dropped') {
+      if (Number.isSafeInteger(a) && a > 0) this.#dropped += a;
+    } else if (op === 'vfs' && Number.isSafeInteger(rid) && VFS_OPS.has(a) && Array.isArray(b)) {
+      if (this.#queue.length >= MAX_QUEUED) {
+        this.#deliver(rid, false, { code: 'BUSY', message: 'Too many VFS operations are pending' });
+        return;
+      }
+      this.#queue.push({ rid, op: a, args: b });
+      this.#pump();
+    }
+  }
+
+  #pump() {
+    while (this.#inFlight < MAX_IN_FLIGHT && this.#queue.length > 0 && !this.#ended) {
+      const request = this.#queue.shift();
+      this.#inFlight++;
+      this.#deps.post({ t: 'vfs', id: this.id, rid: request.rid, op: request.op, args: request.args });
+    }
+  }
+
+  /** The host's answer to a VFS request. */
+  onReply(msg) {
+    this.#inFlight--;
+    if (this.#ended) return;
+    this.#deliver(msg.rid, msg.ok === true, msg.ok === true ? msg.value : msg.error);
+    this.#pump();
+  }
+
+  #deliver(rid, ok, payload) {
+    const entry = this.#lease?.context.entry;
+    if (!entry || this.#ended) return;
+    this.#task(entry.apply(undefined, [1, rid, ok, payload], { arguments: { copy: true }, timeout: this.#remaining() }), 'deliver');
+  }
+
+  /** From the prelude: the call's one outcome (see prelude.js `finish`). */
+  onDone(kind, a, b, c) {
+    if (this.#ended) return;
+    const tool = this.#msg.info.tool;
+    switch (kind) {
+      case 0:
+        return this.#end({ ok: true, data: a });
+      case 1:
+        if (a === '') return this.#end(failure('TOOL_ERROR', `The tool threw a non-Error value: ${b}`, { stack: toolStack(c) }));
+        return this.#end(failure('TOOL_ERROR', `${a}: ${b}`, { stack: toolStack(c), details: { name: String(a) } }));
+      case 2: {
+        const code = a === 'OUTPUT_LIMIT' ? 'OUTPUT_LIMIT' : 'INVALID_OUTPUT';
+        const message =
+          code === 'OUTPUT_LIMIT' ? `The output of ${tool} is too large: ${b}` : `The output of ${tool} is not plain JSON at "${c}": ${b}`;
+        return this.#end(failure(code, message, { details: { pointer: String(c), reason: String(b) } }));
+      }
+      case 3:
+        this.#kill = 'memory';
+        return this.#end(this.#memoryFailure(String(a)));
+      default:
+        return this.#end(failure('TOOL_ERROR', String(a)));
+    }
+  }
+
+  /** Ends the call from outside: deadline, cancel, host-side denial, lost isolate. The isolate is disposed. */
+  stop(code, message, details) {
+    if (this.#ended) return;
+    this.#kill = code;
+    this.#end(failure(code, message, details ? { details } : {}));
+  }
+
+  /** The isolate died of a catastrophic V8 error (out of memory in a way V8 cannot recover from). */
+  catastrophe() {
+    this.#kill = 'catastrophe';
+    this.#end(this.#memoryFailure('V8 could not allocate memory; the sandbox process is being replaced'));
+    // Its isolated-vm task never settles (the thread is parked): nothing to wait for.
+    this.#cleanup();
+  }
+
+  #end(outcome) {
+    if (this.#ended) return;
+    this.__lap?.('invoke');
+    this.#ended = true;
+    clearTimeout(this.#timer);
+    const message = { t: 'done', id: this.id, ...outcome, logs: this.#logs, dropped: this.#dropped };
+    this.#deps.post(message);
+    if (!this.#lease) {
+      if (!this.#acquiring) this.#cleanup();
+      return;
+    }
+    if (this.#kill !== null && this.#kill !== 'catastrophe') this.#dispose();
+    if (this.#tasks === 0) this.#cleanup();
+    else if (this.#kill === null) {
+      // The tool returned, yet the isolate is still busy (work left running, a microtask flood): it gets
+      // a moment to settle, then goes.
+      this.#graceTimer = setTimeout(() => this.#dispose(), AFTER_RESULT_GRACE_MS);
+    }
+  }
+
+  #dispose() {
+    this.#kill ??= 'dispose';
+    try {
+      this.#lease?.slot.isolate.dispose();
+    } catch {}
+  }
+
+  #cleanup() {
+    if (this.#released) return;
+    this.#released = true;
+    clearTimeout(this.#graceTimer);
+    clearTimeout(this.#timer);
+    const lease = this.#lease;
+    if (lease) {
+      lease.context.binding.call = null;
+      if (this.#kill !== 'catastrophe') {
+        try {
+          for (const module of this.#modules) module.release();
+          lease.context.entry.release();
+          lease.context.context.release();
+        } catch {
+          // Already gone with a disposed isolate.
+        }
+        this.#deps.pool.release(lease.slot, this.#kill !== null);
+      }
+    }
+    this.#deps.onFinished(this);
+  }
+}
+
+function describeValue(value) {
+  try {
+    const text = typeof value === 'string' ? value : JSON.stringify(value);
+    return text === undefined ? String(value) : text.length > 200 ? `${text.slice(0, 200)}…` : text;
+  } catch {
+    return typeof value;
+  }
+}

@@ -1,0 +1,195 @@
+import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, extname, isAbsolute, relative, resolve, sep } from 'node:path';
+
+/**
+ * Loads a tool's module graph: its entry and every file it imports, all of them inside the tools folder.
+ * Each file is read once, transpiled when it is TypeScript, parsed by V8 to learn its imports, and its
+ * compiled code cached (V8 code cache data made here, never taken from anywhere else). A graph is
+ * reused until one of its files changes on disk (checked with a stat per file per call).
+ *
+ * Messages name files relative to the project ("tools/lib/util.js"): they reach callers, host paths must not.
+ */
+
+const EXTENSIONS = new Set(['.js', '.mjs', '.ts', '.mts']);
+const MAX_FILE_BYTES = 8 * 1024 * 1024;
+const MAX_MODULES = 1000;
+/**
+ * Two generated modules start a call in a single isolate task. "arium:main" imports "arium:start" first
+ * (so it is evaluated before any tool code), then the tool; its body runs once the tool's module has
+ * finished evaluating, top-level await included, and hands the tool's exports to the prelude.
+ */
+export const GENERATED = Object.freeze({
+  main: "import { start } from 'arium:start';\nimport * as tool from 'arium:entry';\nstart(tool);\n",
+  start: 'const start = globalThis.__ariumStart;\ndelete globalThis.__ariumStart;\nexport { start };\n',
+});
+
+/** A problem with the tool's code or its imports: the call fails with TOOL_ERROR and this message. */
+export class LoadError extends Error {}
+
+function isInside(root, path) {
+  const rel = relative(root, path);
+  return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+}
+
+function stamp(path) {
+  const st = statSync(path, { throwIfNoEntry: false });
+  return st ? `${st.mtimeMs}:${st.size}:${st.ino}` : 'missing';
+}
+
+export class ModuleLoader {
+  #compiler;
+  #graphs = new Map();
+  #typescript = null;
+  #typescriptPath;
+  #generated = null;
+
+  /**
+   * `compiler`: an isolate used only to parse modules and make their code cache.
+   * `typescriptPath`: where the host found the typescript package (the worker does not search for it).
+   */
+  constructor(compiler, typescriptPath) {
+    this.#compiler = compiler;
+    this.#typescriptPath = typescriptPath;
+  }
+
+  /** The graph of the tool whose entry is `entry` (real path) inside `root` (real path of the tools folder). */
+  graph(entry, root) {
+    const known = this.#graphs.get(entry);
+    if (known && known.root === root && known.files.every((f) => stamp(f.path) === f.stamp)) return known;
+    if (known) this.#release(known);
+    this.#graphs.delete(entry);
+    const graph = this.#load(entry, root);
+    this.#graphs.set(entry, graph);
+    return graph;
+  }
+
+  forget(entry) {
+    const known = this.#graphs.get(entry);
+    if (known) this.#release(known);
+    this.#graphs.delete(entry);
+  }
+
+  /** Source and code cache of the generated modules (see GENERATED). */
+  generated() {
+    if (!this.#generated) {
+      const make = (name, source) => {
+        const module = this.#compiler.compileModuleSync(source, { filename: name, produceCachedData: true });
+        const code = { name, source, cachedData: module.cachedData };
+        module.release();
+        return code;
+      };
+      this.#generated = { main: make('arium:main', GENERATED.main), start: make('arium:start', GENERATED.start) };
+    }
+    return this.#generated;
+  }
+
+  #release(graph) {
+    for (const mod of graph.modules.values()) mod.cachedData?.release();
+  }
+
+  #load(entry, root) {
+    const modules = new Map();
+    const files = [];
+    const queue = [entry];
+    const keyOf = (path) => relative(root, path).split(sep).join('/');
+    while (queue.length > 0) {
+      const path = queue.shift();
+      const key = keyOf(path);
+      if (modules.has(key)) continue;
+      if (modules.size >= MAX_MODULES) throw new LoadError(`the tool imports more than ${MAX_MODULES} modules`);
+      const name = `tools/${key}`;
+      files.push({ path, stamp: stamp(path) });
+      const source = this.#source(path, name);
+      let compiled;
+      try {
+        compiled = this.#compiler.compileModuleSync(source, { filename: name, produceCachedData: true });
+      } catch (error) {
+        throw new LoadError(`${error?.name ?? 'SyntaxError'} in ${name}: ${error?.message ?? String(error)}`);
+      }
+      const deps = new Map();
+      for (const specifier of compiled.dependencySpecifiers) {
+        const target = this.#resolve(specifier, path, root, name);
+        deps.set(specifier, keyOf(target));
+        queue.push(target);
+      }
+      modules.set(key, { key, name, source, cachedData: compiled.cachedData ?? null, deps });
+      compiled.release();
+    }
+    return { root, entryKey: keyOf(entry), modules, files };
+  }
+
+  #source(path, name) {
+    let text;
+    try {
+      const size = statSync(path).size;
+      if (size > MAX_FILE_BYTES) throw new LoadError(`${name} is ${size} bytes, over the limit of ${MAX_FILE_BYTES} for a module`);
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      if (error instanceof LoadError) throw error;
+      throw new LoadError(`${name} could not be read (${error?.code ?? 'error'})`);
+    }
+    const ext = extname(path).toLowerCase();
+    return ext === '.ts' || ext === '.mts' ? this.#transpile(text, name) : text;
+  }
+
+  /** Relative specifiers only; the target must be a JS or TS file whose real path stays inside the tools folder. */
+  #resolve(specifier, from, root, fromName) {
+    if (!specifier.startsWith('./') && !specifier.startsWith('../')) {
+      throw new LoadError(
+        `${fromName} imports "${specifier}": tools can import only their own files, by a relative path such as "./lib.js"; Node built-ins and packages are not available in the sandbox`,
+      );
+    }
+    if (specifier.includes('\u0000')) throw new LoadError(`${fromName} imports a path with a NUL byte`);
+    const target = resolve(dirname(from), specifier);
+    if (!isInside(root, target)) throw new LoadError(`${fromName} imports "${specifier}", which is outside the tools folder`);
+    const ext = extname(target).toLowerCase();
+    // TypeScript sources import each other by the name of the compiled file ("./util.js" for util.ts).
+    const candidates = [target];
+    if (ext === '.js') candidates.push(`${target.slice(0, -3)}.ts`);
+    if (ext === '.mjs') candidates.push(`${target.slice(0, -4)}.mts`);
+    for (const candidate of candidates) {
+      let real;
+      try {
+        real = realpathSync(candidate);
+      } catch {
+        continue;
+      }
+      if (!isInside(root, real)) throw new LoadError(`${fromName} imports "${specifier}", a link that leads outside the tools folder`);
+      if (!statSync(real).isFile()) continue;
+      if (!EXTENSIONS.has(extname(real).toLowerCase())) {
+        throw new LoadError(`${fromName} imports "${specifier}": only .js, .mjs, .ts and .mts files can be imported`);
+      }
+      return real;
+    }
+    throw new LoadError(`${fromName} imports "${specifier}", which was not found in the tools folder`);
+  }
+
+  /**
+   * TypeScript is compiled with the `typescript` package's transpileModule: types are removed, syntax is
+   * kept as ES2022 modules. It is loaded on the first .ts file only (it takes a few hundred ms to load).
+   */
+  #transpile(text, name) {
+    if (!this.#typescript) {
+      try {
+        this.#typescript = createRequire(import.meta.url)(this.#typescriptPath ?? 'typescript');
+      } catch {
+        throw new LoadError(`${name} is TypeScript, but the "typescript" package is not installed; run \`npm install typescript\``);
+      }
+    }
+    const ts = this.#typescript;
+    const out = ts.transpileModule(text, {
+      fileName: name,
+      reportDiagnostics: true,
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, isolatedModules: true, sourceMap: false },
+    });
+    const errors = (out.diagnostics ?? []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+    if (errors.length > 0) {
+      const first = errors[0];
+      const where = first.file && first.start !== undefined ? first.file.getLineAndCharacterOfPosition(first.start) : null;
+      const at = where ? `:${where.line + 1}:${where.character + 1}` : '';
+      throw new LoadError(`TypeScript error in ${name}${at}: ${ts.flattenDiagnosticMessageText(first.messageText, '\n')}`);
+    }
+    return out.outputText;
+  }
+}

@@ -1,0 +1,207 @@
+import { SETUP_FILENAME } from './setup-script.mjs';
+
+/**
+ * Isolates and their warm contexts.
+ *
+ * - One call at a time per isolate: the memory limit, a timeout and a crash then belong to one call,
+ *   and disposing an isolate stops exactly that call.
+ * - Isolates are grouped by memory limit (isolated-vm fixes `memoryLimit` when an isolate is made).
+ * - Every call gets a context no code has run in except the setup script (prelude.js): a clean global
+ *   scope per call. Making one costs about 0.7 ms, so contexts are made ahead of time, on the isolate's
+ *   own thread (the async API), while the isolate is idle; a call only takes one.
+ */
+
+const WARM_CONTEXTS = 2;
+/** Idle isolates kept per memory class while it is in use, so a call rarely waits behind a refill. */
+const IDLE_ISOLATES = 2;
+/** A class unused this long keeps one idle isolate. */
+const CLASS_IDLE_MS = 60_000;
+/** An isolate is replaced after this many calls, so what V8 keeps per isolate cannot grow without bound. */
+const CALLS_PER_ISOLATE = 5_000;
+
+export class IsolatePool {
+  #ivm;
+  #source;
+  #cachedData = null;
+  #slots = new Set();
+  #waiting = [];
+  #lastUsed = new Map();
+  #options;
+  #trimTimer;
+  #closed = false;
+
+  /** options: { maxIsolates, logCap, onCatastrophe(slot, message) } */
+  constructor(ivm, source, options) {
+    this.#ivm = ivm;
+    this.#source = source;
+    this.#options = options;
+    this.#trimTimer = setInterval(() => this.#trim(), 5_000);
+    this.#trimTimer.unref();
+  }
+
+  get size() {
+    return this.#slots.size;
+  }
+
+  stats() {
+    let leased = 0;
+    let warm = 0;
+    for (const slot of this.#slots) {
+      if (slot.leased) leased++;
+      warm += slot.warm.length;
+    }
+    return { isolates: this.#slots.size, leased, warm_contexts: warm, waiting: this.#waiting.length };
+  }
+
+  /** Makes sure isolates of this class are ready (called when a tool is prepared and after calls). */
+  warm(memoryMb) {
+    this.#lastUsed.set(memoryMb, Date.now());
+    let idle = 0;
+    for (const slot of this.#slots) if (slot.memoryMb === memoryMb && !slot.leased && !slot.dead) idle++;
+    while (idle < IDLE_ISOLATES && this.#slots.size < this.#options.maxIsolates) {
+      const slot = this.#create(memoryMb);
+      this.#refill(slot);
+      idle++;
+    }
+  }
+
+  /** Leases an isolate of the class with a fresh context: resolves with { slot, context }. */
+  async acquire(memoryMb) {
+    this.#lastUsed.set(memoryMb, Date.now());
+    let slot = this.#pick(memoryMb);
+    if (slot) slot.leased = true;
+    else slot = await new Promise((resolve) => this.#waiting.push({ memoryMb, resolve }));
+    slot.calls++;
+    const context = slot.warm.pop() ?? (await this.#newContext(slot));
+    return { slot, context };
+  }
+
+  /** Takes an isolate back after a call; `dispose` when the call ended abnormally or the isolate is suspect. */
+  release(slot, dispose) {
+    slot.leased = false;
+    if (slot.dead) return;
+    if (dispose || slot.calls >= CALLS_PER_ISOLATE) this.#drop(slot);
+    const waiter = this.#waiting.shift();
+    if (waiter) {
+      const next = slot.dead ? this.#pick(waiter.memoryMb) : slot.memoryMb === waiter.memoryMb ? slot : this.#pick(waiter.memoryMb);
+      if (next) {
+        // Leased now, not when the waiter resumes: another acquire could pick it in between.
+        next.leased = true;
+        waiter.resolve(next);
+      } else this.#waiting.unshift(waiter);
+      if (!slot.dead && next !== slot) this.#refill(slot);
+      return;
+    }
+    if (!slot.dead) this.#refill(slot);
+    this.warm(slot.memoryMb);
+  }
+
+  /** An isolate lost to a catastrophic V8 error: never touched again (its thread is parked forever). */
+  abandon(slot) {
+    slot.dead = true;
+    this.#slots.delete(slot);
+  }
+
+  close() {
+    this.#closed = true;
+    clearInterval(this.#trimTimer);
+    for (const slot of this.#slots) this.#drop(slot);
+  }
+
+  /** An idle isolate of the class: one with a warm context and no refill running first. */
+  #pick(memoryMb) {
+    let best = null;
+    let score = -1;
+    for (const slot of this.#slots) {
+      if (slot.leased || slot.dead || slot.memoryMb !== memoryMb) continue;
+      const s = (slot.warm.length > 0 ? 2 : 0) + (slot.refilling ? 0 : 1);
+      if (s > score) {
+        best = slot;
+        score = s;
+      }
+    }
+    if (best) return best;
+    if (this.#slots.size >= this.#options.maxIsolates) this.#evictIdle();
+    if (this.#slots.size < this.#options.maxIsolates) return this.#create(memoryMb);
+    return null;
+  }
+
+  /** At the isolate limit, an idle isolate of another class makes room. */
+  #evictIdle() {
+    for (const slot of this.#slots) {
+      if (!slot.leased && !slot.dead) {
+        this.#drop(slot);
+        return;
+      }
+    }
+  }
+
+  #create(memoryMb) {
+    const slot = { isolate: null, script: null, memoryMb, warm: [], leased: false, refilling: false, dead: false, calls: 0 };
+    slot.isolate = new this.#ivm.Isolate({
+      memoryLimit: memoryMb,
+      onCatastrophicError: (message) => this.#options.onCatastrophe(slot, message),
+    });
+    const options = { filename: SETUP_FILENAME };
+    if (this.#cachedData) options.cachedData = this.#cachedData;
+    else options.produceCachedData = true;
+    slot.script = slot.isolate.compileScriptSync(this.#source, options);
+    if (!this.#cachedData && slot.script.cachedData) this.#cachedData = slot.script.cachedData;
+    this.#slots.add(slot);
+    return slot;
+  }
+
+  #drop(slot) {
+    slot.dead = true;
+    this.#slots.delete(slot);
+    for (const context of slot.warm) context.context.release();
+    slot.warm = [];
+    try {
+      slot.isolate.dispose();
+    } catch {}
+  }
+
+  /** A context with the setup script run in it, connected to whatever call is later bound to it. */
+  async #newContext(slot) {
+    const ivm = this.#ivm;
+    const context = await slot.isolate.createContext();
+    const binding = { call: null };
+    const send = new ivm.Callback((...args) => binding.call?.onSend(...args), { ignored: true });
+    const done = new ivm.Callback((...args) => binding.call?.onDone(...args), { ignored: true });
+    const install = await slot.script.run(context, { reference: true });
+    const entry = await install.apply(undefined, [send, done, slot.memoryMb, this.#options.logCap], { result: { reference: true } });
+    install.release();
+    return { context, entry, binding };
+  }
+
+  /** Brings an idle isolate back to WARM_CONTEXTS, one context at a time, stopping when a call leases it. */
+  async #refill(slot) {
+    if (slot.refilling) return;
+    slot.refilling = true;
+    try {
+      while (!slot.dead && !slot.leased && !this.#closed && slot.warm.length < WARM_CONTEXTS) {
+        const context = await this.#newContext(slot);
+        if (slot.dead) context.context.release();
+        else slot.warm.push(context);
+      }
+    } catch {
+      // The isolate was disposed meanwhile (or hit its limit while empty): it is replaced on demand.
+      if (!slot.dead && !slot.leased) this.#drop(slot);
+    } finally {
+      slot.refilling = false;
+    }
+  }
+
+  /** Drops idle isolates beyond what each class needs. */
+  #trim() {
+    const now = Date.now();
+    const kept = new Map();
+    for (const slot of this.#slots) {
+      if (slot.leased || slot.dead) continue;
+      const recent = now - (this.#lastUsed.get(slot.memoryMb) ?? 0) < CLASS_IDLE_MS;
+      const count = kept.get(slot.memoryMb) ?? 0;
+      if (count >= (recent ? IDLE_ISOLATES : 1)) this.#drop(slot);
+      else kept.set(slot.memoryMb, count + 1);
+    }
+  }
+}

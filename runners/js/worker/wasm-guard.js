@@ -1,0 +1,206 @@
+// In-isolate code: evaluates to `guardWasm(onExceeded, memoryMb)`, which the prelude calls once per
+// context before any tool code runs. Like prelude.js it is one expression, wrapped by the worker in a
+// strict-mode script.
+//
+// Why: isolated-vm's `memoryLimit` counts the V8 heap and ArrayBuffers, but not WebAssembly memories,
+// which V8 allocates on its own (a module can grow one to 4 GB). This guard charges every memory
+// against the call's budget (`memory_mb`) at the moment it could come into existence, at its largest
+// possible size, so that growing it later (from JS or from inside wasm) can never exceed the budget:
+// - `new WebAssembly.Memory(d)`: charged `d.maximum` pages (a missing maximum becomes what is left);
+// - a module's own memories: a module must declare a maximum for each, charged per instance;
+// - each compiled module is charged 4x its size for its machine code (V8 keeps it outside the heap).
+// Exceeding the budget ends the call with MEMORY_LIMIT (the tool cannot catch it), like the heap limit.
+// Async compilation runs synchronously here: a background compile finishing after the call has ended
+// would resume tool code inside the next call on this isolate.
+(() => {
+  const W = typeof WebAssembly === 'object' && WebAssembly !== null ? WebAssembly : null;
+  if (W === null) return () => {};
+  const R = Reflect;
+  const construct = R.construct;
+  const defineProp = R.defineProperty;
+  const deleteProp = R.deleteProperty;
+  const getDesc = R.getOwnPropertyDescriptor;
+  const getProto = R.getPrototypeOf;
+  const apply = R.apply;
+  const OrigModule = W.Module;
+  const OrigInstance = W.Instance;
+  const OrigMemory = W.Memory;
+  const CompileError = W.CompileError;
+  const CPromise = Promise;
+  const CU8 = Uint8Array;
+  const CTypeError = TypeError;
+  const CRangeError = RangeError;
+  const CWeakMap = WeakMap;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const isView = ArrayBuffer.isView;
+  const TypedArrayProto = getProto(Uint8Array.prototype);
+  const viewBuffer = getDesc(TypedArrayProto, 'buffer').get;
+  const viewOffset = getDesc(TypedArrayProto, 'byteOffset').get;
+  const viewLength = getDesc(TypedArrayProto, 'byteLength').get;
+  const dataViewProto = DataView.prototype;
+  const dvBuffer = getDesc(dataViewProto, 'buffer').get;
+  const dvOffset = getDesc(dataViewProto, 'byteOffset').get;
+  const dvLength = getDesc(dataViewProto, 'byteLength').get;
+  const abLength = getDesc(ArrayBuffer.prototype, 'byteLength').get;
+  const sabLength = typeof SharedArrayBuffer === 'function' ? getDesc(SharedArrayBuffer.prototype, 'byteLength').get : null;
+  const u8Set = TypedArrayProto.set;
+  const mathFloor = Math.floor;
+  const mathMin = Math.min;
+  const PAGE = 65536;
+  const MAX_PAGES = 65536;
+  const CODE_FACTOR = 4;
+  const call = (fn, self, ...args) => apply(fn, self, args);
+  // Not Math.max: tool code may have replaced it by the time this runs.
+  // biome-ignore lint/complexity/useMathMinMax: see above
+  const larger = (a, b) => (a < b ? b : a);
+  const hidden = (value) => ({ __proto__: null, value, writable: true, enumerable: false, configurable: true });
+
+  /** A private copy of the module bytes: what is checked is exactly what is compiled. */
+  function copyBytes(source) {
+    let buffer;
+    let offset = 0;
+    let length;
+    if (isView(source)) {
+      const dataView = getProto(source) === dataViewProto;
+      buffer = call(dataView ? dvBuffer : viewBuffer, source);
+      offset = call(dataView ? dvOffset : viewOffset, source);
+      length = call(dataView ? dvLength : viewLength, source);
+    } else {
+      try {
+        length = call(abLength, source);
+      } catch {
+        if (sabLength === null) throw new CTypeError('WebAssembly: expected an ArrayBuffer or a typed array of module bytes');
+        length = call(sabLength, source);
+      }
+      buffer = source;
+    }
+    const bytes = new CU8(length);
+    call(u8Set, bytes, new CU8(buffer, offset, length));
+    return bytes;
+  }
+
+  /** Bytes of linear memory one instance of the module may ever own; refuses memories without a maximum. */
+  function memoryNeed(bytes) {
+    // The captured getter: a tool may have shadowed `length` on Uint8Array.prototype to hide a section.
+    const size = call(viewLength, bytes);
+    let at = 8;
+    const byte = () => {
+      if (at >= size) throw new CompileError('WebAssembly module is truncated');
+      return bytes[at++];
+    };
+    const leb = () => {
+      let result = 0;
+      let scale = 1;
+      for (let i = 0; i < 10; i++) {
+        const b = byte();
+        result += (b & 0x7f) * scale;
+        if ((b & 0x80) === 0) return result;
+        scale *= 128;
+      }
+      throw new CompileError('WebAssembly module has a malformed number');
+    };
+    if (size < 8 || bytes[0] !== 0 || bytes[1] !== 0x61 || bytes[2] !== 0x73 || bytes[3] !== 0x6d) {
+      throw new CompileError('WebAssembly module does not start with the wasm magic number');
+    }
+    let need = 0;
+    while (at < size) {
+      const id = byte();
+      const length = leb();
+      const end = at + length;
+      if (end > size) throw new CompileError('WebAssembly module is truncated');
+      if (id === 5) {
+        const count = leb();
+        for (let i = 0; i < count; i++) {
+          const flags = leb();
+          const initial = leb();
+          if ((flags & 1) === 0) {
+            throw new CompileError(
+              'WebAssembly memories must declare a maximum size in this sandbox (memory without a maximum could grow past the memory limit)',
+            );
+          }
+          const maximum = leb();
+          need += larger(initial, maximum) * PAGE;
+        }
+      }
+      at = end;
+    }
+    return need;
+  }
+
+  return function guardWasm(onExceeded, memoryMb) {
+    let left = memoryMb * 1024 * 1024;
+    const perInstance = new CWeakMap();
+    const charge = (bytes, what) => {
+      if (bytes <= left) {
+        left -= bytes;
+        return;
+      }
+      onExceeded(`WebAssembly ${what} needs ${bytes} bytes, ${left} are left of the memory limit`);
+      throw new CRangeError(`WebAssembly ${what} exceeds the memory limit of ${memoryMb} MB`);
+    };
+
+    function Module(source) {
+      if (new.target === undefined) throw new CTypeError("WebAssembly.Module must be called with 'new'");
+      const bytes = copyBytes(source);
+      const need = memoryNeed(bytes);
+      charge(call(viewLength, bytes) * CODE_FACTOR, 'module code');
+      const module = construct(OrigModule, [bytes]);
+      call(weakSet, perInstance, module, need);
+      return module;
+    }
+
+    function Instance(module, imports) {
+      if (new.target === undefined) throw new CTypeError("WebAssembly.Instance must be called with 'new'");
+      const need = call(weakGet, perInstance, module);
+      if (need === undefined) throw new CTypeError('WebAssembly.Instance: the first argument must be a WebAssembly.Module');
+      charge(need, 'memory');
+      return construct(OrigInstance, [module, imports]);
+    }
+
+    function Memory(descriptor) {
+      if (new.target === undefined) throw new CTypeError("WebAssembly.Memory must be called with 'new'");
+      if (descriptor === null || typeof descriptor !== 'object') throw new CTypeError('WebAssembly.Memory: the descriptor must be an object');
+      const initial = descriptor.initial;
+      const given = descriptor.maximum;
+      const shared = descriptor.shared === true;
+      if (typeof initial !== 'number' || initial < 0 || initial > MAX_PAGES) throw new CTypeError('WebAssembly.Memory: invalid initial size');
+      const maximum = given === undefined ? mathMin(MAX_PAGES, mathFloor(left / PAGE)) : given;
+      if (typeof maximum !== 'number' || maximum < initial || maximum > MAX_PAGES) throw new CRangeError('WebAssembly.Memory: invalid maximum size');
+      charge(larger(initial, maximum) * PAGE, 'memory');
+      return construct(OrigMemory, [{ __proto__: null, initial, maximum, shared }]);
+    }
+
+    const settle = (work) =>
+      new CPromise((resolve, reject) => {
+        try {
+          resolve(work());
+        } catch (error) {
+          reject(error);
+        }
+      });
+    const compile = (source) => settle(() => new Module(source));
+    const instantiate = (source, imports) =>
+      settle(() => {
+        if (call(weakGet, perInstance, source) !== undefined) return new Instance(source, imports);
+        const module = new Module(source);
+        return { module, instance: new Instance(module, imports) };
+      });
+
+    for (const [name, wrapper, original] of [
+      ['Module', Module, OrigModule],
+      ['Instance', Instance, OrigInstance],
+      ['Memory', Memory, OrigMemory],
+    ]) {
+      defineProp(wrapper, 'prototype', { __proto__: null, value: original.prototype, writable: false, enumerable: false, configurable: false });
+      // `Object.getPrototypeOf(x).constructor` must not hand back the unguarded constructor.
+      defineProp(original.prototype, 'constructor', hidden(wrapper));
+      defineProp(W, name, hidden(wrapper));
+    }
+    for (const name of ['exports', 'imports', 'customSections']) defineProp(Module, name, hidden(OrigModule[name]));
+    defineProp(W, 'compile', hidden(compile));
+    defineProp(W, 'instantiate', hidden(instantiate));
+    deleteProp(W, 'compileStreaming');
+    deleteProp(W, 'instantiateStreaming');
+  };
+})();
