@@ -156,10 +156,10 @@ export class JsRunner implements Runner {
     return sandbox;
   }
 
-  /** New calls go elsewhere; this process ends once its calls are done (the worker exits on its own when draining). */
+  /** New calls go elsewhere; a draining process closes itself once its calls are done, any other one is closed then too. */
   #retire(sandbox: SandboxProcess): void {
     if (this.#current === sandbox) this.#current = null;
-    if (sandbox.inFlight === 0) void sandbox.close();
+    sandbox.retire();
     if (!this.#closed && this.#prepared.size > 0) this.#start();
   }
 

@@ -60,6 +60,7 @@ export class SandboxProcess {
   #stopping = false;
   #info: WorkerInfo | null = null;
   #unavailable: string | null = null;
+  #closing: Promise<void> | null = null;
 
   constructor(config: SandboxConfig) {
     this.#child = fork(config.workerPath, [JSON.stringify(config.workerConfig)], {
@@ -151,19 +152,29 @@ export class SandboxProcess {
     });
   }
 
+  /** Takes no new calls and stops once the running ones are done. */
+  retire(): void {
+    this.#draining = true;
+    this.#closeIfDrained();
+  }
+
   forget(tool: Tool): void {
     if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath });
   }
 
   /** Stops the process; calls still running fail with UNAVAILABLE. */
-  async close(): Promise<void> {
-    if (this.#exited) return;
-    this.#stopping = true;
-    const gone = new Promise<void>((resolve) => this.#child.once('exit', () => resolve()));
-    this.#send({ t: 'shutdown' });
-    const timer = setTimeout(() => this.#child.kill('SIGKILL'), 1_000);
-    await gone;
-    clearTimeout(timer);
+  close(): Promise<void> {
+    if (this.#exited) return Promise.resolve();
+    this.#closing ??= new Promise<void>((resolve) => {
+      this.#stopping = true;
+      const timer = setTimeout(() => this.#child.kill('SIGKILL'), 1_000);
+      this.#child.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.#send({ t: 'shutdown' });
+    });
+    return this.#closing;
   }
 
   #send(message: ToWorker): void {
@@ -182,6 +193,7 @@ export class SandboxProcess {
       case 'draining':
         this.#draining = true;
         this.onDrain?.();
+        this.#closeIfDrained();
         return;
       case 'stats':
       case 'probe': {
@@ -234,6 +246,7 @@ export class SandboxProcess {
     if (pending.stopTimer) clearTimeout(pending.stopTimer);
     pending.ctx.signal.removeEventListener('abort', pending.onAbort);
     this.#idle();
+    this.#closeIfDrained();
     if (pending.settled) return;
     pending.settled = true;
     const logs: LogLine[] = Array.isArray(message.logs) ? message.logs : [];
@@ -251,6 +264,11 @@ export class SandboxProcess {
     if (error.details && typeof error.details === 'object') options.details = error.details;
     if (typeof error.stack === 'string' && error.stack !== '') options.toolStack = error.stack;
     pending.reject(new ToolFailure(stage, code, String(error.message), options));
+  }
+
+  /** A draining process ends once the calls sent to it are done; no new ones come (see `accepting`). */
+  #closeIfDrained(): void {
+    if (this.#draining && this.#calls.size === 0 && !this.#stopping) void this.close();
   }
 
   /** The dispatcher gave up on the call (deadline or cancel) and has its result; the tool must stop. */

@@ -60,16 +60,15 @@ function serve(ivm) {
     maxIsolates: config.maxIsolates ?? 16,
     logCap,
     onCatastrophe: (slot, message) => {
-      // isolated-vm parked the isolate's thread for good and V8's state is no longer trusted. The call
-      // it ran ends with MEMORY_LIMIT, the engine sends new calls to a fresh process, and this one goes
-      // away as soon as its other calls are done.
+      // isolated-vm parked the isolate's thread for good and V8's state is no longer trusted. The
+      // engine hears it before the call's result, so the call that follows goes to a fresh process;
+      // the engine shuts this one down once the calls it already sent here are done.
       pool.abandon(slot);
-      for (const run of calls.values()) if (run.slot === slot) run.catastrophe();
       if (!draining) {
         draining = true;
         post({ t: 'draining', reason: String(message) });
       }
-      if (calls.size === 0) die();
+      for (const run of calls.values()) if (run.slot === slot) run.catastrophe();
     },
   });
   const deps = {
@@ -78,10 +77,7 @@ function serve(ivm) {
     loader,
     post,
     logCap,
-    onFinished: (run) => {
-      calls.delete(run.id);
-      if (draining && calls.size === 0) die();
-    },
+    onFinished: (run) => calls.delete(run.id),
   };
 
   process.on('message', (msg) => {

@@ -1,0 +1,80 @@
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { JsRunner } from '../runners/js/index.js';
+import { createEngine } from '../src/index.js';
+import { dataOf, errorOf, JS_FIXTURES, jsEngine } from './support/js-engine.js';
+
+// What happens around the sandbox: isolated-vm missing or broken, status, shutdown, code changes.
+
+const temp = mkdtempSync(join(tmpdir(), 'arium-js-'));
+
+afterAll(() => {
+  rmSync(temp, { recursive: true, force: true });
+});
+
+describe('without a working isolated-vm', () => {
+  it.each([
+    ['missing', () => join(temp, 'no-such-isolated-vm')],
+    [
+      'failing to load',
+      () => {
+        const dir = join(temp, 'broken-isolated-vm');
+        mkdirSync(dir, { recursive: true });
+        writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'isolated-vm', version: '0.0.0', main: 'index.js' }));
+        writeFileSync(join(dir, 'index.js'), "throw new Error('The module was compiled against a different Node.js version');");
+        return dir;
+      },
+    ],
+  ])('builtins still work and a JS call is UNAVAILABLE with how to fix it (isolated-vm %s)', async (_case, dir) => {
+    const runner = new JsRunner({ isolatedVm: dir() });
+    const engine = await jsEngine('project', { runners: [runner] });
+    try {
+      dataOf(await engine.call('fs.write', { path: '/still.txt', content: 'works' }));
+      const error = errorOf(await engine.call('reverse', { text: 'x' }));
+      expect(error).toMatchObject({ code: 'UNAVAILABLE', stage: 'execution', retryable: true });
+      expect(error.message).toMatch(/npm install isolated-vm@[56]/);
+      expect(error.message).not.toContain(temp);
+      const status = await engine.status();
+      expect(status.runners['js-runner']).toMatchObject({ available: false });
+      expect(String(status.runners['js-runner']?.reason)).toContain('isolated-vm');
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
+describe('status and shutdown', () => {
+  it('reports the isolation in force, and engine.close() ends the sandbox process', async () => {
+    const engine = await jsEngine('project');
+    const status = (await engine.status()).runners['js-runner'];
+    expect(status).toMatchObject({ available: true, isolated_vm: expect.stringMatching(/^\d+\./), node: process.version });
+    expect(String(status?.isolation)).toContain('isolated-vm');
+    const pid = status?.pid as number;
+    expect(() => process.kill(pid, 0)).not.toThrow();
+    await engine.close();
+    expect(() => process.kill(pid, 0)).toThrow();
+    expect(errorOf(await engine.call('reverse', { text: 'x' })).code).toBe('UNAVAILABLE');
+  });
+});
+
+describe('changes to tool code', () => {
+  it('picks up a changed imported file on the next call, without a reload of the definitions', async () => {
+    const workspace = join(temp, 'ws');
+    cpSync(join(JS_FIXTURES, 'project'), join(workspace, 'p'), { recursive: true });
+    const engine = await createEngine({ workspace, project: 'p', watch: false, persist: false });
+    try {
+      expect(dataOf(await engine.call('greet', { name: 'Bo' }))).toMatchObject({ text: 'Hello, Bo.' });
+      const lib = join(workspace, 'p', 'tools', 'lib', 'format.ts');
+      writeFileSync(lib, "export function format(name: string, p = '!') { const text = `Hi ${name}${p}`; return { text, length: text.length }; }\n");
+      expect(dataOf(await engine.call('greet', { name: 'Bo' }))).toMatchObject({ text: 'Hi Bo.' });
+      writeFileSync(lib, 'export function format( {\n');
+      const error = errorOf(await engine.call('greet', { name: 'Bo' }));
+      expect(error).toMatchObject({ code: 'TOOL_ERROR' });
+      expect(error.message).toContain('tools/lib/format.ts');
+    } finally {
+      await engine.close();
+    }
+  });
+});

@@ -1,0 +1,143 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine, ToolResult } from '../src/index.js';
+import { dataOf, errorOf, jsEngine } from './support/js-engine.js';
+
+// Resource limits of the JS runner, each exercised by a real hostile tool (fixtures/js/hostile). No
+// test asserts speed; a deadline is only checked to have fired, within a generous margin.
+
+let hostile: Engine;
+
+beforeAll(async () => {
+  hostile = await jsEngine('hostile');
+});
+
+afterAll(async () => {
+  await hostile.close();
+});
+
+/** The definition's timeout (fixtures/js/hostile/tools/timeouts.json) and a margin for a busy 2-core machine. */
+const TIMEOUT_MS = 1500;
+const MARGIN_MS = 5000;
+
+async function timed(call: Promise<ToolResult>): Promise<{ result: ToolResult; ms: number }> {
+  const started = performance.now();
+  const result = await call;
+  return { result, ms: performance.now() - started };
+}
+
+describe('time', () => {
+  const kinds = ['cpu-loop', 'regex', 'atomics-wait', 'microtask-flood', 'never-settles', 'awaiting-host'];
+
+  it(`stops ${kinds.join(', ')} and a top-level loop with TIMEOUT, all at once`, async () => {
+    const runs = await Promise.all([...kinds.map((kind) => timed(hostile.call('timeouts', { kind }))), timed(hostile.call('toplevel-loop', {}))]);
+    for (const { result, ms } of runs) {
+      expect(errorOf(result)).toMatchObject({ code: 'TIMEOUT', stage: 'execution', retryable: true });
+      expect(ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
+      expect(ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
+    }
+  });
+
+  it('returns the result of a tool that leaves a loop or a microtask flood behind, and recovers the isolate', async () => {
+    expect(dataOf(await hostile.call('timeouts', { kind: 'flood-after-return' }))).toEqual({ returned: true });
+    expect(dataOf(await hostile.call('timeouts', { kind: 'loop-after-return' }))).toEqual({ returned: true });
+    const after = await Promise.all(Array.from({ length: 8 }, () => hostile.call('escape', { attack: 'own-stack' })));
+    for (const result of after) expect(dataOf(result)).toEqual({ findings: [] });
+  });
+});
+
+describe('memory', () => {
+  const bombs = [
+    'heap-objects',
+    'strings',
+    'string-doubling',
+    'array-buffers',
+    'one-array-buffer',
+    'wasm-memory',
+    'wasm-memory-grow',
+    'wasm-module-memory',
+    'wasm-instances',
+    'wasm-async',
+  ];
+
+  it.each(bombs)('%s ends with MEMORY_LIMIT', async (kind) => {
+    const error = errorOf(await hostile.call('memory', { kind }));
+    expect(error).toMatchObject({ code: 'MEMORY_LIMIT', stage: 'execution', details: { memory_mb: 32 } });
+  });
+
+  it('refuses a WebAssembly memory that declares no maximum', async () => {
+    const error = errorOf(await hostile.call('memory', { kind: 'wasm-no-maximum' }));
+    expect(error).toMatchObject({ code: 'TOOL_ERROR' });
+    expect(error.message).toContain('must declare a maximum');
+  });
+
+  it('lets a tool catch a refused ArrayBuffer and go on within its limit', async () => {
+    expect(dataOf(await hostile.call('memory', { kind: 'caught-array-buffer' }))).toEqual({ caught: true });
+  });
+
+  it.each(['array-fill', 'object-keys'])(
+    'survives %s, which makes V8 give up on the whole sandbox process, and serves the next calls',
+    async (kind) => {
+      const before = await hostile.status();
+      const pid = before.runners['js-runner']?.pid;
+      const error = errorOf(await hostile.call('crash', { kind }));
+      expect(error).toMatchObject({ code: 'MEMORY_LIMIT' });
+      for (let i = 0; i < 3; i++) expect(dataOf(await hostile.call('escape', { attack: 'own-stack' }))).toEqual({ findings: [] });
+      const after = await hostile.status();
+      expect(after.runners['js-runner']?.available).toBe(true);
+      // V8 reported a fatal out-of-memory error: the worker answered for the isolate, then was replaced.
+      expect(error.message).toContain('the sandbox process is being replaced');
+      expect(after.runners['js-runner']?.pid).not.toBe(pid);
+    },
+    30_000,
+  );
+
+  it('fails the running call and restarts when the sandbox process is killed outright', async () => {
+    const pid = (await hostile.status()).runners['js-runner']?.pid as number;
+    const pending = hostile.call('timeouts', { kind: 'never-settles' });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    process.kill(pid, 'SIGKILL');
+    const error = errorOf(await pending);
+    expect(error).toMatchObject({ code: 'UNAVAILABLE', retryable: true });
+    expect(dataOf(await hostile.call('escape', { attack: 'own-stack' }))).toEqual({ findings: [] });
+    expect((await hostile.status()).runners['js-runner']).toMatchObject({ available: true, process_crashes: expect.any(Number) });
+  });
+});
+
+describe('the host', () => {
+  it('bounds pending host calls: thousands of requests at once are refused past a cap, not queued without end', async () => {
+    const codes = dataOf<Record<string, number>>(await hostile.call('flood', { kind: 'requests', count: 20_000 }));
+    expect(codes.ok).toBeGreaterThan(0);
+    expect(codes.ok).toBeLessThanOrEqual(300);
+    expect(codes.BUSY).toBe(20_000 - (codes.ok ?? 0));
+  });
+
+  it('bounds the logs of a call', async () => {
+    const result = await hostile.call('flood', { kind: 'logs', count: 50_000 });
+    expect(dataOf(result)).toEqual({ logged: 50_000 });
+    expect(result.meta.logs_dropped).toBeGreaterThan(0);
+  });
+
+  it('keeps serving other calls, JS and builtin, while hostile tools run', async () => {
+    const order: string[] = [];
+    const note = (label: string) => (result: ToolResult) => {
+      order.push(label);
+      return result;
+    };
+    const attacks = [
+      hostile.call('timeouts', { kind: 'cpu-loop' }).then(note('hostile')),
+      hostile.call('timeouts', { kind: 'microtask-flood' }).then(note('hostile')),
+      hostile.call('timeouts', { kind: 'regex' }).then(note('hostile')),
+    ];
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const others: Promise<ToolResult>[] = [];
+    for (let i = 0; i < 20; i++) {
+      others.push(hostile.call('escape', { attack: 'own-stack' }).then(note('js')));
+      others.push(hostile.call('fs.write', { path: `/busy/${i}.txt`, content: 'x' }).then(note('builtin')));
+    }
+    for (const result of await Promise.all(others)) expect(result.ok).toBe(true);
+    const outcomes = await Promise.all(attacks);
+    expect(outcomes.map((r) => (r.ok ? 'ok' : r.error.code))).toEqual(['TIMEOUT', 'TIMEOUT', 'TIMEOUT']);
+    // Every benign call finished before the first hostile one gave up.
+    expect(order.indexOf('hostile')).toBe(40);
+  });
+});
