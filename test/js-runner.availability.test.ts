@@ -67,7 +67,7 @@ describe('changes to tool code', () => {
     try {
       expect(dataOf(await engine.call('greet', { name: 'Bo' }))).toMatchObject({ text: 'Hello, Bo.' });
       const lib = join(workspace, 'p', 'tools', 'lib', 'format.ts');
-      writeFileSync(lib, "export function format(name: string, p = '!') { const text = `Hi ${name}${p}`; return { text, length: text.length }; }\n");
+      writeFileSync(lib, "export function format(name: string, p = '!') { const text = 'Hi ' + name + p; return { text, length: text.length }; }\n");
       expect(dataOf(await engine.call('greet', { name: 'Bo' }))).toMatchObject({ text: 'Hi Bo.' });
       writeFileSync(lib, 'export function format( {\n');
       const error = errorOf(await engine.call('greet', { name: 'Bo' }));
