@@ -34,7 +34,7 @@ describe('README stays true to the code', () => {
 
   it('gives the two set-up commands near the top', () => {
     const top = readme.slice(0, 1500);
-    expect(top).toContain('npm ci && npm run demo');
-    expect(top).toContain('npm ci && npm test');
+    expect(top).toContain('npm install && npm run demo');
+    expect(top).toContain('npm install && npm test');
   });
 });
