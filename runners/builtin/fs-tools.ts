@@ -14,7 +14,9 @@ function decodeContent(content: string, encoding: unknown): Buffer {
     // An input error like any schema violation: stage validation, with the violation at its pointer
     // (it was an execution-stage error with a bare pointer, unlike every other INVALID_INPUT).
     throw new ToolFailure('validation', 'INVALID_INPUT', 'Invalid input for fs.write: /content: is not valid base64', {
-      details: { violations: [{ pointer: '/content', message: 'is not valid base64', keyword: 'contentEncoding', params: { contentEncoding: 'base64' } }] },
+      details: {
+        violations: [{ pointer: '/content', message: 'is not valid base64', keyword: 'contentEncoding', params: { contentEncoding: 'base64' } }],
+      },
     });
   }
   return Buffer.from(content, 'base64');
