@@ -15,7 +15,7 @@ export async function benchBuiltin(): Promise<Record<string, unknown>> {
   mkdirSync(join(dir, 'bench', 'tools'), { recursive: true });
   const engine = await createEngine({ workspace: dir, project: 'bench', watch: false });
   try {
-    const content = 'x'.repeat(1023) + '\n';
+    const content = `${'x'.repeat(1023)}\n`;
     engine.vfs.write('/data/a.txt', content);
     const vol = new Volume();
     vol.mkdirSync('/data');
