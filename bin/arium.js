@@ -1,12 +1,28 @@
 #!/usr/bin/env node
-// The `arium` command: loads the compiled CLI. Kept as plain JS so it runs without a build step of its own.
+// The `arium` command: loads the compiled CLI. Plain JS, so it runs before (and tells you about) a build.
 import { existsSync } from 'node:fs';
 
 const cli = new URL('../dist/src/cli/main.js', import.meta.url);
 if (!existsSync(cli)) {
-  process.stderr.write('arium: the CLI is not built yet; run `npm run build` in the arium package first\n');
+  process.stderr.write('arium: the CLI is not built (dist/ is missing): run npm run build in the arium package, then try again\n');
   process.exit(3);
 }
+
+// `arium tools | head` closes the pipe early; that is the reader's choice, not an error worth a stack trace.
+process.stdout.on('error', (error) => {
+  if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  throw error;
+});
+
 const { main } = await import(cli.href);
 const { processIo } = await import(new URL('../dist/src/cli/io.js', import.meta.url).href);
-process.exitCode = await main(process.argv.slice(2), processIo());
+
+// Holds the event loop open until main settles. Runners unref their idle sandbox processes so a host is
+// never kept alive by them; a promise that waits only on such a process (a runner's status() did, while
+// the JS runner was being built) would let Node exit early with code 13 and no output at all.
+const keepAlive = setInterval(() => {}, 1 << 30);
+try {
+  process.exitCode = await main(process.argv.slice(2), processIo());
+} finally {
+  clearInterval(keepAlive);
+}

@@ -1,8 +1,7 @@
 import { resolve } from 'node:path';
 import { createEngine, type Engine } from '../index.js';
 import { bool, list, type Parsed, str } from './args.js';
-import type { CliIo, Paint } from './io.js';
-import { paint } from './io.js';
+import { type CliIo, type Paint, paint, wantsColour } from './io.js';
 
 /** What every command gets: its parsed arguments, the io, colours, and a way to open the engine. */
 export interface Context {
@@ -10,8 +9,11 @@ export interface Context {
   io: CliIo;
   json: boolean;
   c: Paint;
+  /** Absolute path of the workspace folder. */
   workspace: string;
   project: string;
+  /** Whether --project was given (init takes the name as an argument too). */
+  projectGiven: boolean;
   /** Opens the engine for the chosen project (no watcher: CLI commands are short-lived). */
   open(): Promise<Engine>;
   out(text: string): void;
@@ -21,7 +23,6 @@ export interface Context {
 
 export function makeContext(parsed: Parsed, io: CliIo): Context {
   const json = bool(parsed, 'json');
-  const colour = !json && io.isTTY && !bool(parsed, 'no-color') && io.env.NO_COLOR === undefined;
   const workspace = resolve(io.cwd, str(parsed, 'workspace') ?? 'workspace');
   const project = str(parsed, 'project') ?? 'demo';
   const grants = list(parsed, 'grant');
@@ -29,9 +30,10 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
     parsed,
     io,
     json,
-    c: paint(colour),
+    c: paint(wantsColour(io, { json, noColor: bool(parsed, 'no-color') })),
     workspace,
     project,
+    projectGiven: str(parsed, 'project') !== undefined,
     open: () =>
       createEngine({
         workspace,

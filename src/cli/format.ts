@@ -1,21 +1,73 @@
-import type { ToolResult } from '../index.js';
+import type { EngineEvent, ErrorInfo, ToolResult } from '../index.js';
 import type { Paint } from './io.js';
 
-/** A result as people read it: the data, or the error with its stage, code and details. */
+/** A result as people read it: the data, or the error with its stage, code and details; then the tool's logs. */
 export function formatResult(result: ToolResult, c: Paint): string {
   const meta = c.dim(`${result.meta.tool} · ${result.meta.duration_ms.toFixed(2)} ms · run ${result.meta.run_id.slice(0, 8)}`);
-  if (result.ok) return `${c.green('ok')} ${meta}\n${formatData(result.data)}`;
-  const e = result.error;
-  const lines = [`${c.red('error')} ${c.bold(e.code)} at ${e.stage} ${meta}`, `  ${e.message}`];
-  if (e.details) lines.push(c.dim(indent(JSON.stringify(e.details, null, 2), '  ')));
-  if (e.stack) lines.push(c.dim(indent(e.stack, '  ')));
-  if (e.retryable) lines.push(c.yellow('  (retryable)'));
+  const lines = result.ok ? [`${c.green('ok')} ${meta}`, formatData(result.data, c)] : [`${c.red('error')} ${meta}`, formatError(result.error, c)];
+  for (const log of result.meta.logs ?? []) lines.push(c.dim(`  [${log.level}] ${log.message}`));
   return lines.join('\n');
 }
 
-export function formatData(data: unknown): string {
+export function formatError(e: ErrorInfo, c: Paint): string {
+  const lines = [`  ${c.bold(e.code)} at ${e.stage}${e.retryable ? c.yellow(' (retryable)') : ''}: ${e.message}`];
+  const { violations, ...rest } = e.details ?? {};
+  // Validation errors are a list of JSON pointers and messages: one line each reads better than JSON.
+  if (Array.isArray(violations)) {
+    for (const v of violations as Array<{ pointer?: string; message?: string }>) lines.push(`    ${c.cyan(v.pointer || '/')} ${v.message ?? ''}`);
+  }
+  if (Object.keys(rest).length > 0) {
+    const flat = JSON.stringify(rest);
+    lines.push(c.dim(indent(flat.length <= 100 ? flat : JSON.stringify(rest, null, 2), '  ')));
+  }
+  if (e.stack) lines.push(c.dim(indent(e.stack, '  ')));
+  return lines.join('\n');
+}
+
+/** Data pretty-printed; a unified diff in it (fs.write's `diff`) is shown as a coloured patch instead of a JSON string. */
+export function formatData(data: unknown, c: Paint): string {
   if (typeof data === 'string') return data;
-  return JSON.stringify(data, null, 2);
+  if (data !== null && typeof data === 'object' && !Array.isArray(data) && typeof (data as { diff?: unknown }).diff === 'string') {
+    const { diff, ...rest } = data as { diff: string };
+    return `${JSON.stringify(rest, null, 2)}\n${colourPatch(diff.trimEnd(), c)}`;
+  }
+  return JSON.stringify(data, null, 2) ?? 'undefined';
+}
+
+/** One line per event, for the demo and `arium events`. */
+export function formatEvent(e: EngineEvent, c: Paint): string {
+  const time = c.dim(e.at.slice(11, 23));
+  switch (e.type) {
+    case 'ToolInvocationEvent':
+      return `${time} ${c.cyan('invocation')} ${e.tool}${e.caller ? c.dim(` by ${e.caller}`) : ''} ${c.dim(clip(JSON.stringify(e.input) ?? '', 80))}`;
+    case 'ToolResultEvent': {
+      const changes = e.vfs ? ` ${c.dim(vfsSummary(e.vfs))}` : '';
+      return `${time} ${c.green('result    ')} ${e.tool} ${c.dim(`${e.duration_ms.toFixed(2)} ms, ${e.output_bytes} bytes`)}${changes}`;
+    }
+    case 'ToolErrorEvent':
+      return `${time} ${c.red('error     ')} ${e.tool} ${e.error.code} at ${e.error.stage}`;
+    case 'SecurityEvent': {
+      const what = e.action === 'denied' ? `needs ${e.permission ?? '?'}` : (e.operation ?? e.reason);
+      return `${time} ${c.magenta('security  ')} ${e.tool} ${e.action}: ${what}`;
+    }
+    case 'RegistryChangeEvent': {
+      const parts = [`+${e.added.length}`, `~${e.updated.length}`, `-${e.removed.length}`, `${e.problems.length} problems`];
+      return `${time} ${c.yellow('registry  ')} ${parts.join(' ')}`;
+    }
+  }
+}
+
+function vfsSummary(v: { written: string[]; deleted: string[]; created_dirs: string[]; moved: unknown[] }): string {
+  const parts: string[] = [];
+  if (v.written.length) parts.push(`wrote ${v.written.join(', ')}`);
+  if (v.deleted.length) parts.push(`deleted ${v.deleted.join(', ')}`);
+  if (v.created_dirs.length) parts.push(`mkdir ${v.created_dirs.join(', ')}`);
+  if (v.moved.length) parts.push(`moved ${v.moved.length}`);
+  return parts.length ? `(${clip(parts.join('; '), 100)})` : '';
+}
+
+export function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 
 export function indent(text: string, prefix: string): string {
@@ -39,9 +91,9 @@ export function colourPatch(patch: string, c: Paint): string {
     .join('\n');
 }
 
-/** Left-aligned columns. */
-export function table(rows: string[][], widths?: number[]): string {
-  const w = widths ?? rows.reduce<number[]>((acc, row) => row.map((cell, i) => Math.max(acc[i] ?? 0, visible(cell).length)), []);
+/** Left-aligned columns; the last column is not padded. */
+export function table(rows: string[][]): string {
+  const w = rows.reduce<number[]>((acc, row) => row.map((cell, i) => Math.max(acc[i] ?? 0, visible(cell).length)), []);
   return rows
     .map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell + ' '.repeat((w[i] ?? 0) - visible(cell).length))).join('  '))
     .join('\n');

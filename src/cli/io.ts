@@ -5,28 +5,55 @@ export interface CliIo {
   /** Reads all of standard input (for `arium call <id> -`). */
   readStdin(): Promise<string>;
   env: Readonly<Record<string, string | undefined>>;
+  /** Whether stdout is a terminal (colours are only for terminals). */
   isTTY: boolean;
   cwd: string;
+  /**
+   * A signal aborted on Ctrl-C, for commands that run until interrupted (`arium events --follow`).
+   * Asking for it is what installs the handler, so every other command keeps Node's default Ctrl-C.
+   */
+  interrupt(): AbortSignal;
 }
 
 export const EXIT = { ok: 0, toolFailed: 1, usage: 2, engine: 3 } as const;
 
-/** ANSI colours, off for --no-color, NO_COLOR, --json and output that is not a terminal. */
+/** ANSI colours; every function is the identity when colour is off. */
 export interface Paint {
+  readonly enabled: boolean;
   bold(s: string): string;
   dim(s: string): string;
   red(s: string): string;
   green(s: string): string;
   yellow(s: string): string;
   cyan(s: string): string;
+  magenta(s: string): string;
 }
 
 export function paint(enabled: boolean): Paint {
   const wrap = (open: number, close: number) => (s: string) => (enabled ? `\u001b[${open}m${s}\u001b[${close}m` : s);
-  return { bold: wrap(1, 22), dim: wrap(2, 22), red: wrap(31, 39), green: wrap(32, 39), yellow: wrap(33, 39), cyan: wrap(36, 39) };
+  return {
+    enabled,
+    bold: wrap(1, 22),
+    dim: wrap(2, 22),
+    red: wrap(31, 39),
+    green: wrap(32, 39),
+    yellow: wrap(33, 39),
+    cyan: wrap(36, 39),
+    magenta: wrap(35, 39),
+  };
+}
+
+/**
+ * Colour only for people at a terminal: never with --json or --no-color, never when stdout is a pipe or
+ * a file, and never when NO_COLOR is set to a non-empty value (https://no-color.org).
+ */
+export function wantsColour(io: CliIo, options: { json: boolean; noColor: boolean }): boolean {
+  const noColorEnv = io.env.NO_COLOR !== undefined && io.env.NO_COLOR !== '';
+  return io.isTTY && !options.json && !options.noColor && !noColorEnv;
 }
 
 export function processIo(): CliIo {
+  let controller: AbortController | null = null;
   return {
     stdout: process.stdout,
     stderr: process.stderr,
@@ -38,5 +65,16 @@ export function processIo(): CliIo {
     env: process.env,
     isTTY: process.stdout.isTTY === true,
     cwd: process.cwd(),
+    interrupt: () => {
+      if (!controller) {
+        const c = new AbortController();
+        controller = c;
+        // A second Ctrl-C while the command winds down ends the process the usual way.
+        const stop = () => (c.signal.aborted ? process.exit(130) : c.abort());
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
+      }
+      return controller.signal;
+    },
   };
 }

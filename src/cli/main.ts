@@ -1,129 +1,123 @@
 import { EngineConfigError, ProjectLockedError, StateCorruptError, ToolFailure } from '../index.js';
-import { bool, type FlagSpec, type Parsed, parseArgs, UsageError } from './args.js';
-import { CALL_FLAGS, callCommand } from './commands/call.js';
-import { demoCommand } from './commands/demo.js';
-import { doctorCommand } from './commands/doctor.js';
-import {
-  DIFF_FLAGS,
-  diffCommand,
-  EXPORT_FLAGS,
-  exportCommand,
-  gcCommand,
-  importCommand,
-  LOG_FLAGS,
-  logCommand,
-  restoreCommand,
-  SNAPSHOT_FLAGS,
-  snapshotCommand,
-} from './commands/history.js';
-import { INIT_FLAGS, initCommand } from './commands/init.js';
-import { schemaCommand } from './commands/schema.js';
-import { toolsCommand } from './commands/tools.js';
+import { bool, closest, GLOBAL_FLAGS, type Parsed, parseArgs, UsageError } from './args.js';
+import { type CommandSpec, commandHelp, EXIT_CODES_HELP, flagsHelp, HostError } from './command.js';
+import { callSpec } from './commands/call.js';
+import { demoSpec } from './commands/demo.js';
+import { doctorSpec } from './commands/doctor.js';
+import { eventsSpec } from './commands/events.js';
+import { diffSpec, gcSpec, logSpec, restoreSpec, snapshotSpec } from './commands/history.js';
+import { initSpec } from './commands/init.js';
+import { schemaSpec } from './commands/schema.js';
+import { toolsSpec } from './commands/tools.js';
+import { exportSpec, importSpec } from './commands/transfer.js';
 import { type Context, makeContext } from './context.js';
 import { type CliIo, EXIT } from './io.js';
 
-interface Command {
-  run: (ctx: Context) => Promise<number>;
-  flags: Readonly<Record<string, FlagSpec>>;
-  usage: string;
-  summary: string;
-}
-
-const COMMANDS: ReadonlyMap<string, Command> = new Map<string, Command>([
-  ['tools', { run: toolsCommand, flags: {}, usage: 'arium tools', summary: 'list the tools and the definition files that did not load' }],
+const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
   [
-    'call',
-    { run: callCommand, flags: CALL_FLAGS, usage: 'arium call <id> [json | @file | -] [--trace-id ID] [--timeout MS]', summary: 'call a tool' },
-  ],
-  ['init', { run: initCommand, flags: INIT_FLAGS, usage: 'arium init [project] [--force]', summary: 'create a project with example tools' }],
-  [
-    'doctor',
-    { run: doctorCommand, flags: {}, usage: 'arium doctor', summary: 'what this machine offers: Node, isolated-vm, Python, bubblewrap, namespaces' },
-  ],
-  ['schema', { run: schemaCommand, flags: {}, usage: 'arium schema', summary: 'print the JSON Schema of tool definitions' }],
-  ['demo', { run: demoCommand, flags: {}, usage: 'arium demo', summary: 'a scripted session on the demo project, with its events' }],
-  [
-    'snapshot',
-    { run: snapshotCommand, flags: SNAPSHOT_FLAGS, usage: 'arium snapshot [--label L] [--message M]', summary: 'save the VFS as a snapshot' },
-  ],
-  ['log', { run: logCommand, flags: LOG_FLAGS, usage: 'arium log [--limit N]', summary: 'list snapshots, newest first' }],
-  [
-    'diff',
-    {
-      run: diffCommand,
-      flags: DIFF_FLAGS,
-      usage: 'arium diff [from] [to] [--stat] [--path GLOB]',
-      summary: 'compare snapshots or live (default: newest snapshot → live)',
-    },
-  ],
-  ['restore', { run: restoreCommand, flags: {}, usage: 'arium restore <snapshot>', summary: 'bring the VFS back to a snapshot (undoable)' }],
-  ['gc', { run: gcCommand, flags: {}, usage: 'arium gc', summary: 'delete stored objects no snapshot needs' }],
-  ['import', { run: importCommand, flags: {}, usage: 'arium import <host-dir> [vfs-path]', summary: 'copy a host folder into the VFS' }],
-  [
-    'export',
-    { run: exportCommand, flags: EXPORT_FLAGS, usage: 'arium export <vfs-path> <host-dir> [--overwrite]', summary: 'copy a VFS folder to the host' },
-  ],
-]);
-
-const GLOBAL_HELP = `Global options:
-  --workspace <dir>   folder holding the projects (default ./workspace)
-  --project <name>    project folder in the workspace (default demo)
-  --grant <perm>      grant a permission (repeatable; replaces the default grants)
-  --json              machine-readable output: exactly one JSON document on stdout
-  --no-color          no colours (also NO_COLOR, or when stdout is not a terminal)
-  --recover           open a damaged state folder, keeping what is intact
-
-Exit codes: 0 success, 1 the tool call failed, 2 usage error, 3 engine or configuration error.`;
+    toolsSpec,
+    callSpec,
+    initSpec,
+    doctorSpec,
+    demoSpec,
+    eventsSpec,
+    schemaSpec,
+    snapshotSpec,
+    logSpec,
+    diffSpec,
+    restoreSpec,
+    gcSpec,
+    importSpec,
+    exportSpec,
+  ].map((c) => [c.name, c]),
+);
 
 function help(): string {
-  const rows = [...COMMANDS].map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `arium — a sandboxed, multi-language tool engine for AI agents\n\nUsage: arium <command> [options]\n\nCommands:\n${rows.join('\n')}\n\n${GLOBAL_HELP}\n\nSee arium <command> --help.`;
+  const rows = [...COMMANDS.values()].map((c) => `  ${c.name.padEnd(9)} ${c.summary}`);
+  return `arium — a sandboxed, multi-language tool engine for AI agents
+
+Usage: arium <command> [arguments] [options]
+
+Commands:
+${rows.join('\n')}
+
+Global options:
+${flagsHelp(GLOBAL_FLAGS)}
+
+${EXIT_CODES_HELP}
+
+arium <command> --help shows a command's arguments and options.
+`;
 }
 
-/** Runs the CLI. Never calls process.exit and never throws: it returns the exit code. */
+/**
+ * Runs the CLI: parses `argv` (without node and the script), runs the command, and returns the exit
+ * code. Never calls process.exit and never throws, so tests run it in-process with a fake io.
+ */
 export async function main(argv: readonly string[], io: CliIo): Promise<number> {
   const [name, ...rest] = argv;
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-    io.stdout.write(`${help()}\n`);
+    io.stdout.write(help());
+    // Bare `arium` is a usage error that helps; asking for help is not an error.
     return name === undefined ? EXIT.usage : EXIT.ok;
   }
+  const json = rest.includes('--json');
   const command = COMMANDS.get(name);
   if (!command) {
-    io.stderr.write(`arium: unknown command "${name}". Commands: ${[...COMMANDS.keys()].join(', ')} (arium --help)\n`);
-    return EXIT.usage;
+    const near = closest(name, [...COMMANDS.keys()]);
+    const hint = near ? `did you mean "${near}"? ` : '';
+    return usageError(io, json, `arium: unknown command "${name}"; ${hint}commands: ${[...COMMANDS.keys()].join(', ')} (see arium --help)`);
   }
   let parsed: Parsed;
   try {
     parsed = parseArgs(rest, command.flags);
   } catch (error) {
-    io.stderr.write(`arium ${name}: ${(error as Error).message}\nusage: ${command.usage}\n`);
-    return EXIT.usage;
+    return usageError(io, json, `arium ${name}: ${(error as Error).message}\nusage: ${command.usage}`);
   }
   if (bool(parsed, 'help')) {
-    io.stdout.write(`usage: ${command.usage}\n\n${command.summary}\n\n${GLOBAL_HELP}\n`);
+    io.stdout.write(commandHelp(command));
     return EXIT.ok;
   }
   const ctx = makeContext(parsed, io);
   try {
     return await command.run(ctx);
   } catch (error) {
-    return report(ctx, name, error);
+    return report(ctx, command, error);
   }
 }
 
-function report(ctx: Context, name: string, error: unknown): number {
-  const message = error instanceof Error ? error.message : String(error);
-  if (error instanceof UsageError) {
-    ctx.io.stderr.write(`arium ${name}: ${message}\nusage: ${COMMANDS.get(name)?.usage}\n`);
-    return EXIT.usage;
-  }
+/** With --json even a failure prints one JSON document on stdout; the message also goes to stderr for people. */
+function usageError(io: CliIo, json: boolean, message: string): number {
+  io.stderr.write(`${message}\n`);
+  if (json) io.stdout.write(`${JSON.stringify({ ok: false, error: { code: 'USAGE', message } }, null, 2)}\n`);
+  return EXIT.usage;
+}
+
+function report(ctx: Context, command: CommandSpec, error: unknown): number {
+  const message = describe(error);
+  if (error instanceof UsageError) return usageError(ctx.io, ctx.json, `arium ${command.name}: ${message}\nusage: ${command.usage}`);
   if (error instanceof ToolFailure) {
+    // A refused snapshot, restore or export: the same shape as a failed result's error.
     if (ctx.json) ctx.emit({ ok: false, error: { code: error.code, stage: error.stage, message, details: error.details ?? {} } });
-    else ctx.io.stderr.write(`arium ${name}: ${ctx.c.red(error.code)} ${message}\n`);
+    ctx.io.stderr.write(`arium ${command.name}: ${ctx.c.red(error.code)} ${message}\n`);
     return EXIT.toolFailed;
   }
-  const known = error instanceof EngineConfigError || error instanceof StateCorruptError || error instanceof ProjectLockedError;
-  if (ctx.json) ctx.emit({ ok: false, error: { code: known ? (error as Error).name : 'INTERNAL', message } });
-  else ctx.io.stderr.write(`arium ${name}: ${known ? '' : 'internal error: '}${message}\n`);
+  const known =
+    error instanceof EngineConfigError || error instanceof StateCorruptError || error instanceof ProjectLockedError || error instanceof HostError;
+  const code = known ? (error as Error).name : 'INTERNAL';
+  if (ctx.json)
+    ctx.emit({ ok: false, error: { code, message, ...(error instanceof EngineConfigError && error.field ? { field: error.field } : {}) } });
+  // An unexpected error is a bug in arium: its stack is what a bug report needs.
+  const detail = known ? message : `internal error: ${message}\n${ctx.c.dim(String((error as Error)?.stack ?? ''))}`;
+  ctx.io.stderr.write(`arium ${command.name}: ${detail}\n`);
   return EXIT.engine;
+}
+
+/** Text for anything thrown, even a value whose message cannot be read. */
+function describe(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return 'an error that cannot be printed';
+  }
 }

@@ -1,17 +1,27 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { int, str, UsageError } from '../args.js';
+import { int, maxPositionals, str, UsageError } from '../args.js';
+import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
 import { formatResult } from '../format.js';
 import { EXIT } from '../io.js';
 
-export const CALL_FLAGS = { 'trace-id': { value: true }, timeout: { value: true } } as const;
+const USAGE = 'arium call <id> [json | @file | -] [--trace-id <id>] [--timeout <ms>]';
 
-function parseInput(text: string, where: string): unknown {
+/** Parses JSON input; the error says where the input came from and, for multi-line files, the line and column. */
+export function parseInput(text: string, where: string): unknown {
+  if (text.trim() === '') throw new UsageError(`The input ${where} is empty; give a JSON object such as {} or {"path":"/a.txt"}`);
   try {
     return JSON.parse(text);
   } catch (error) {
-    throw new UsageError(`The input ${where} is not valid JSON: ${(error as Error).message}`);
+    const message = (error as Error).message;
+    const position = /at position (\d+)/.exec(message)?.[1];
+    let at = '';
+    if (position !== undefined && !/\(line \d+/.test(message)) {
+      const before = text.slice(0, Number(position)).split('\n');
+      at = ` (line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1})`;
+    }
+    throw new UsageError(`The input ${where} is not valid JSON: ${message}${at}. Quote inline JSON for the shell: '{"path":"/a.txt"}'`);
   }
 }
 
@@ -19,33 +29,56 @@ async function readInput(ctx: Context, arg: string | undefined): Promise<unknown
   if (arg === undefined) return {};
   if (arg === '-') return parseInput(await ctx.io.readStdin(), 'from stdin');
   if (arg.startsWith('@')) {
+    if (arg.length === 1) throw new UsageError('"@" needs a file name: arium call <id> @input.json');
     const path = resolve(ctx.io.cwd, arg.slice(1));
     let text: string;
     try {
       text = readFileSync(path, 'utf8');
     } catch (error) {
-      throw new UsageError(`Cannot read the input file ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      const code = (error as NodeJS.ErrnoException).code;
+      const why = code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'it is a folder' : (code ?? (error as Error).message);
+      throw new UsageError(`Cannot read the input file ${path}: ${why}`);
     }
     return parseInput(text, `in ${path}`);
   }
   return parseInput(arg, 'argument');
 }
 
-export async function callCommand(ctx: Context): Promise<number> {
-  const [id, inputArg, ...extra] = ctx.parsed.positionals;
-  if (!id) throw new UsageError('arium call needs a tool id: arium call <id> [json | @file | -]');
-  if (extra.length > 0) throw new UsageError(`Unexpected arguments: ${extra.join(' ')} (quote the JSON input as one argument)`);
-  const input = await readInput(ctx, inputArg);
+async function run(ctx: Context): Promise<number> {
+  const [id, inputArg] = ctx.parsed.positionals;
+  if (!id) throw new UsageError(`arium call needs a tool id (see arium tools): ${USAGE}`);
+  maxPositionals(ctx.parsed, 2, `${USAGE} (quote the JSON input as one argument)`);
+  // Arguments are checked before the engine opens, so a usage error never touches the project.
   const timeout = int(ctx.parsed, 'timeout');
   const traceId = str(ctx.parsed, 'trace-id');
+  const input = await readInput(ctx, inputArg);
   return withEngine(ctx, async (engine) => {
     const result = await engine.call(id, input, {
       caller: 'cli',
       ...(traceId ? { trace_id: traceId } : {}),
       ...(timeout ? { timeout_ms: timeout } : {}),
+      // Ctrl-C cancels the call (CANCELLED) so the sandbox is stopped and the engine closes cleanly.
+      signal: ctx.io.interrupt(),
     });
     if (ctx.json) ctx.emit(result);
     else ctx.out(formatResult(result, ctx.c));
     return result.ok ? EXIT.ok : EXIT.toolFailed;
   });
 }
+
+export const callSpec: CommandSpec = {
+  name: 'call',
+  usage: USAGE,
+  summary: 'call a tool through the whole pipeline and print its result',
+  details: `The input is a JSON object given
+  inline        arium call fs.read '{"path":"/notes/todo.md"}'
+  from a file   arium call fs.read @input.json
+  from stdin    echo '{"path":"/"}' | arium call fs.list -
+and {} when omitted. With --json the whole result { ok, data | error, meta } is printed.
+Exit code 1 when the result has ok: false.`,
+  flags: {
+    'trace-id': { value: true, arg: '<id>', help: 'trace id carried by the result and every event of the call' },
+    timeout: { value: true, arg: '<ms>', help: 'lower the call timeout (never above the tool’s own limit)' },
+  },
+  run,
+};

@@ -1,86 +1,136 @@
-import type { EngineEvent, ToolResult } from '../../index.js';
+import type { Engine, EngineEvent, ToolInfo, ToolResult } from '../../index.js';
+import { maxPositionals } from '../args.js';
+import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
-import { colourPatch, formatResult } from '../format.js';
+import { clip, formatError, formatEvent, indent } from '../format.js';
 import { EXIT } from '../io.js';
+import { BUILTIN_STEPS, type Step, showData } from './demo-steps.js';
 
 /**
  * The main job, scripted: a short agent-like session on the demo project that shows each contract —
  * results, diffs, structured errors, permissions, the sandboxed runners, snapshots — and prints every
- * event as it happens.
+ * event as it happens. Only builtins are required; the project's own tools are called when their
+ * runner is available, and a one-line note says why when it is not.
  */
-export async function demoCommand(ctx: Context): Promise<number> {
-  const { c } = ctx;
-  return withEngine(ctx, async (engine) => {
-    const events: EngineEvent[] = [];
-    engine.events.on('event', (e) => {
-      events.push(e);
-      if (ctx.json) return;
-      const extra =
-        e.type === 'ToolErrorEvent'
-          ? ` ${e.error.code}`
-          : e.type === 'SecurityEvent'
-            ? ` ${e.action} ${e.permission ?? ''} ${e.operation ?? ''}`
-            : e.type === 'ToolResultEvent' && e.vfs
-              ? ` wrote ${e.vfs.written.length}, deleted ${e.vfs.deleted.length}`
-              : '';
-      ctx.out(c.dim(`   ↳ event ${e.type}${'tool' in e ? ` ${e.tool}` : ''}${extra}`));
-    });
-    const steps: Array<{ step: string; result: ToolResult }> = [];
-    const step = async (title: string, id: string, input: unknown, options: { grants?: string[] } = {}) => {
-      if (!ctx.json)
-        ctx.out(
-          `\n${c.bold(`▶ ${title}`)}  ${c.dim(`${id} ${JSON.stringify(input)}${options.grants ? ` grants=${options.grants.join(',')}` : ''}`)}`,
-        );
-      const result = await engine.call(id, input, { caller: 'demo', trace_id: 'demo', ...options });
-      steps.push({ step: title, result });
-      if (!ctx.json) {
-        const diff = result.ok ? (result.data as { diff?: unknown }).diff : undefined;
-        if (typeof diff === 'string') {
-          ctx.out(`${c.green('ok')} ${c.dim(`${result.meta.duration_ms.toFixed(2)} ms`)} — the unified diff fs.write returned:`);
-          ctx.out(colourPatch(diff.trimEnd(), c));
-        } else {
-          ctx.out(formatResult(result, c));
-        }
-      }
-      return result;
-    };
 
-    if (engine.vfs.exists('/notes')) engine.vfs.delete('/notes', { recursive: true });
-    await step('Take a snapshot of the VFS before the session', 'vfs.snapshot', { label: 'demo-start', message: 'before the demo session' });
-    await step('Write a file', 'fs.write', { path: '/notes/todo.md', content: '# Todo\n- write the engine\n- test it\n' });
-    await step('Read it back', 'fs.read', { path: '/notes/todo.md' });
-    await step('Rewrite it: the result carries the diff', 'fs.write', {
-      path: '/notes/todo.md',
-      content: '# Todo\n- write the engine\n- test it\n- ship it\n',
-    });
-    await step('List the folder', 'fs.list', { path: '/notes', recursive: true });
-    await step('Hash the file', 'system.hash', { path: '/notes/todo.md', algorithm: 'sha256' });
-    await step(
-      'A caller granted only vfs.read tries to write (denied, one SecurityEvent)',
-      'fs.write',
-      { path: '/notes/x', content: 'x' },
-      { grants: ['vfs.read'] },
-    );
-    await step('An invalid input (every violation, with JSON pointers)', 'fs.read', { pth: '/notes/todo.md', encoding: 'latin1' });
-    await step('A path that tries to leave the VFS (an intrusion)', 'fs.read', { path: '/../../etc/passwd' });
-    await step('A tool that does not exist', 'fs.reed', { path: '/notes/todo.md' });
-
-    for (const tool of engine.tools().filter((t) => t.runner !== 'builtin')) {
-      const example = tool.examples?.[0];
-      if (!example) continue;
-      const result = await step(`Project tool ${tool.id} (${tool.runner})`, tool.id, example);
-      if (!result.ok && result.error.code === 'UNAVAILABLE' && !ctx.json)
-        ctx.out(c.yellow(`   the ${tool.runner} is not available here: ${result.error.message}`));
-    }
-
-    await step('What changed since the snapshot?', 'vfs.diff', { from: 'demo-start', to: 'live', stat_only: true });
-    const counts = new Map<string, number>();
-    for (const e of events) counts.set(e.type, (counts.get(e.type) ?? 0) + 1);
-    if (ctx.json) ctx.emit({ steps, events });
-    else {
-      ctx.out(`\n${c.bold('Events')}: ${[...counts].map(([t, n]) => `${n} ${t}`).join(', ')}`);
-      ctx.out(c.dim(`The VFS persists in ${engine.projectDir}/.arium: try arium log, arium diff demo-start, arium tools.`));
-    }
-    return EXIT.ok;
-  });
+interface Recorded {
+  title: string;
+  tool: string;
+  input: unknown;
+  grants?: string[];
+  result: ToolResult;
 }
+
+/** The demo's JS tool (workspace/demo/tools/demo-todo-stats.json), used again to show a scoped permission at run time. */
+const SCOPED_TOOL = 'demo.todo-stats';
+
+async function session(ctx: Context, engine: Engine): Promise<number> {
+  const { c } = ctx;
+  const events: EngineEvent[] = [];
+  const recorded: Recorded[] = [];
+  const notes: string[] = [];
+  const note = (text: string) => {
+    notes.push(text);
+    if (!ctx.json) ctx.out(c.yellow(`  note: ${text}`));
+  };
+  engine.events.on('event', (e) => {
+    events.push(e);
+    if (!ctx.json) ctx.out(`  ${c.dim('↳')} ${formatEvent(e, c)}`);
+  });
+  const traceId = `demo-${Date.now().toString(36)}`;
+  const call = async (step: Step): Promise<ToolResult> => {
+    if (!ctx.json) {
+      const grants = step.grants ? c.dim(` grants=${step.grants.join(',')}`) : '';
+      ctx.out(
+        `\n${c.bold(`▶ ${recorded.length + 1}. ${step.title}`)}\n  ${c.cyan(step.tool)} ${c.dim(clip(JSON.stringify(step.input), 110))}${grants}`,
+      );
+    }
+    const result = await engine.call(step.tool, step.input, { caller: 'demo', trace_id: traceId, ...(step.grants ? { grants: step.grants } : {}) });
+    recorded.push({ title: step.title, tool: step.tool, input: step.input, ...(step.grants ? { grants: step.grants } : {}), result });
+    if (!ctx.json) {
+      const took = c.dim(`${result.meta.duration_ms.toFixed(2)} ms`);
+      if (result.ok) ctx.out(`  ${c.green('✓ ok')} ${took}\n${indent((step.show ?? showData)(result.data, c), '    ')}`);
+      // An unavailable runner is told by the caller's one-line note, not as an error of the session.
+      else if (step.optional && result.error.code === 'UNAVAILABLE') return result;
+      else ctx.out(`  ${c.red('✗ error')} ${took}${step.expectError ? c.dim(' (expected)') : ''}\n${indent(formatError(result.error, c), '  ')}`);
+    }
+    return result;
+  };
+
+  const tools = engine.tools();
+  const own = tools.filter((t) => t.runner !== 'builtin').sort((a, b) => a.id.localeCompare(b.id));
+  if (!ctx.json) {
+    ctx.out(c.bold(`Arium demo — project ${engine.project}: ${tools.length - own.length} builtin tools, ${own.length} of its own`));
+    ctx.out(c.dim(`Each step is one engine.call(); the ↳ lines are the events it emitted, as they happened (trace ${traceId}).`));
+  }
+  // A fresh start each run: the session writes below /notes only.
+  if (engine.vfs.exists('/notes')) engine.vfs.delete('/notes', { recursive: true });
+
+  for (const step of BUILTIN_STEPS) await call(step);
+
+  if (!ctx.json) ctx.out(`\n${c.bold('Project tools')} ${c.dim('(sandboxed runners; each is called with the first of its "examples")')}`);
+  for (const problem of engine.problems()) note(`${problem.file} did not load: ${problem.message}`);
+  if (own.length === 0) note('the project defines no tools of its own (add *.json definitions to its tools/ folder)');
+  for (const tool of own) await projectTool(tool, call, note, engine);
+
+  await call({
+    title: 'What changed since the snapshot? (vfs.diff, file by file, with unified patches)',
+    tool: 'vfs.diff',
+    input: { from: 'demo-start', to: 'live' },
+    show: (data, paint) => showData(data, paint),
+  });
+
+  const counts = new Map<string, number>();
+  for (const e of events) counts.set(e.type, (counts.get(e.type) ?? 0) + 1);
+  if (ctx.json) {
+    ctx.emit({ project: engine.project, trace_id: traceId, steps: recorded, notes, events });
+    return EXIT.ok;
+  }
+  ctx.out(`\n${c.bold('Events')}: ${[...counts].map(([t, n]) => `${n} ${t}`).join(', ')}`);
+  ctx.out(c.dim(`The VFS and its snapshots persist in ${engine.projectDir}/.arium. Next: arium log · arium diff demo-start · arium tools`));
+  return EXIT.ok;
+}
+
+type Caller = (step: Step) => Promise<ToolResult>;
+
+/** Calls one project tool with its first example; an unavailable runner is a note, not a failure of the demo. */
+async function projectTool(tool: ToolInfo, call: Caller, note: (text: string) => void, engine: Engine): Promise<void> {
+  const example = tool.examples?.[0];
+  if (!example) {
+    note(`${tool.id} (${tool.runner}) has no "examples" in ${tool.source}, so the demo does not call it`);
+    return;
+  }
+  // engine.tool(id) is what a caller checks first; the registry may have dropped the tool since tools() was read.
+  if (!engine.tool(tool.id)) return note(`${tool.id} is no longer in the registry`);
+  const result = await call({ title: `${tool.name}: ${tool.description}`, tool: tool.id, input: example, optional: true });
+  if (!result.ok && result.error.code === 'UNAVAILABLE') {
+    note(`the ${tool.runner} is not available here, so ${tool.id} did not run: ${result.error.message}`);
+    return;
+  }
+  if (result.ok && tool.id === SCOPED_TOOL) {
+    await call({
+      title: `The same JS tool asked to read outside its declared scope (vfs.read:/notes/**): denied at run time`,
+      tool: tool.id,
+      input: { path: '/private/keys.txt' },
+      expectError: true,
+    });
+  }
+}
+
+async function run(ctx: Context): Promise<number> {
+  maxPositionals(ctx.parsed, 0, demoSpec.usage);
+  return withEngine(ctx, (engine) => session(ctx, engine));
+}
+
+export const demoSpec: CommandSpec = {
+  name: 'demo',
+  usage: 'arium demo',
+  summary: 'the main job: a scripted session on the demo project that prints every event as it happens',
+  details: `Writes, reads and rewrites /notes/todo.md (showing the unified diff fs.write returns), lists,
+hashes, then shows structured errors: a denied call, an invalid input, a path escaping the VFS, an
+unknown tool. Then it calls each project tool that has "examples" (JS and Python tools run when their
+runner is available; otherwise a note says why) and diffs the VFS against the snapshot taken at the
+start. Needs only the builtins. With --json: { project, trace_id, steps, notes, events }.`,
+  flags: {},
+  run,
+};

@@ -1,154 +1,92 @@
-import { execFile } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { dirname } from 'node:path';
+import type { Engine, EngineStatus } from '../../index.js';
+import { maxPositionals } from '../args.js';
+import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
 import { table } from '../format.js';
 import { EXIT } from '../io.js';
+import { type Check, checkBwrap, checkIsolatedVm, checkNode, checkPython, checkUserNamespaces } from '../probes.js';
 
-export interface Check {
-  name: string;
+/** A runner's status() may wait on a sandbox process; doctor reports a hang instead of hanging. */
+const STATUS_TIMEOUT_MS = 15_000;
+
+export interface DoctorReport {
+  /** Every check passed. */
   ok: boolean;
-  detail: string;
-  /** How to fix it, for failed checks. */
-  fix?: string;
+  checks: Check[];
+  /** The engine's status() for the project (each runner's availability and isolation), or null if it did not open. */
+  engine: EngineStatus | null;
 }
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  error?: string;
-}
-
-/** Runs a probe; a missing binary or a hang is an answer, never an exception. */
-function run(file: string, args: string[], timeoutMs = 10_000): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(file, args, { timeout: timeoutMs, encoding: 'utf8' }, (error, stdout, stderr) => {
-      const err = error as (NodeJS.ErrnoException & { code?: number | string; killed?: boolean }) | null;
-      if (err && typeof err.code === 'string') resolve({ code: null, stdout, stderr, error: err.code === 'ENOENT' ? 'not installed' : err.code });
-      else if (err?.killed) resolve({ code: null, stdout, stderr, error: `no answer within ${timeoutMs} ms` });
-      else resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr });
-    });
+function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} gave no answer within ${ms} ms`)), ms);
   });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-function firstLine(s: string): string {
-  return s.trim().split('\n')[0] ?? '';
-}
-
-async function checkIsolatedVm(): Promise<Check> {
-  let path: string;
+async function projectStatus(ctx: Context): Promise<{ check: Check; engine: EngineStatus | null; python: string | undefined }> {
+  const name = `project ${ctx.project}`;
+  let engine: Engine;
   try {
-    path = dirname(createRequire(import.meta.url).resolve('isolated-vm/package.json'));
-  } catch {
-    return {
-      name: 'isolated-vm',
-      ok: false,
-      detail: 'not installed',
-      fix: 'npm install (it compiles isolated-vm from source; needs python3, make and g++)',
-    };
-  }
-  const script = `const ivm=require(${JSON.stringify(path)});const i=new ivm.Isolate({memoryLimit:16});const r=i.compileScriptSync('6*7').runSync(i.createContextSync());i.dispose();console.log(r, require(${JSON.stringify(`${path}/package.json`)}).version)`;
-  const r = await run(process.execPath, ['--no-node-snapshot', '-e', script]);
-  if (r.code === 0 && r.stdout.startsWith('42'))
-    return { name: 'isolated-vm', ok: true, detail: `${r.stdout.trim().split(' ')[1]} loads under node --no-node-snapshot` };
-  return {
-    name: 'isolated-vm',
-    ok: false,
-    detail: r.error ?? firstLine(r.stderr || r.stdout),
-    fix: 'rebuild it for this Node: npm rebuild isolated-vm (5.x for Node 20, 6.x+ for Node 22/24)',
-  };
-}
-
-async function checkPython(configured: string | undefined): Promise<Check> {
-  const bin = configured ?? 'python3';
-  const r = await run(bin, ['-c', 'import sys; print(sys.executable); print(sys.version.split()[0])']);
-  if (r.code !== 0)
-    return {
-      name: 'python',
-      ok: false,
-      detail: `${bin}: ${r.error ?? firstLine(r.stderr)}`,
-      fix: 'install python3 (3.8 or later), or set "python" in arium.json',
-    };
-  const [exe, version] = r.stdout.trim().split('\n');
-  return { name: 'python', ok: true, detail: `${version} at ${exe}${exe !== bin ? ` (real interpreter behind ${bin})` : ''}` };
-}
-
-async function checkBwrap(): Promise<Check> {
-  const version = await run('bwrap', ['--version']);
-  if (version.code !== 0)
-    return {
-      name: 'bubblewrap',
-      ok: false,
-      detail: version.error ?? firstLine(version.stderr),
-      fix: 'apt-get install bubblewrap (namespace isolation for Python tools)',
-    };
-  const trial = await run('bwrap', ['--ro-bind', '/', '/', '--dev', '/dev', '--unshare-all', '--die-with-parent', 'true']);
-  if (trial.code !== 0)
-    return {
-      name: 'bubblewrap',
-      ok: false,
-      detail: `${firstLine(version.stdout)} installed but cannot create namespaces: ${firstLine(trial.stderr)}`,
-      fix: 'allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run where they are allowed',
-    };
-  return { name: 'bubblewrap', ok: true, detail: `${firstLine(version.stdout)}, namespaces usable` };
-}
-
-async function checkUserns(): Promise<Check> {
-  const r = await run('unshare', ['-Ur', 'true']);
-  if (r.code === 0) return { name: 'user namespaces', ok: true, detail: 'unshare -Ur works' };
-  return {
-    name: 'user namespaces',
-    ok: false,
-    detail: r.error ?? firstLine(r.stderr),
-    fix: 'install util-linux and allow unprivileged user namespaces',
-  };
-}
-
-export async function diagnose(ctx: Context): Promise<{ checks: Check[]; engine: unknown }> {
-  const major = Number(process.versions.node.split('.')[0]);
-  const checks: Check[] = [{ name: 'node', ok: major >= 20, detail: process.version, ...(major >= 20 ? {} : { fix: 'install Node 20 or later' }) }];
-  let engine: unknown = null;
-  let python: string | undefined;
-  try {
-    const e = await ctx.open();
-    try {
-      python = e.config.python;
-      engine = await e.status();
-      checks.push({ name: `project ${ctx.project}`, ok: true, detail: `${e.tools().length} tools, ${e.problems().length} definition problems` });
-    } finally {
-      await e.close();
-    }
+    engine = await ctx.open();
   } catch (error) {
-    checks.push({
-      name: `project ${ctx.project}`,
-      ok: false,
-      detail: (error as Error).message,
-      fix: `arium init ${ctx.project}, or pass --workspace/--project`,
-    });
+    const fix = `arium init ${ctx.project}, or pass --workspace/--project (workspace: ${ctx.workspace})`;
+    return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, python: undefined };
   }
-  checks.push(...(await Promise.all([checkIsolatedVm(), checkPython(python), checkBwrap(), checkUserns()])));
-  return { checks, engine };
+  try {
+    const status = await withTimeout(engine.status(), STATUS_TIMEOUT_MS, 'engine.status()');
+    const problems = status.problems ? `, ${status.problems} definition problems (arium tools)` : '';
+    return { check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` }, engine: status, python: engine.config.python };
+  } catch (error) {
+    return { check: { name, ok: false, detail: (error as Error).message }, engine: null, python: engine.config.python };
+  } finally {
+    await engine.close();
+  }
 }
 
-export async function doctorCommand(ctx: Context): Promise<number> {
+export async function diagnose(ctx: Context): Promise<DoctorReport> {
+  // The project is opened first: its arium.json may name the Python interpreter to probe.
+  const project = await projectStatus(ctx);
+  const probes = await Promise.all([checkIsolatedVm(), checkPython(project.python), checkBwrap(), checkUserNamespaces()]);
+  const checks = [checkNode(), project.check, ...probes];
+  return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
+}
+
+async function run(ctx: Context): Promise<number> {
+  maxPositionals(ctx.parsed, 0, doctorSpec.usage);
   const report = await diagnose(ctx);
   if (ctx.json) {
     ctx.emit(report);
     return EXIT.ok;
   }
   const { c } = ctx;
-  ctx.out(table(report.checks.map((k) => [k.ok ? c.green('✓') : c.red('✗'), c.bold(k.name), k.detail])));
-  for (const k of report.checks) if (!k.ok && k.fix) ctx.out(c.yellow(`fix ${k.name}: ${k.fix}`));
+  const rows: string[][] = [];
+  for (const k of report.checks) {
+    rows.push([k.ok ? c.green('✓') : c.red('✗'), c.bold(k.name), k.detail]);
+    if (!k.ok && k.fix) rows.push(['', '', c.yellow(`↳ fix: ${k.fix}`)]);
+  }
+  ctx.out(table(rows));
   if (report.engine) {
-    const runners = (report.engine as { runners: Record<string, Record<string, unknown>> }).runners;
-    ctx.out('');
-    ctx.out(c.bold('runners'));
-    for (const [name, status] of Object.entries(runners)) {
-      const { available, reason, ...rest } = status;
-      const facts = Object.entries(rest).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`);
-      ctx.out(`  ${available ? c.green('✓') : c.red('✗')} ${name}${reason ? `: ${reason}` : ''}${facts.length ? c.dim(` ${facts.join(' ')}`) : ''}`);
+    ctx.out(`\n${c.bold('runners')} ${c.dim('(engine.status(); --json has every field)')}`);
+    for (const [name, status] of Object.entries(report.engine.runners)) {
+      const isolation = typeof status.isolation === 'string' ? c.dim(` ${status.isolation}`) : '';
+      const why = status.reason ? `: ${status.reason}` : '';
+      ctx.out(`  ${status.available ? c.green('✓') : c.red('✗')} ${name}${why}${isolation}`);
     }
   }
+  ctx.out(report.ok ? c.green('\nall checks passed') : c.yellow('\nsome checks failed: the features above marked ✗ are unavailable; the rest work'));
   return EXIT.ok;
 }
+
+export const doctorSpec: CommandSpec = {
+  name: 'doctor',
+  usage: 'arium doctor',
+  summary: 'what this machine offers: Node, isolated-vm, Python, bubblewrap, user namespaces, the runners',
+  details: `Each check runs the real thing in a child process with a timeout (isolated-vm under
+node --no-node-snapshot, python3 -c ..., a trial bwrap sandbox, unshare -Ur true), then opens the
+project and prints each runner's status. A failed check prints how to fix it.
+Doctor reports; it exits 0 even when checks fail (read "ok" in --json).`,
+  flags: {},
+  run,
+};

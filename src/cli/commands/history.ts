@@ -1,27 +1,18 @@
-import { resolve } from 'node:path';
-import { bool, int, str, UsageError } from '../args.js';
+import { bool, int, maxPositionals as noExtra, str, UsageError } from '../args.js';
+import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
 import { colourPatch, formatResult, table } from '../format.js';
 import { EXIT } from '../io.js';
 
-export const SNAPSHOT_FLAGS = { label: { value: true }, message: { value: true } } as const;
-export const LOG_FLAGS = { limit: { value: true } } as const;
-export const DIFF_FLAGS = { stat: {}, path: { value: true } } as const;
-export const EXPORT_FLAGS = { overwrite: {} } as const;
-
-function noExtra(ctx: Context, max: number, usage: string): void {
-  if (ctx.parsed.positionals.length > max) throw new UsageError(`Too many arguments; usage: ${usage}`);
-}
-
 /** Progress on stderr, so stdout stays the result (and --json stays one document). */
-function progress(ctx: Context, what: string): (n: number | string, count?: number) => void {
+export function progress(ctx: Context, what: string): (n: number | string, count?: number) => void {
   return (a, b) => {
     if (!ctx.json) ctx.io.stderr.write(ctx.c.dim(`${what}: ${b === undefined ? a : `${a} ${b}`}\n`));
   };
 }
 
-export async function snapshotCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 0, 'arium snapshot [--label L] [--message M]');
+async function snapshot(ctx: Context): Promise<number> {
+  noExtra(ctx.parsed, 0, 'arium snapshot [--label L] [--message M]');
   const label = str(ctx.parsed, 'label');
   const message = str(ctx.parsed, 'message');
   return withEngine(ctx, async (engine) => {
@@ -38,8 +29,8 @@ export async function snapshotCommand(ctx: Context): Promise<number> {
   });
 }
 
-export async function logCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 0, 'arium log [--limit N]');
+async function log(ctx: Context): Promise<number> {
+  noExtra(ctx.parsed, 0, 'arium log [--limit N]');
   const limit = int(ctx.parsed, 'limit') ?? 50;
   return withEngine(ctx, (engine) => {
     const all = engine.snapshots().reverse();
@@ -56,8 +47,8 @@ export async function logCommand(ctx: Context): Promise<number> {
   });
 }
 
-export async function diffCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 2, 'arium diff [from] [to] [--stat] [--path GLOB]');
+async function diffCmd(ctx: Context): Promise<number> {
+  noExtra(ctx.parsed, 2, 'arium diff [from] [to] [--stat] [--path GLOB]');
   const [from, to] = ctx.parsed.positionals;
   const path = str(ctx.parsed, 'path');
   const stat = bool(ctx.parsed, 'stat');
@@ -87,8 +78,8 @@ export async function diffCommand(ctx: Context): Promise<number> {
   });
 }
 
-export async function restoreCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 1, 'arium restore <snapshot>');
+async function restore(ctx: Context): Promise<number> {
+  noExtra(ctx.parsed, 1, 'arium restore <snapshot>');
   const [ref] = ctx.parsed.positionals;
   if (!ref) throw new UsageError('arium restore needs a snapshot id, prefix or label (see arium log)');
   return withEngine(ctx, (engine) => {
@@ -102,8 +93,8 @@ export async function restoreCommand(ctx: Context): Promise<number> {
   });
 }
 
-export async function gcCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 0, 'arium gc');
+async function gc(ctx: Context): Promise<number> {
+  noExtra(ctx.parsed, 0, 'arium gc');
   return withEngine(ctx, (engine) => {
     const r = engine.gc(progress(ctx, 'gc'));
     if (ctx.json) ctx.emit(r);
@@ -112,29 +103,49 @@ export async function gcCommand(ctx: Context): Promise<number> {
   });
 }
 
-export async function importCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 2, 'arium import <host-dir> [vfs-path]');
-  const [hostDir, vfsPath = '/'] = ctx.parsed.positionals;
-  if (!hostDir) throw new UsageError('arium import needs a host folder: arium import <host-dir> [vfs-path]');
-  return withEngine(ctx, (engine) => {
-    const r = engine.importFrom(resolve(ctx.io.cwd, hostDir), vfsPath, progress(ctx, 'imported files'));
-    if (ctx.json) ctx.emit(r);
-    else {
-      ctx.out(`${ctx.c.green('imported')} ${r.files} files, ${r.dirs} folders, ${r.bytes} bytes into ${vfsPath}`);
-      for (const s of r.skipped) ctx.out(ctx.c.yellow(`  skipped ${s.path}: ${s.reason}`));
-    }
-    return EXIT.ok;
-  });
-}
+export const snapshotSpec: CommandSpec = {
+  name: 'snapshot',
+  usage: 'arium snapshot [--label <label>] [--message <text>]',
+  summary: 'save the VFS as a snapshot (content-addressed: it stores only what changed)',
+  flags: {
+    label: { value: true, arg: '<label>', help: 'a name to refer to the snapshot by (arium diff <label>, arium restore <label>)' },
+    message: { value: true, arg: '<text>', help: 'what the snapshot is for' },
+  },
+  run: snapshot,
+};
 
-export async function exportCommand(ctx: Context): Promise<number> {
-  noExtra(ctx, 2, 'arium export <vfs-path> <host-dir> [--overwrite]');
-  const [vfsPath, hostDir] = ctx.parsed.positionals;
-  if (!vfsPath || !hostDir) throw new UsageError('arium export needs a VFS path and a host folder: arium export <vfs-path> <host-dir>');
-  return withEngine(ctx, (engine) => {
-    const r = engine.exportTo(vfsPath, resolve(ctx.io.cwd, hostDir), { overwrite: bool(ctx.parsed, 'overwrite') }, progress(ctx, 'exported files'));
-    if (ctx.json) ctx.emit(r);
-    else ctx.out(`${ctx.c.green('exported')} ${r.files} files, ${r.dirs} folders, ${r.bytes} bytes to ${hostDir}`);
-    return EXIT.ok;
-  });
-}
+export const logSpec: CommandSpec = {
+  name: 'log',
+  usage: 'arium log [--limit <n>]',
+  summary: 'list the snapshots, newest first',
+  flags: { limit: { value: true, arg: '<n>', help: 'show at most n snapshots (default 50)' } },
+  run: log,
+};
+
+export const diffSpec: CommandSpec = {
+  name: 'diff',
+  usage: 'arium diff [from] [to] [--stat] [--path <glob>]',
+  summary: 'compare snapshots or the live tree (default: newest snapshot → live)',
+  details: 'from and to are a snapshot id, an id prefix, a label, "latest" or "live".',
+  flags: {
+    stat: { help: 'only the changed files and line counts, no patches' },
+    path: { value: true, arg: '<glob>', help: 'only paths matching the glob, e.g. /docs/**' },
+  },
+  run: diffCmd,
+};
+
+export const restoreSpec: CommandSpec = {
+  name: 'restore',
+  usage: 'arium restore <snapshot>',
+  summary: 'bring the VFS back to a snapshot (the live tree is saved first, so it can be undone)',
+  flags: {},
+  run: restore,
+};
+
+export const gcSpec: CommandSpec = {
+  name: 'gc',
+  usage: 'arium gc',
+  summary: 'delete stored objects that no snapshot and not the live tree need',
+  flags: {},
+  run: gc,
+};

@@ -1,82 +1,152 @@
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { bool, UsageError } from '../args.js';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { bool, maxPositionals, UsageError } from '../args.js';
+import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
 import { EXIT } from '../io.js';
 
-export const INIT_FLAGS = { force: {} } as const;
-
+// The engine accepts the same names (engine.ts); checked here first so the error speaks of `init`.
 const PROJECT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-/** Example tools, one per sandboxed runner, written by `arium init`. */
-const FILES: Readonly<Record<string, string>> = {
-  'tools/text-upper.json': `${JSON.stringify(
-    {
-      $schema: '../../../schema/tool.schema.json',
-      id: 'text.upper',
-      name: 'Upper-case text',
-      description: 'Returns the text in upper case (a JavaScript tool)',
-      runner: 'js-runner',
-      entry: 'upper.js',
-      schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
-      output_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-      permissions: ['exec.js'],
-      limits: { timeout_ms: 2000 },
-    },
-    null,
-    2,
-  )}\n`,
-  'tools/upper.js': `// A JavaScript tool: runs in an isolated-vm isolate, with no Node APIs.
+/** The folder of the arium package (holding schema/), found from this file in src/ or in dist/src/. */
+function packageRoot(): string | null {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'arium') return dir;
+    dir = dirname(dir);
+  }
+  return null;
+}
+
+/** `$schema` as a path relative to the file, so editors find the published schema wherever the workspace is. */
+function schemaRef(fromDir: string, schemaFile: string): Record<string, string> {
+  const root = packageRoot();
+  if (!root) return {};
+  return {
+    $schema: relative(fromDir, join(root, 'schema', schemaFile))
+      .split(sep)
+      .join('/'),
+  };
+}
+
+const json = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
+
+/** Example tools, one per sandboxed runner (a project cannot define `builtin` tools), with their code. */
+function exampleFiles(projectDir: string): Map<string, string> {
+  const tools = join(projectDir, 'tools');
+  return new Map([
+    [
+      'tools/text-upper.json',
+      json({
+        ...schemaRef(tools, 'tool.schema.json'),
+        id: 'text.upper',
+        name: 'Upper-case text',
+        description: 'Returns the text in upper case (a JavaScript tool)',
+        runner: 'js-runner',
+        entry: 'upper.js',
+        schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
+        output_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+        permissions: ['exec.js'],
+        limits: { timeout_ms: 2000 },
+        examples: [{ text: 'hello, arium' }],
+      }),
+    ],
+    [
+      'tools/upper.js',
+      `// A JavaScript tool: runs in an isolated-vm isolate, with no Node APIs; input and output are copies.
 export default function run(input) {
   return { text: input.text.toUpperCase() };
 }
 `,
-  'tools/text-words.json': `${JSON.stringify(
-    {
-      $schema: '../../../schema/tool.schema.json',
-      id: 'text.words',
-      name: 'Count words',
-      description: 'Counts the words of a text (a Python tool)',
-      runner: 'py-runner',
-      entry: 'words.py',
-      schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'], additionalProperties: false },
-      permissions: ['exec.py'],
-      limits: { timeout_ms: 5000, memory_mb: 128 },
-    },
-    null,
-    2,
-  )}\n`,
-  'tools/words.py': `# A Python tool: runs in a resource-limited, isolated subprocess.
+    ],
+    [
+      'tools/text-words.json',
+      json({
+        ...schemaRef(tools, 'tool.schema.json'),
+        id: 'text.words',
+        name: 'Count words',
+        description: 'Counts the words of a text (a Python tool)',
+        runner: 'py-runner',
+        entry: 'words.py',
+        schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
+        permissions: ['exec.py'],
+        limits: { timeout_ms: 5000, memory_mb: 128 },
+        examples: [{ text: 'the quick brown fox' }],
+      }),
+    ],
+    [
+      'tools/words.py',
+      `# A Python tool: runs in a resource-limited, isolated subprocess.
 def run(input, ctx):
     words = input["text"].split()
     return {"words": len(words)}
 `,
-  'arium.json': `${JSON.stringify({ $schema: '../../schema/project.schema.json', grants: ['vfs.read', 'vfs.write', 'exec.js', 'exec.py'] }, null, 2)}\n`,
-};
+    ],
+    ['arium.json', json({ ...schemaRef(projectDir, 'project.schema.json'), grants: ['vfs.read', 'vfs.write', 'exec.js', 'exec.py'] })],
+  ]);
+}
 
-export async function initCommand(ctx: Context): Promise<number> {
-  const [name = ctx.project, ...extra] = ctx.parsed.positionals;
-  if (extra.length > 0) throw new UsageError(`arium init takes one project name (got ${[name, ...extra].join(' ')})`);
+function projectName(ctx: Context): string {
+  maxPositionals(ctx.parsed, 1, initSpec.usage);
+  const [positional] = ctx.parsed.positionals;
+  if (positional !== undefined && ctx.projectGiven && positional !== ctx.project) {
+    throw new UsageError(`Two project names: "${positional}" and --project ${ctx.project}; give one`);
+  }
+  const name = positional ?? ctx.project;
   if (!PROJECT_NAME.test(name) || name.includes('..')) {
-    throw new UsageError(`Invalid project name "${name}": use letters, digits, ".", "_" and "-", starting with a letter or digit`);
+    throw new UsageError(
+      `Invalid project name "${name}": use 1 to 64 letters, digits, ".", "_" and "-", starting with a letter or digit (a name, not a path)`,
+    );
   }
+  return name;
+}
+
+async function run(ctx: Context): Promise<number> {
+  const name = projectName(ctx);
+  const force = bool(ctx.parsed, 'force');
   const dir = join(ctx.workspace, name);
-  if (existsSync(dir) && readdirSync(dir).length > 0 && !bool(ctx.parsed, 'force')) {
-    throw new UsageError(`${dir} already exists and is not empty; choose another name or pass --force to add the example files`);
+  if (existsSync(dir)) {
+    if (!statSync(dir).isDirectory()) throw new HostError(`${dir} exists and is not a folder; remove it or choose another project name`);
+    if (readdirSync(dir).length > 0 && !force) {
+      throw new UsageError(
+        `Project "${name}" already exists at ${dir} and is not empty; choose another name, or pass --force to rewrite the example files`,
+      );
+    }
   }
-  mkdirSync(join(dir, 'tools'), { recursive: true });
-  const written: string[] = [];
-  for (const [file, content] of Object.entries(FILES)) {
-    const path = join(dir, file);
-    if (existsSync(path) && !bool(ctx.parsed, 'force')) continue;
-    writeFileSync(path, content);
-    written.push(file);
+  const created: string[] = [];
+  const overwritten: string[] = [];
+  try {
+    mkdirSync(join(dir, 'tools'), { recursive: true });
+    for (const [file, content] of exampleFiles(dir)) {
+      const path = join(dir, file);
+      (existsSync(path) ? overwritten : created).push(file);
+      writeFileSync(path, content);
+    }
+  } catch (error) {
+    throw new HostError(`Cannot create the project in ${dir}: ${(error as Error).message}`);
   }
-  if (ctx.json) ctx.emit({ project: name, path: dir, files: written });
+  if (ctx.json) ctx.emit({ project: name, path: dir, created, overwritten });
   else {
-    ctx.out(`${ctx.c.green('created')} project ${ctx.c.bold(name)} in ${dir}`);
-    for (const f of written) ctx.out(`  ${f}`);
-    ctx.out(ctx.c.dim(`next: arium tools --project ${name}`));
+    const { c } = ctx;
+    ctx.out(`${c.green('created')} project ${c.bold(name)} in ${dir}`);
+    for (const f of created) ctx.out(`  + ${f}`);
+    for (const f of overwritten) ctx.out(`  ${c.yellow('~')} ${f} ${c.dim('(overwritten: --force)')}`);
+    const opts = `${ctx.workspace === join(ctx.io.cwd, 'workspace') ? '' : ` --workspace ${ctx.workspace}`} --project ${name}`;
+    ctx.out(c.dim(`next: arium tools${opts}   ·   arium call text.upper '{"text":"hi"}'${opts}`));
   }
   return EXIT.ok;
 }
+
+export const initSpec: CommandSpec = {
+  name: 'init',
+  usage: 'arium init [project] [--force]',
+  summary: 'create a project folder with example tools (a JavaScript and a Python tool)',
+  details: `Creates <workspace>/<project>/ with tools/ (text-upper.json + upper.js for the js-runner,
+text-words.json + words.py for the py-runner) and an arium.json granting what they need.
+The project name defaults to --project, then "demo". An existing, non-empty project is refused
+unless --force, which rewrites the example files and leaves every other file alone.`,
+  flags: { force: { help: 'rewrite the example files in an existing project' } },
+  run,
+};
