@@ -1,164 +1,143 @@
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli/io.js';
-import { main } from '../src/cli/main.js';
+import { afterEach, beforeEach, describe, expect, it, test } from 'vitest';
+import { TOOL_META_SCHEMA } from '../src/index.js';
+import { parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
-let root: string;
-let workspace: string;
-
+let ws: ReturnType<typeof tempWorkspace>;
 beforeEach(() => {
-  root = mkdtempSync(join(tmpdir(), 'arium-cli-'));
-  workspace = join(root, 'ws');
-  mkdirSync(join(workspace, 'p', 'tools'), { recursive: true });
+  ws = tempWorkspace();
 });
+afterEach(() => ws.cleanup());
 
-afterEach(() => rmSync(root, { recursive: true, force: true }));
-
-async function cli(args: string[], stdin = ''): Promise<{ code: number; out: string; err: string }> {
-  let out = '';
-  let err = '';
-  const io: CliIo = {
-    stdout: { write: (t: string) => (out += t) },
-    stderr: { write: (t: string) => (err += t) },
-    readStdin: async () => stdin,
-    env: {},
-    isTTY: false,
-    cwd: root,
-  };
-  const code = await main(args, io);
-  return { code, out, err };
-}
-
+const cli = (args: string[], options?: Parameters<typeof runCli>[2]) => runCli(ws.root, args, options);
 const P = ['--workspace', 'ws', '--project', 'p'];
 
-describe('arium CLI', () => {
-  it('prints help, and refuses unknown commands and options with a hint', async () => {
-    expect((await cli(['--help'])).out).toContain('Commands:');
-    const unknown = await cli(['frobnicate']);
-    expect(unknown.code).toBe(2);
-    expect(unknown.err).toContain('unknown command "frobnicate"');
-    const badFlag = await cli(['tools', '--colour']);
-    expect(badFlag.code).toBe(2);
-    expect(badFlag.err).toContain('Unknown option --colour');
-    const noValue = await cli(['tools', '--project']);
-    expect(noValue.err).toContain('--project needs a value');
-    expect((await cli(['call', '--help'])).out).toContain('usage: arium call <id>');
-  });
-
-  it('lists builtins and project tools, and reports bad definition files', async () => {
-    writeFileSync(join(workspace, 'p', 'tools', 'broken.json'), '{ "id": ');
+describe('arium tools', () => {
+  it('lists builtins and project tools, and reports bad definition files with the reason', async () => {
+    writeFileSync(join(ws.workspace, 'p', 'tools', 'broken.json'), '{ "id": ');
+    writeFileSync(
+      join(ws.workspace, 'p', 'tools', 'nowhere.json'),
+      JSON.stringify({ id: 'x.y', description: 'd', runner: 'py-runner', entry: 'gone.py', schema: { type: 'object' }, permissions: ['exec.py'] }),
+    );
     const human = await cli(['tools', ...P]);
     expect(human.code).toBe(0);
-    expect(human.out).toContain('fs.read');
+    expect(human.out).toMatch(/fs\.read\s+builtin\s+vfs\.read/);
+    expect(human.out).toContain('2 definition files did not load:');
     expect(human.out).toContain('tools/broken.json');
-    const json = JSON.parse((await cli(['tools', ...P, '--json'])).out);
-    expect(json.tools.map((t: { id: string }) => t.id)).toContain('vfs.snapshot');
-    expect(json.problems[0].file).toBe('tools/broken.json');
+    expect(human.out).toMatch(/tools\/nowhere\.json.*gone\.py/);
+    const json = parseJson(await cli(['tools', ...P, '--json']));
+    expect(json.project).toBe('p');
+    expect(json.tools.map((t: { id: string }) => t.id)).toEqual(expect.arrayContaining(['fs.read', 'fs.write', 'vfs.snapshot', 'system.hash']));
+    expect(json.tools.find((t: { id: string }) => t.id === 'fs.read')).toMatchObject({
+      runner: 'builtin',
+      permissions: ['vfs.read'],
+      schema: { type: 'object' },
+    });
+    expect(json.problems.map((p: { file: string }) => p.file).sort()).toEqual(['tools/broken.json', 'tools/nowhere.json']);
+    expect(json.problems.every((p: { message: string }) => p.message.length > 0)).toBe(true);
   });
+});
 
-  it('calls a tool with inline JSON, a file and stdin; exit code 1 when the tool fails', async () => {
+describe('arium call', () => {
+  it('takes the input inline, from a file and from stdin', async () => {
     const write = await cli(['call', 'fs.write', '{"path":"/a.txt","content":"hi\\n"}', ...P, '--json']);
     expect(write.code).toBe(0);
-    expect(JSON.parse(write.out).data.created).toBe(true);
-    writeFileSync(join(root, 'in.json'), '{"path":"/a.txt"}');
-    const read = await cli(['call', 'fs.read', '@in.json', ...P, '--json']);
-    expect(JSON.parse(read.out).data.content).toBe('hi\n');
-    const piped = await cli(['call', 'fs.stat', '-', ...P, '--json'], '{"path":"/a.txt"}');
-    expect(JSON.parse(piped.out).data.size).toBe(3);
+    expect(parseJson(write)).toMatchObject({ ok: true, data: { created: true }, meta: { tool: 'fs.write' } });
+    writeFileSync(join(ws.root, 'in.json'), '{\n  "path": "/a.txt"\n}\n');
+    expect(parseJson(await cli(['call', 'fs.read', '@in.json', ...P, '--json'])).data.content).toBe('hi\n');
+    expect(parseJson(await cli(['call', 'fs.stat', '-', ...P, '--json'], { stdin: '{"path":"/a.txt"}' })).data.size).toBe(3);
+    expect(parseJson(await cli(['call', 'fs.list', ...P, '--json'])).data.path).toBe('/'); // no input is {}: fs.list lists /
+  });
+
+  it('prints the data for people, with the diff fs.write returns as a patch', async () => {
+    await cli(['call', 'fs.write', '{"path":"/a.txt","content":"one\\n"}', ...P]);
+    const r = await cli(['call', 'fs.write', '{"path":"/a.txt","content":"two\\n"}', ...P]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^ok fs\.write · [\d.]+ ms · run [0-9a-f]{8}/);
+    expect(r.out).toContain('\n-one\n+two');
+  });
+
+  it('exits 1 on a failed result and shows stage, code, message and details', async () => {
     const missing = await cli(['call', 'fs.read', '{"path":"/nope"}', ...P]);
     expect(missing.code).toBe(1);
-    expect(missing.out).toContain('NOT_FOUND');
+    expect(missing.out).toContain('NOT_FOUND at execution');
+    const invalid = await cli(['call', 'fs.read', '{"pth":1}', ...P]);
+    expect(invalid.out).toContain('INVALID_INPUT at validation');
+    expect(invalid.out).toContain('/pth is not an allowed property');
     const denied = await cli(['call', 'fs.write', '{"path":"/b","content":"x"}', ...P, '--grant', 'vfs.read', '--json']);
     expect(denied.code).toBe(1);
-    expect(JSON.parse(denied.out).error).toMatchObject({ stage: 'permission', code: 'DENIED' });
+    expect(parseJson(denied)).toMatchObject({ ok: false, error: { stage: 'permission', code: 'DENIED', details: { permission: 'vfs.write' } } });
+    const unknown = await cli(['call', 'fs.reed', '{}', ...P, '--json']);
+    expect(parseJson(unknown).error).toMatchObject({ stage: 'validation', code: 'UNKNOWN_TOOL' });
   });
 
-  it('says where bad JSON input is', async () => {
-    const bad = await cli(['call', 'fs.read', '{path:', ...P]);
-    expect(bad.code).toBe(2);
-    expect(bad.err).toContain('The input argument is not valid JSON');
-    const noFile = await cli(['call', 'fs.read', '@missing.json', ...P]);
-    expect(noFile.err).toContain('Cannot read the input file');
-    expect((await cli(['call', ...P])).err).toContain('needs a tool id');
+  it('passes --trace-id and --timeout to the call', async () => {
+    const r = parseJson(await cli(['call', 'fs.list', '{"path":"/"}', ...P, '--trace-id', 'trace-42', '--timeout', '500', '--json']));
+    expect(r.meta.trace_id).toBe('trace-42');
+    expect((await cli(['call', 'fs.list', '{}', ...P, '--timeout', 'soon'])).err).toContain('--timeout needs a whole number');
   });
 
-  it('exits 3 with a clear message for a missing project or a bad grant', async () => {
-    const missing = await cli(['tools', '--workspace', 'ws', '--project', 'nope']);
-    expect(missing.code).toBe(3);
-    expect(missing.err).toContain('Project "nope" not found');
-    const grant = await cli(['tools', ...P, '--grant', 'vfs.fly']);
-    expect(grant.code).toBe(3);
-    expect(grant.err).toContain('Unknown permission "vfs.fly"');
+  test.each([
+    { input: ['{path:'], fragment: 'The input argument is not valid JSON' },
+    { input: ['{"a":1}', 'extra'], fragment: 'Unexpected argument "extra"' },
+    { input: ['@missing.json'], fragment: 'Cannot read the input file' },
+    { input: ['@'], fragment: '"@" needs a file name' },
+    { input: ['@ws'], fragment: 'it is a folder' },
+    { input: ['-'], fragment: 'The input from stdin is empty' },
+    { input: [], fragment: 'arium call needs a tool id', noId: true },
+  ])('a bad input is a usage error: $fragment', async ({ input, fragment, noId }) => {
+    const r = await cli(['call', ...(noId ? [] : ['fs.read']), ...input, ...P]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(fragment);
   });
 
-  it('init creates a loadable project and refuses to overwrite one', async () => {
-    const made = await cli(['init', 'fresh', '--workspace', 'ws']);
-    expect(made.code).toBe(0);
-    expect(existsSync(join(workspace, 'fresh', 'tools', 'upper.js'))).toBe(true);
-    const tools = JSON.parse((await cli(['tools', '--workspace', 'ws', '--project', 'fresh', '--json'])).out);
-    expect(tools.problems).toEqual([]);
-    expect(tools.tools.map((t: { id: string }) => t.id)).toEqual(expect.arrayContaining(['text.upper', 'text.words']));
-    const again = await cli(['init', 'fresh', '--workspace', 'ws']);
-    expect(again.code).toBe(2);
-    expect(again.err).toContain('already exists');
-    expect((await cli(['init', '../evil', '--workspace', 'ws'])).err).toContain('Invalid project name');
+  it('says on which line and column a file holds bad JSON', async () => {
+    writeFileSync(join(ws.root, 'bad.json'), '{\n  "path": "/a",\n  oops\n}\n');
+    const r = await cli(['call', 'fs.read', '@bad.json', ...P]);
+    expect(r.err).toContain(`in ${join(ws.root, 'bad.json')} is not valid JSON`);
+    expect(r.err).toMatch(/line 3/);
   });
+});
 
-  it('snapshots, logs, diffs and restores across separate invocations (the state persists)', async () => {
+describe('arium schema', () => {
+  it('prints the tool definition schema', async () => {
+    const r = await cli(['schema']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out)).toEqual(JSON.parse(JSON.stringify(TOOL_META_SCHEMA)));
+  });
+});
+
+describe('history and transfer commands', () => {
+  it('snapshot, log, diff and restore work across separate invocations (the state persists)', async () => {
     await cli(['call', 'fs.write', '{"path":"/doc.txt","content":"one\\n"}', ...P]);
     const snap = await cli(['snapshot', '--label', 'v1', ...P, '--json']);
     expect(snap.code).toBe(0);
-    const id = JSON.parse(snap.out).id as string;
+    const id = parseJson(snap).id as string;
     await cli(['call', 'fs.write', '{"path":"/doc.txt","content":"two\\n"}', ...P]);
     const diff = await cli(['diff', 'v1', ...P]);
     expect(diff.out).toContain('M /doc.txt');
     expect(diff.out).toContain('-one');
     expect(diff.out).toContain('+two');
     expect((await cli(['diff', 'v1', ...P, '--stat'])).out).not.toContain('+two');
-    const log = JSON.parse((await cli(['log', ...P, '--json'])).out);
-    expect(log.snapshots[0].id).toBe(id);
-    const restored = await cli(['restore', 'v1', ...P]);
-    expect(restored.out).toContain('undoes this');
-    const read = await cli(['call', 'fs.read', '{"path":"/doc.txt"}', ...P, '--json']);
-    expect(JSON.parse(read.out).data.content).toBe('one\n');
-    const unknown = await cli(['restore', 'nope', ...P]);
+    expect(parseJson(await cli(['log', ...P, '--json'])).snapshots[0].id).toBe(id);
+    expect((await cli(['restore', 'v1', ...P])).out).toContain('undoes this');
+    expect(parseJson(await cli(['call', 'fs.read', '{"path":"/doc.txt"}', ...P, '--json'])).data.content).toBe('one\n');
+    const unknown = await cli(['restore', 'nope', ...P, '--json']);
     expect(unknown.code).toBe(1);
     expect(unknown.err).toContain('Unknown snapshot');
+    expect(parseJson(unknown).ok).toBe(false);
     expect((await cli(['gc', ...P])).out).toContain('kept');
   });
 
   it('imports and exports host folders', async () => {
-    mkdirSync(join(root, 'src'));
-    writeFileSync(join(root, 'src', 'x.txt'), 'x');
+    mkdirSync(join(ws.root, 'src'));
+    writeFileSync(join(ws.root, 'src', 'x.txt'), 'x');
     expect((await cli(['import', 'src', '/in', ...P])).out).toContain('imported 1 files');
     expect((await cli(['export', '/in', 'out', ...P])).code).toBe(0);
-    expect(readFileSync(join(root, 'out', 'x.txt'), 'utf8')).toBe('x');
+    expect(readFileSync(join(ws.root, 'out', 'x.txt'), 'utf8')).toBe('x');
     const again = await cli(['export', '/in', 'out', ...P]);
     expect(again.code).toBe(1);
     expect(again.err).toContain('not empty');
   });
-
-  it('doctor reports the machine without throwing', async () => {
-    const report = JSON.parse((await cli(['doctor', ...P, '--json'])).out);
-    const names = report.checks.map((c: { name: string }) => c.name);
-    expect(names).toEqual(expect.arrayContaining(['node', 'isolated-vm', 'python', 'bubblewrap', 'user namespaces']));
-    expect(report.checks.find((c: { name: string }) => c.name === 'node').ok).toBe(true);
-    expect(report.engine.runners.builtin.available).toBe(true);
-  });
-
-  it('the real bin runs the demo end to end', () => {
-    // `npm test` builds before running vitest; build here only when run on its own without dist/.
-    if (!existsSync(join('dist', 'src', 'cli', 'main.js'))) {
-      execFileSync(process.execPath, [join('node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { stdio: 'ignore' });
-    }
-    mkdirSync(join(workspace, 'demo', 'tools'), { recursive: true });
-    const r = spawnSync(process.execPath, ['bin/arium.js', 'demo', '--workspace', workspace, '--no-color'], { encoding: 'utf8' });
-    expect(r.status).toBe(0);
-    expect(r.stdout).toContain('+- ship it');
-    expect(r.stdout).toMatch(/Events: \d+ ToolInvocationEvent/);
-    expect(r.stdout).toContain('SecurityEvent');
-  }, 60_000);
 });
