@@ -4,8 +4,8 @@ import type { LogLine } from '../../src/result.js';
 
 /**
  * Messages between the engine and the JS sandbox process (runners/js/worker/main.mjs), over Node's IPC
- * channel with `serialization: 'advanced'` (structured clone, so bytes cross as Uint8Array). The worker
- * is plain JavaScript; these types are the contract it follows.
+ * channel as JSON (bytes cross as base64 strings, flagged by `bytes` / `binary`). The worker is plain
+ * JavaScript; these types are the contract it follows.
  *
  * The engine treats what comes back as untrusted data: a tool cannot write these messages, but if V8
  * were ever compromised in the sandbox process it could, so every field is checked before use.
@@ -36,7 +36,7 @@ export type ToWorker =
       limits: CallLimits;
       info: { tool: string; runId: string; traceId: string };
     }
-  | { t: 'reply'; id: number; rid: number; ok: true; value: unknown }
+  | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
   | { t: 'abort'; id: number; code: ErrorCode; message: string }
   | { t: 'prepare'; tool: ToolRef; memoryMb: number }
@@ -48,7 +48,8 @@ export type ToWorker =
 export type FromWorker =
   | { t: 'ready'; node: string; isolatedVm: string }
   | { t: 'unavailable'; reason: string }
-  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[] }
+  /** `binary: 1`: args[1] of a write is base64 of the bytes to write. */
+  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[]; binary?: 1 }
   | { t: 'done'; id: number; ok: true; data: unknown; logs: LogLine[]; dropped: number }
   | { t: 'done'; id: number; ok: false; error: WireError & { stack?: string }; logs: LogLine[]; dropped: number }
   | { t: 'draining'; reason: string }

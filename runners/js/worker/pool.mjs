@@ -1,4 +1,5 @@
-import { SETUP_FILENAME } from './setup-script.mjs';
+import { linkSync, release } from './link.mjs';
+import { HOST_GLOBALS, SETUP_FILENAME } from './setup-script.mjs';
 
 /**
  * Isolates and their warm contexts.
@@ -13,7 +14,7 @@ import { SETUP_FILENAME } from './setup-script.mjs';
 
 const WARM_CONTEXTS = 2;
 /** Idle isolates kept per memory class while it is in use, so a call rarely waits behind a refill. */
-const IDLE_ISOLATES = 2;
+const IDLE_ISOLATES = 5;
 /** A class unused this long keeps one idle isolate. */
 const CLASS_IDLE_MS = 60_000;
 /** An isolate is replaced after this many calls, so what V8 keeps per isolate cannot grow without bound. */
@@ -26,6 +27,9 @@ export class IsolatePool {
   #slots = new Set();
   #waiting = [];
   #lastUsed = new Map();
+  /** Per memory class, the tool last called: warm contexts come with its modules already linked. */
+  #hints = new Map();
+  #serial = 0;
   #options;
   #trimTimer;
   #closed = false;
@@ -74,6 +78,11 @@ export class IsolatePool {
     slot.calls++;
     const context = slot.warm.pop() ?? (await this.#newContext(slot));
     return { slot, context };
+  }
+
+  /** The tool to link into the next warm contexts of its memory class (see link.mjs). */
+  hint(memoryMb, graph, generated) {
+    this.#hints.set(memoryMb, { graph, generated });
   }
 
   /** Takes an isolate back after a call; `dispose` when the call ended abnormally or the isolate is suspect. */
@@ -137,7 +146,7 @@ export class IsolatePool {
   }
 
   #create(memoryMb) {
-    const slot = { isolate: null, script: null, memoryMb, warm: [], leased: false, refilling: false, dead: false, calls: 0 };
+    const slot = { isolate: null, script: null, memoryMb, warm: [], leased: false, refilling: false, dead: false, calls: 0, serial: 0, call: null };
     slot.isolate = new this.#ivm.Isolate({
       memoryLimit: memoryMb,
       onCatastrophicError: (message) => this.#options.onCatastrophe(slot, message),
@@ -147,6 +156,12 @@ export class IsolatePool {
     else options.produceCachedData = true;
     slot.script = slot.isolate.compileScriptSync(this.#source, options);
     if (!this.#cachedData && slot.script.cachedData) this.#cachedData = slot.script.cachedData;
+    // One pair of host callbacks per isolate: each context says which one it is, and only the context
+    // of the call running now (slot.serial) is heard.
+    const ivm = this.#ivm;
+    const heard = (serial) => (serial === slot.serial ? slot.call : null);
+    slot.send = new ivm.Callback((serial, op, rid, a, b) => heard(serial)?.onSend(op, rid, a, b), { ignored: true });
+    slot.done = new ivm.Callback((serial, kind, a, b, c) => heard(serial)?.onDone(kind, a, b, c), { ignored: true });
     this.#slots.add(slot);
     return slot;
   }
@@ -154,24 +169,46 @@ export class IsolatePool {
   #drop(slot) {
     slot.dead = true;
     this.#slots.delete(slot);
-    for (const context of slot.warm) context.context.release();
+    for (const context of slot.warm) {
+      release(context.linked);
+      try {
+        context.entry.release();
+        context.context.release();
+      } catch {}
+    }
     slot.warm = [];
     try {
       slot.isolate.dispose();
     } catch {}
   }
 
-  /** A context with the setup script run in it, connected to whatever call is later bound to it. */
+  /**
+   * A context with the setup script run in it, and the hinted tool's modules linked when there is one.
+   * `serial` is what the context's prelude says when it calls the host; a call listens to one serial.
+   */
   async #newContext(slot) {
-    const ivm = this.#ivm;
+    // Two async steps (making a context and running the prelude are the heavy parts, done on the
+    // isolate's thread); the short steps between and after run synchronously while the isolate is idle,
+    // as each async isolated-vm call costs this process's thread tens of µs (it captures a stack trace).
     const context = await slot.isolate.createContext();
-    const binding = { call: null };
-    const send = new ivm.Callback((...args) => binding.call?.onSend(...args), { ignored: true });
-    const done = new ivm.Callback((...args) => binding.call?.onDone(...args), { ignored: true });
-    const install = await slot.script.run(context, { reference: true });
-    const entry = await install.apply(undefined, [send, done, slot.memoryMb, this.#options.logCap], { result: { reference: true } });
-    install.release();
-    return { context, entry, binding };
+    const serial = ++this.#serial;
+    const global = context.global;
+    global.setSync(HOST_GLOBALS.send, slot.send);
+    global.setSync(HOST_GLOBALS.done, slot.done);
+    // A string, not an object: copying an object into an isolate also makes isolated-vm check its heap.
+    global.setSync(HOST_GLOBALS.config, `${slot.memoryMb},${this.#options.logCap},${serial}`);
+    // No global.release(): the context owns that handle and releases it with itself.
+    const entry = await slot.script.run(context, { reference: true });
+    const warm = { context, entry, serial, linked: null };
+    const hint = this.#hints.get(slot.memoryMb);
+    if (hint && !slot.leased) {
+      try {
+        warm.linked = linkSync(slot.isolate, context, hint.graph, hint.generated);
+      } catch {
+        // Linked at call time instead, where the error is reported.
+      }
+    }
+    return warm;
   }
 
   /** Brings an idle isolate back to WARM_CONTEXTS, one context at a time, stopping when a call leases it. */
@@ -181,8 +218,15 @@ export class IsolatePool {
     try {
       while (!slot.dead && !slot.leased && !this.#closed && slot.warm.length < WARM_CONTEXTS) {
         const context = await this.#newContext(slot);
-        if (slot.dead) context.context.release();
-        else slot.warm.push(context);
+        if (slot.dead) {
+          release(context.linked);
+          try {
+            context.entry.release();
+            context.context.release();
+          } catch {}
+        } else {
+          slot.warm.push(context);
+        }
       }
     } catch {
       // The isolate was disposed meanwhile (or hit its limit while empty): it is replaced on demand.

@@ -221,7 +221,15 @@
     return [name, clip(message, 8192), clip(stack, 16384)];
   }
 
-  return function install(send, done, memoryMb, logCap, guardWasm) {
+  /**
+   * Connects this context to the worker. `hostSend` and `hostDone` are shared by every context of the
+   * isolate (ignored-mode isolated-vm callbacks: they copy their arguments and return nothing); `serial`
+   * tells the worker which context speaks, so a context whose call has ended is not heard.
+   */
+  return function install(hostSend, hostDone, memoryMb, logCap, serial, guardWasm) {
+    // Fixed arity, no spread: spreading would use Array.prototype[Symbol.iterator], which tools can replace.
+    const send = (op, rid, a, b) => hostSend(serial, op, rid, a, b);
+    const done = (kind, a, b, c) => hostDone(serial, kind, a, b, c);
     const pending = new CMap();
     let nextRequest = 1;
     let started = false;

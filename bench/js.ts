@@ -1,0 +1,154 @@
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { runInNewContext } from 'node:vm';
+import { createEngine, type Engine } from '../src/index.js';
+import { median } from './stats.js';
+
+/**
+ * JS tools through the whole engine (validation, permissions, a fresh isolated-vm context per call in
+ * the sandbox process, output checks), against baselines measured in the same run: `node:vm`
+ * runInNewContext per call (no security boundary), spawning `node` per call, and raw isolated-vm.
+ * `node --no-node-snapshot dist/bench/run.js js` runs this suite; `node dist/bench/js.js` runs it alone.
+ */
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = [join(here, '..'), join(here, '..', '..')].find((dir) => existsSync(join(dir, 'fixtures', 'js', 'project'))) as string;
+const REVERSE = "(function (input) { return { text: [...input.text].reverse().join('') }; })";
+
+const ms = (value: number) => Math.round(value * 1000) / 1000;
+const percentile = (values: number[], p: number) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))] as number;
+
+async function ready(engine: Engine): Promise<void> {
+  const status = await engine.status();
+  if (!status.runners['js-runner']?.available) throw new Error(`js-runner unavailable: ${status.runners['js-runner']?.reason}`);
+}
+
+/** Calls awaited one after another: the latency of each, and the rate they reach. */
+async function latencies(engine: Engine, id: string, input: unknown, n: number): Promise<{ times: number[]; perSec: number }> {
+  const times: number[] = [];
+  const start = performance.now();
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const result = await engine.call(id, input);
+    times.push(performance.now() - t0);
+    if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
+  }
+  return { times, perSec: n / ((performance.now() - start) / 1000) };
+}
+
+async function concurrent(engine: Engine, inFlight: number, seconds: number): Promise<number> {
+  let calls = 0;
+  const end = performance.now() + seconds * 1000;
+  const worker = async () => {
+    while (performance.now() < end) {
+      await engine.call('reverse', { text: 'hello' });
+      calls++;
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  return calls / ((performance.now() - t0) / 1000);
+}
+
+/** First call of a tool the sandbox has never seen (the sandbox process already running). */
+async function coldTool(): Promise<{ first_call_of_new_tool_ms: number; engine_start_to_first_result_ms: number }> {
+  const firstCalls: number[] = [];
+  const engineStarts: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const workspace = mkdtempSync(join(tmpdir(), 'arium-bench-js-'));
+    cpSync(join(root, 'fixtures', 'js', 'project'), join(workspace, 'p'), { recursive: true });
+    const t0 = performance.now();
+    const engine = await createEngine({ workspace, project: 'p', watch: false, persist: false });
+    const cold = await engine.call('reverse', { text: 'cold' });
+    engineStarts.push(performance.now() - t0);
+    if (!cold.ok) throw new Error(cold.error.message);
+    const id = `fresh${i}`;
+    writeFileSync(join(workspace, 'p', 'tools', `${id}.js`), `export default (input) => ({ n: ${i}, text: input.text });\n`);
+    writeFileSync(
+      join(workspace, 'p', 'tools', `${id}.json`),
+      JSON.stringify({ id, description: 'bench', runner: 'js-runner', entry: `${id}.js`, schema: { type: 'object' }, permissions: ['exec.js'] }),
+    );
+    await engine.refresh();
+    const t1 = performance.now();
+    const first = await engine.call(id, { text: 'x' });
+    firstCalls.push(performance.now() - t1);
+    if (!first.ok) throw new Error(first.error.message);
+    await engine.close();
+    rmSync(workspace, { recursive: true, force: true });
+  }
+  return { first_call_of_new_tool_ms: ms(median(firstCalls)), engine_start_to_first_result_ms: ms(median(engineStarts)) };
+}
+
+interface Baselines {
+  node_vm_per_call_ms: number;
+  spawn_per_call_ms: number;
+  ivm_fresh_context_ms: number;
+  ivm_fresh_context_call_ms: number;
+  ivm_existing_context_call_ms: number;
+}
+
+function baselines(): Baselines {
+  const input = { text: 'hello' };
+  const vmTimes: number[] = [];
+  for (let i = 0; i < 2200; i++) {
+    const t0 = performance.now();
+    runInNewContext(`${REVERSE}(input)`, { input });
+    if (i >= 200) vmTimes.push(performance.now() - t0);
+  }
+  const spawnTimes: number[] = [];
+  const script = `const input = JSON.parse(process.argv[1]); process.stdout.write(JSON.stringify(${REVERSE}(input)));`;
+  for (let i = 0; i < 21; i++) {
+    const t0 = performance.now();
+    execFileSync(process.execPath, ['-e', script, JSON.stringify(input)]);
+    if (i > 0) spawnTimes.push(performance.now() - t0);
+  }
+  const raw = JSON.parse(execFileSync(process.execPath, ['--no-node-snapshot', join(here, 'js-ivm-baseline.js')], { encoding: 'utf8' })) as Record<
+    string,
+    number
+  >;
+  return {
+    node_vm_per_call_ms: ms(median(vmTimes)),
+    spawn_per_call_ms: ms(median(spawnTimes)),
+    ivm_fresh_context_ms: ms(raw.fresh_context_ms ?? Number.NaN),
+    ivm_fresh_context_call_ms: ms(raw.fresh_context_call_ms ?? Number.NaN),
+    ivm_existing_context_call_ms: ms(raw.existing_context_call_ms ?? Number.NaN),
+  };
+}
+
+export async function benchJs(): Promise<Record<string, unknown>> {
+  const base = baselines();
+  const engine = await createEngine({ workspace: join(root, 'fixtures', 'js'), project: 'project', watch: false, persist: false });
+  try {
+    await ready(engine);
+    const input = { text: 'hello' };
+    await latencies(engine, 'reverse', input, 3000);
+    const sequential = await latencies(engine, 'reverse', input, 5000);
+    const typescript = await latencies(engine, 'greet', { name: 'Ada' }, 2000);
+    const vfs = await latencies(engine, 'notes', { steps: [{ op: 'write', args: ['/b.txt', 'x'] }] }, 2000);
+    const inFlight4 = await concurrent(engine, 4, 3);
+    const warmMedian = median(sequential.times);
+    return {
+      ...base,
+      warm_call_median_ms: ms(warmMedian),
+      warm_call_p90_ms: ms(percentile(sequential.times, 0.9)),
+      warm_call_p99_ms: ms(percentile(sequential.times, 0.99)),
+      sequential_calls_per_sec: Math.round(sequential.perSec),
+      four_in_flight_calls_per_sec: Math.round(inFlight4),
+      typescript_tool_median_ms: ms(median(typescript.times)),
+      one_vfs_write_tool_median_ms: ms(median(vfs.times)),
+      ...(await coldTool()),
+      ratio_warm_to_node_vm: ms(warmMedian / base.node_vm_per_call_ms),
+      ratio_spawn_to_warm: Math.round(base.spawn_per_call_ms / warmMedian),
+    };
+  } finally {
+    await engine.close();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.stdout.write(`${JSON.stringify(await benchJs(), null, 2)}\n`);
+}

@@ -1,0 +1,65 @@
+/**
+ * Compiles a tool's module graph (from the code cache the loader made) in one isolate and links it in
+ * one context. Linking runs no tool code: that starts when the generated main module is evaluated.
+ * It runs while a warm context is prepared for the tool last called (off the call path), or at call time
+ * when the warm context was prepared for another tool. Synchronous on purpose: the isolate is idle then,
+ * and the async forms cost this thread more (each captures a stack trace).
+ */
+
+function plan(graph, generated) {
+  const items = [];
+  for (const mod of graph.modules.values()) items.push({ key: mod.key, source: mod.source, name: mod.name, cachedData: mod.cachedData });
+  items.push({ key: 'arium:main', ...generated.main });
+  items.push({ key: 'arium:start', ...generated.start });
+  return items;
+}
+
+function options(item) {
+  const out = { filename: item.name };
+  if (item.cachedData) out.cachedData = item.cachedData;
+  return out;
+}
+
+function resolver(graph, compiled) {
+  const keys = new Map();
+  for (const [key, module] of compiled) keys.set(module, key);
+  const main = compiled.get('arium:main');
+  return (specifier, referrer) => {
+    if (referrer === main) return compiled.get(specifier === 'arium:start' ? 'arium:start' : graph.entryKey);
+    const key = graph.modules.get(keys.get(referrer))?.deps.get(specifier);
+    const target = key === undefined ? undefined : compiled.get(key);
+    if (!target) throw new Error(`Cannot resolve "${specifier}"`);
+    return target;
+  };
+}
+
+/** { graph, main, modules }: `modules` must be released when the context is. */
+export function linkSync(isolate, context, graph, generated) {
+  const compiled = new Map();
+  const linked = { graph, main: null, modules: [] };
+  try {
+    for (const item of plan(graph, generated)) {
+      const module = isolate.compileModuleSync(item.source, options(item));
+      linked.modules.push(module);
+      compiled.set(item.key, module);
+    }
+    linked.main = compiled.get('arium:main');
+    linked.main.instantiateSync(context, resolver(graph, compiled));
+    return linked;
+  } catch (error) {
+    release(linked);
+    throw error;
+  }
+}
+
+export function release(linked) {
+  if (!linked) return;
+  for (const module of linked.modules) {
+    try {
+      module.release();
+    } catch {
+      // Already gone with a disposed isolate.
+    }
+  }
+  linked.modules = [];
+}
