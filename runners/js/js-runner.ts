@@ -134,7 +134,17 @@ export class JsRunner implements Runner {
     const permission = this.#permissionFlag();
     if (permission) {
       execArgv.push(permission, '--allow-addons');
-      for (const dir of [dirname(worker), ivmDir, typescriptDir, ...this.#roots]) if (dir) execArgv.push(`--allow-fs-read=${dir}`);
+      // The folders holding isolated-vm and typescript, not only the packages: isolated-vm 6 loads its
+      // binary through node-gyp-build, a package of its own, which first checks /etc/alpine-release
+      // (on Node 24 existsSync throws where reading is not allowed).
+      const readable = new Set([
+        dirname(worker),
+        dirname(ivmDir),
+        ...(typescriptDir ? [dirname(typescriptDir)] : []),
+        ...this.#roots,
+        '/etc/alpine-release',
+      ]);
+      for (const dir of readable) execArgv.push(`--allow-fs-read=${dir}`);
     }
     const sandbox = new SandboxProcess({
       workerPath: worker,

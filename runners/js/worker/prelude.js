@@ -79,8 +79,10 @@
           return `${value}`;
       }
       if (value === null) return 'null';
-      const stack = getDesc(value, 'stack');
-      if (stack && typeof stack.value === 'string') return stack.value;
+      // An error's stack is an own data property up to V8 12 and an own accessor from V8 13 (Node 24).
+      const d = getDesc(value, 'stack');
+      const stack = d === undefined ? undefined : hasOwn(d, 'value') ? d.value : d.get ? call(d.get, value) : undefined;
+      if (typeof stack === 'string') return stack;
       if (depth > 2) return isArray(value) ? '[Array]' : '[Object]';
       const keys = ownKeys(value);
       const parts = [];
