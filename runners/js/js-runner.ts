@@ -17,6 +17,8 @@ export interface JsRunnerOptions {
 /** Restarts of the sandbox process in a row, each dying within this long, before the runner stops restarting it on its own. */
 const FLAPPING_MS = 5_000;
 const MAX_FLAPS = 3;
+/** After a failed start, calls fail at once with its reason for this long before a new start is tried. */
+const RETRY_START_MS = 5_000;
 
 /**
  * Runs `js-runner` tools: ES modules (`export default async function run(input, ctx)`) in isolated-vm
@@ -40,6 +42,7 @@ export class JsRunner implements Runner {
   #flaps = 0;
   #lastStart = 0;
   #lastProblem: string | null = null;
+  #failedStart: { at: number; error: unknown } | null = null;
   #closed = false;
 
   constructor(options: JsRunnerOptions = {}) {
@@ -122,6 +125,9 @@ export class JsRunner implements Runner {
       if (this.#current && this.#permissionFlag() !== null) this.#retire(this.#current);
     }
     if (this.#current?.accepting) return this.#current;
+    // A process that just failed to start would fail again: answer from that failure for a while
+    // instead of starting a process per call.
+    if (this.#failedStart && Date.now() - this.#failedStart.at < RETRY_START_MS) throw this.#unavailable(this.#failedStart.error);
     return this.#start();
   }
 
@@ -160,9 +166,15 @@ export class JsRunner implements Runner {
     for (const tool of this.#prepared.values()) {
       if (tool.toolsDir && this.#roots.has(tool.toolsDir)) sandbox.prepare(tool);
     }
-    sandbox.ready.catch((error: unknown) => {
-      this.#lastProblem = String((error as Error)?.message ?? error);
-    });
+    sandbox.ready.then(
+      () => {
+        this.#failedStart = null;
+      },
+      (error: unknown) => {
+        this.#lastProblem = String((error as Error)?.message ?? error);
+        this.#failedStart = { at: Date.now(), error };
+      },
+    );
     return sandbox;
   }
 
