@@ -59,7 +59,34 @@ describe('status and shutdown', () => {
   });
 });
 
-describe('changes to tool code', () => {
+describe('tool code', () => {
+  it('refuses code too large for the memory limit before compiling it', async () => {
+    const workspace = join(temp, 'ws-big');
+    mkdirSync(join(workspace, 'p', 'tools'), { recursive: true });
+    const tools = join(workspace, 'p', 'tools');
+    writeFileSync(join(tools, 'big.js'), `// ${'x'.repeat(1_200_000)}\nexport default () => 1;\n`);
+    writeFileSync(
+      join(tools, 'big.json'),
+      JSON.stringify({
+        id: 'big',
+        description: 'big',
+        runner: 'js-runner',
+        entry: 'big.js',
+        schema: { type: 'object' },
+        permissions: ['exec.js'],
+        limits: { memory_mb: 8 },
+      }),
+    );
+    const engine = await createEngine({ workspace, project: 'p', watch: false, persist: false });
+    try {
+      const error = errorOf(await engine.call('big', {}));
+      expect(error).toMatchObject({ code: 'TOOL_ERROR' });
+      expect(error.message).toContain('too large for its memory limit of 8 MB');
+    } finally {
+      await engine.close();
+    }
+  });
+
   it('picks up a changed imported file on the next call, without a reload of the definitions', async () => {
     const workspace = join(temp, 'ws');
     cpSync(join(JS_FIXTURES, 'project'), join(workspace, 'p'), { recursive: true });

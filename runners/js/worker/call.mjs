@@ -20,6 +20,8 @@ const MAX_IN_FLIGHT = 16;
 const MAX_QUEUED = 300;
 /** After a result, how long the isolate may keep running what the tool left behind before it is disposed. */
 const AFTER_RESULT_GRACE_MS = 250;
+/** Heap a module needs per character of source, at most (source, bytecode, code cache): a generous bound. */
+const CODE_TO_HEAP = 8;
 
 const SANDBOX_FRAME = new RegExp(`\\((?:${SETUP_FILENAME}|arium:main|arium:start):|^\\s+at (?:${SETUP_FILENAME}|arium:main|arium:start):`);
 
@@ -96,6 +98,16 @@ export class CallRun {
     } catch (error) {
       if (error instanceof LoadError) return this.#end(failure('TOOL_ERROR', error.message, { details: { phase: 'load' } }));
       return this.#end(failure('INTERNAL', `The tool's modules could not be loaded: ${error?.message ?? error}`));
+    }
+    // Compiling runs on this process's thread, where V8 running out of memory would stop the thread for
+    // good; code that could not fit the isolate's limit is refused before it gets there.
+    if (graph.bytes * CODE_TO_HEAP > msg.limits.memory_mb * 1024 * 1024) {
+      const mb = msg.limits.memory_mb;
+      return this.#end(
+        failure('TOOL_ERROR', `The tool's code (${graph.bytes} characters) is too large for its memory limit of ${mb} MB`, {
+          details: { phase: 'load' },
+        }),
+      );
     }
     this.#acquiring = true;
     try {

@@ -116,7 +116,9 @@ export class ModuleLoader {
       modules.set(key, { key, name, source, cachedData: compiled.cachedData ?? null, deps });
       compiled.release();
     }
-    return { root, entryKey: keyOf(entry), modules, files };
+    let bytes = 0;
+    for (const mod of modules.values()) bytes += mod.source.length;
+    return { root, entryKey: keyOf(entry), modules, files, bytes };
   }
 
   #source(path, name) {
