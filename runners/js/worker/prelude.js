@@ -1,6 +1,6 @@
-// In-isolate code: runs first in every fresh context, before any tool code, and evaluates to `install`.
-// The worker (setup-script.mjs) wraps this file and wasm-guard.js into one strict-mode script, so this
-// file is a single expression and has no directive of its own.
+// In-isolate code: runs first in every fresh context, before any tool code. This file is a function of
+// the helpers in values.js that returns `install`; the worker (setup-script.mjs) composes it with
+// values.js and wasm-guard.js into one strict-mode script, so it has no directive of its own.
 //
 // Tool code shares this context and may replace any global or prototype once it runs, so everything
 // here that runs after tool code uses only what it captured at the top: intrinsics are called through
@@ -11,42 +11,30 @@
 // Nothing defined here reaches tool code except the `ctx` object, `console` and the WebAssembly
 // wrappers (see wasm-guard.js), all frozen strict functions. The two host callbacks given to
 // `install` are plain functions made by isolated-vm; they copy their arguments and return nothing.
-(() => {
+(values) => {
+  const { show, describe, checkOutput, clip } = values;
   const R = Reflect;
   const apply = R.apply;
-  const ownKeys = R.ownKeys;
   const getDesc = R.getOwnPropertyDescriptor;
   const getProto = R.getPrototypeOf;
   const hasOwn = Object.hasOwn;
   const defineProp = R.defineProperty;
   const freeze = Object.freeze;
-  const isArray = Array.isArray;
-  const ObjectProto = Object.prototype;
-  const ArrayProto = Array.prototype;
-  const objectToString = Object.prototype.toString;
   const CMap = Map;
   const mapGet = Map.prototype.get;
   const mapSet = Map.prototype.set;
   const mapDelete = Map.prototype.delete;
   const mapSize = getDesc(Map.prototype, 'size').get;
   const CSet = Set;
-  const setAdd = Set.prototype.add;
   const setHas = Set.prototype.has;
-  const setDelete = Set.prototype.delete;
   const CPromise = Promise;
   const CError = Error;
   const RangeErrorProto = RangeError.prototype;
   const strSlice = String.prototype.slice;
-  const strCharCodeAt = String.prototype.charCodeAt;
-  const symbolToString = Symbol.prototype.toString;
-  const numberIsFinite = Number.isFinite;
-  const jsonStringify = JSON.stringify;
   const G = globalThis;
 
   const call = (fn, self, ...args) => apply(fn, self, args);
   const data = (value) => ({ __proto__: null, value, writable: true, enumerable: true, configurable: true });
-  const push = (list, value) => defineProp(list, list.length, data(value));
-  const clip = (text, max) => (text.length > max ? `${call(strSlice, text, 0, max)}…` : text);
 
   /** V8's own messages when an allocation is refused: the tool ran into its memory limit. */
   const ALLOCATION_FAILURES = new CSet([
@@ -60,168 +48,6 @@
   // `Atomics.waitAsync` schedules a timer; FinalizationRegistry callbacks run whenever GC decides.
   if (typeof Atomics === 'object') R.deleteProperty(Atomics, 'waitAsync');
   R.deleteProperty(G, 'FinalizationRegistry');
-
-  /** A line of text for any value, never throwing (tool getters and toString run here, under the call's timeout). */
-  function show(value, depth) {
-    try {
-      switch (typeof value) {
-        case 'string':
-          return depth === 0 ? value : jsonStringify(value);
-        case 'symbol':
-          return call(symbolToString, value);
-        case 'bigint':
-          return `${value}n`;
-        case 'function':
-          return '[Function]';
-        case 'object':
-          break;
-        default:
-          return `${value}`;
-      }
-      if (value === null) return 'null';
-      // An error's stack is an own data property up to V8 12 and an own accessor from V8 13 (Node 24).
-      const d = getDesc(value, 'stack');
-      const stack = d === undefined ? undefined : hasOwn(d, 'value') ? d.value : d.get ? call(d.get, value) : undefined;
-      if (typeof stack === 'string') return stack;
-      if (depth > 2) return isArray(value) ? '[Array]' : '[Object]';
-      const keys = ownKeys(value);
-      const parts = [];
-      for (let i = 0; i < keys.length && i < 50; i++) {
-        const key = keys[i];
-        if (typeof key !== 'string') continue;
-        const d = getDesc(value, key);
-        if (!d?.enumerable) continue;
-        const shown = hasOwn(d, 'value') ? show(d.value, depth + 1) : '[Getter/Setter]';
-        push(parts, isArray(value) ? shown : `${key}: ${shown}`);
-      }
-      let text = '';
-      for (let i = 0; i < parts.length; i++) text += (i ? ', ' : '') + parts[i];
-      if (keys.length > 50) text += ', …';
-      return isArray(value) ? `[${text}]` : `{ ${text} }`;
-    } catch {
-      return '[unprintable]';
-    }
-  }
-
-  /** A JSON pointer segment, escaped without String.prototype.replace (a tool may have replaced it). */
-  function pointerOf(path) {
-    let out = '';
-    for (let i = 0; i < path.length; i++) {
-      const segment = `${path[i]}`;
-      let escaped = '';
-      for (let j = 0; j < segment.length; j++) {
-        const c = call(strCharCodeAt, segment, j);
-        escaped += c === 126 ? '~0' : c === 47 ? '~1' : call(strSlice, segment, j, j + 1);
-      }
-      out += `/${escaped}`;
-    }
-    return out || '/';
-  }
-
-  /**
-   * Checks that a tool's return value is plain JSON within `maxBytes`, reading only own data properties
-   * (never calling a getter). Returns null, or [code, reason, pointer]. A Proxy passes its traps here but
-   * is refused when the value is copied out (V8's serializer does not clone proxies).
-   */
-  function checkOutput(root, maxBytes) {
-    const path = [];
-    const ancestors = new CSet();
-    let bytes = 0;
-    const fail = (code, reason) => [code, reason, pointerOf(path)];
-    const walk = (value) => {
-      switch (typeof value) {
-        case 'string':
-          bytes += value.length + 2;
-          break;
-        case 'number':
-          if (!numberIsFinite(value)) return fail('INVALID_OUTPUT', `${value} is not a JSON number`);
-          bytes += 8;
-          break;
-        case 'boolean':
-          bytes += 5;
-          break;
-        case 'undefined':
-          return fail('INVALID_OUTPUT', 'undefined is not a JSON value');
-        case 'bigint':
-          return fail('INVALID_OUTPUT', 'a BigInt is not a JSON value (return it as a string)');
-        case 'object':
-          if (value === null) {
-            bytes += 4;
-            break;
-          }
-          return walkObject(value);
-        default:
-          return fail('INVALID_OUTPUT', `a ${typeof value} is not a JSON value`);
-      }
-      return bytes > maxBytes ? fail('OUTPUT_LIMIT', `the output is larger than ${maxBytes} bytes of JSON`) : null;
-    };
-    const walkObject = (value) => {
-      if (call(setHas, ancestors, value)) return fail('INVALID_OUTPUT', 'the value contains a cycle');
-      if (path.length >= 1000) return fail('OUTPUT_LIMIT', 'the output is nested deeper than 1000 levels');
-      const proto = getProto(value);
-      const array = isArray(value);
-      if (array ? proto !== ArrayProto : proto !== ObjectProto && proto !== null) {
-        let kind = 'object';
-        try {
-          kind = call(strSlice, call(objectToString, value), 8, -1);
-        } catch {}
-        return fail('INVALID_OUTPUT', `a ${kind} instance is not plain JSON`);
-      }
-      call(setAdd, ancestors, value);
-      bytes += 2;
-      const keys = ownKeys(value);
-      for (let i = 0; i < keys.length; i++) {
-        const key = keys[i];
-        if (typeof key === 'symbol') return fail('INVALID_OUTPUT', 'symbol keys are not JSON');
-        const d = getDesc(value, key);
-        if (!d?.enumerable) continue;
-        push(path, key);
-        // A descriptor from getOwnPropertyDescriptor has own fields; `in` would also see a tool's Object.prototype.value.
-        if (!hasOwn(d, 'value')) return fail('INVALID_OUTPUT', 'accessor properties (getters and setters) are not plain JSON');
-        bytes += array ? 1 : key.length + 4;
-        const problem = walk(d.value);
-        if (problem) return problem;
-        path.length -= 1;
-      }
-      if (array) {
-        for (let i = 0; i < value.length; i++) {
-          if (!getDesc(value, i)) {
-            push(path, i);
-            return fail('INVALID_OUTPUT', 'arrays must not have holes');
-          }
-        }
-      }
-      call(setDelete, ancestors, value);
-      return bytes > maxBytes ? fail('OUTPUT_LIMIT', `the output is larger than ${maxBytes} bytes of JSON`) : null;
-    };
-    return walk(root);
-  }
-
-  /** [name, message, stack] of anything thrown ('' name: not an Error); reads tool getters inside try, never throws. */
-  function describe(thrown) {
-    if (thrown === null || (typeof thrown !== 'object' && typeof thrown !== 'function')) {
-      const text = typeof thrown === 'string' ? thrown : show(thrown, 1);
-      return ['', clip(`${text}`, 8192), ''];
-    }
-    let name = '';
-    let message = '';
-    let stack = '';
-    try {
-      const n = thrown.name;
-      if (typeof n === 'string') name = clip(n, 200);
-    } catch {}
-    try {
-      const m = thrown.message;
-      message = typeof m === 'string' ? m : show(thrown, 1);
-    } catch {
-      message = 'the thrown value could not be read';
-    }
-    try {
-      const s = thrown.stack;
-      if (typeof s === 'string') stack = s;
-    } catch {}
-    return [name, clip(message, 8192), clip(stack, 16384)];
-  }
 
   /**
    * Connects this context to the worker. `hostSend` and `hostDone` are shared by every context of the
@@ -406,4 +232,4 @@
       return closed ? 2 : started ? 1 : 0;
     };
   };
-})();
+};

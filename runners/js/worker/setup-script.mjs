@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 
 /**
- * The script every fresh context runs before any tool code: wasm-guard.js and prelude.js, each a single
- * expression, wrapped in one strict-mode function. The worker first sets three globals on the fresh
+ * The script every fresh context runs before any tool code: wasm-guard.js, values.js and prelude.js,
+ * each a single expression, wrapped in one strict-mode function. The worker first sets three globals on the fresh
  * context (the host callbacks and the context's settings); the script takes them off the global object
  * before anything else runs, installs the prelude, and evaluates to the context's entry function (see
  * prelude.js). Both files are read once per worker.
@@ -19,7 +19,8 @@ export function setupSource() {
     `const host = [G.${HOST_GLOBALS.send}, G.${HOST_GLOBALS.done}, G.${HOST_GLOBALS.config}];`,
     `delete G.${HOST_GLOBALS.send}; delete G.${HOST_GLOBALS.done}; delete G.${HOST_GLOBALS.config};`,
     `const guardWasm = ${read('./wasm-guard.js')};`,
-    `const install = ${read('./prelude.js')};`,
+    `const values = ${read('./values.js')};`,
+    `const install = (${read('./prelude.js')})(values);`,
     "const config = host[2].split(',').map(Number);",
     'return install(host[0], host[1], config[0], config[1], config[2], guardWasm);',
     '})();',
