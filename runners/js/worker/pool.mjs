@@ -63,7 +63,13 @@ export class IsolatePool {
     let idle = 0;
     for (const slot of this.#slots) if (slot.memoryMb === memoryMb && !slot.leased && !slot.dead) idle++;
     while (idle < IDLE_ISOLATES && this.#slots.size < this.#options.maxIsolates) {
-      const slot = this.#create(memoryMb);
+      let slot;
+      try {
+        slot = this.#create(memoryMb);
+      } catch {
+        // Out of resources for another isolate now: calls make one when they need it, and say why if they cannot.
+        return;
+      }
       this.#refill(slot);
       idle++;
     }
