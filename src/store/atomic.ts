@@ -9,9 +9,15 @@ import { basename, dirname, join } from 'node:path';
  */
 export function writeFileAtomic(path: string, data: Uint8Array | string): void {
   const tmp = join(dirname(path), `.tmp-${basename(path)}-${randomBytes(6).toString('hex')}`);
+  writeSynced(tmp, typeof data === 'string' ? Buffer.from(data) : data);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+/** Creates `tmp` holding all of `bytes`, fsynced; on failure removes it and rethrows. */
+export function writeSynced(tmp: string, bytes: Uint8Array): void {
   const fd = openSync(tmp, 'w', 0o600);
   try {
-    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
     let off = 0;
     while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
     fsyncSync(fd);
@@ -21,8 +27,6 @@ export function writeFileAtomic(path: string, data: Uint8Array | string): void {
     throw error;
   }
   closeSync(fd);
-  renameSync(tmp, path);
-  fsyncDir(dirname(path));
 }
 
 export function fsyncDir(dir: string): void {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fsyncDir } from './atomic.js';
+import { fsyncDir, writeSynced } from './atomic.js';
 
 export type ObjectKind = 'blob' | 'tree';
 
@@ -62,20 +62,10 @@ export class ObjectStore {
       this.#newPrefix = true;
     }
     const tmp = `${path}.tmp-${process.pid}`;
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      let off = 0;
-      while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
-      // Synced before it takes its name: after a power loss an object under a valid name is whole. (Were
-      // it renamed first, a crash could leave an empty file under the name, and since a later put of the
-      // same content finds the name taken, every later snapshot would refer to the damaged object.)
-      fsyncSync(fd);
-    } catch (error) {
-      closeSync(fd);
-      rmSync(tmp, { force: true });
-      throw error;
-    }
-    closeSync(fd);
+    // Synced before it takes its name: after a power loss an object under a valid name is whole. (Were
+    // it renamed first, a crash could leave an empty file under the name, and since a later put of the
+    // same content finds the name taken, every later snapshot would refer to the damaged object.)
+    writeSynced(tmp, bytes);
     // A crash before the rename leaves a stray .tmp file (removed by gc), never a short object.
     renameSync(tmp, path);
     this.#dirtyDirs.add(dir);
