@@ -2,6 +2,7 @@ import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { BuiltinRunner } from '../runners/builtin/index.js';
 import { JsRunner } from '../runners/js/index.js';
+import { PythonRunner } from '../runners/python/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
@@ -172,6 +173,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const runners = new Map<RunnerName, Runner>([
     ['builtin', builtin],
     ['js-runner', new JsRunner()],
+    // Nothing starts here either: the interpreter is found and the fork server started on first use.
+    ['py-runner', new PythonRunner({ python: config.python, baseDir: projectDir, strict: config.strict === true })],
   ]);
   for (const runner of options.runners ?? []) runners.set(runner.name, runner);
 

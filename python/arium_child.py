@@ -1,0 +1,336 @@
+"""The process of one call: confines itself, then runs the tool and sends back one reply.
+
+Forked from the fork server (arium_server.py), so it starts with a clean copy of a process that never
+ran tool code. Before the tool's first line runs it has: a PID namespace of its own (it is PID 1, so
+when it exits every process the tool started dies with it), a fresh size-limited /tmp and /proc,
+resource limits, an unprivileged uid or no capabilities, no new privileges and a seccomp filter.
+The channel to the server is a socket only this call holds; nothing the tool sends on it reaches
+any other call, and the server takes nothing from it but the tool's output, logs and VFS requests.
+"""
+
+import asyncio
+import base64
+import gc
+import ctypes
+import errno
+import inspect
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import threading
+import traceback
+
+import arium_proto
+import arium_seccomp
+
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP, SECBIT_KEEP_CAPS_LOCKED and their locks
+SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+CLONE_NEWNS = 0x00020000
+MAX_SOURCE = 4 * 1024 * 1024
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, "%s: %s" % (what, os.strerror(code)))
+
+
+def _mount(source, target, fstype, flags, data):
+    _check(
+        libc.mount(
+            source and source.encode(), target.encode(), fstype and fstype.encode(), ctypes.c_ulong(flags), data and data.encode()
+        ),
+        "mount %s" % target,
+    )
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities():
+    """No capability left, none to regain: bounding set, ambient set, securebits, then all three sets."""
+    _check(libc.prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN, 0, 0, 0), "prctl(PR_SET_SECUREBITS)")
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            _check(-1, "prctl(PR_CAPBSET_DROP)")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+
+
+def confine(config, uid, workdir):
+    """Everything between the fork and the job that does not depend on it. Raises OSError when a step fails."""
+    if config["namespaces"]:
+        # A mount namespace of its own: its /tmp and /proc are seen by no other call.
+        _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        tmp_options = "size=%dk,nr_inodes=%d,mode=1777" % (config["tmp_kb"], config["tmp_inodes"])
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_options)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        workdir = "/tmp"
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"})
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if uid is not None:
+        # Real root here: an unprivileged uid of this call's own, so RLIMIT_NPROC counts only its processes.
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    elif config["namespaces"]:
+        _drop_capabilities()
+    if config["seccomp"]:
+        arium_seccomp.install(libc)
+
+
+def limit(job, config):
+    """The resource limits of this job (lowering a limit needs no privilege)."""
+    limits = job["limits"]
+    nproc = config["processes"] if config.get("uid_base") is not None else config.get("nproc")
+    for name, value in (
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_NOFILE", config["open_files"]),
+        ("RLIMIT_FSIZE", config["file_bytes"]),
+        ("RLIMIT_CPU", max(1, -(-limits["timeout_ms"] // 1000) + 1)),
+        ("RLIMIT_NPROC", nproc),
+    ):
+        if value:
+            resource.setrlimit(getattr(resource, name), (value, value))
+    # Address space: what the process already maps (the interpreter, its libraries) plus memory_mb.
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    budget = mapped + limits["memory_mb"] * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+
+
+_compiled = {}
+
+
+def load(entry, config):
+    """Compiles a tool's module here, in the confined process (never in the server); cached while the file is unchanged."""
+    path = os.path.join(config["tools_dir"], entry)
+    with open(path, "rb") as handle:
+        stat = os.fstat(handle.fileno())
+        key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        cached = _compiled.get(entry)
+        if cached and cached[0] == key:
+            return cached[1]
+        source = handle.read(MAX_SOURCE + 1)
+    if len(source) > MAX_SOURCE:
+        raise ValueError("%s is larger than the %d bytes a tool module may have" % (entry, MAX_SOURCE))
+    code = compile(source, config["tools_prefix"] + entry, "exec", dont_inherit=True)
+    _compiled[entry] = (key, code)
+    return code
+
+
+def warm_up(entries, config):
+    """While waiting for a job: compile the tools the server knows (their code only: nothing of a tool runs
+    before its call, so a process holds nothing of any tool but the one it is given)."""
+    for entry in entries:
+        try:
+            load(entry, config)
+        except BaseException:
+            pass  # the call itself reports it
+    return
+
+
+class VfsError(Exception):
+    """A ctx.vfs operation the engine refused or could not do. `code` is the engine's error code."""
+
+    def __init__(self, code, message, details=None):
+        super().__init__(message)
+        self.code = code
+        self.details = details or {}
+
+
+class _Channel:
+    def __init__(self, fd, limit):
+        self.fd = fd
+        self.reader = arium_proto.Reader(limit)
+        self.lock = threading.Lock()
+        self.seq = 0
+
+    def send(self, message):
+        with self.lock:
+            arium_proto.send(self.fd, message)
+
+    def request(self, op, args):
+        with self.lock:
+            self.seq += 1
+            seq = self.seq
+            arium_proto.send(self.fd, {"t": "vfs", "seq": seq, "op": op, "args": args})
+            while True:
+                reply = arium_proto.read_frame(self.fd, self.reader)
+                if reply is None:
+                    raise VfsError("CANCELLED", "The call has ended")
+                if reply.get("seq") == seq:
+                    break
+        if reply.get("ok") is True:
+            return reply.get("value")
+        error = reply.get("error") or {}
+        raise VfsError(str(error.get("code", "INTERNAL")), str(error.get("message", "ctx.vfs failed")), error.get("details"))
+
+
+class Vfs:
+    """ctx.vfs: each method is a request to the engine, checked there against the tool's permissions."""
+
+    def __init__(self, channel):
+        self._channel = channel
+
+    def read(self, path, encoding="utf8"):
+        if encoding not in ("utf8", "bytes", "base64"):
+            raise ValueError('encoding must be "utf8", "bytes" or "base64"')
+        wire = "utf8" if encoding == "utf8" else "base64"
+        value = self._channel.request("read", [path, {"encoding": wire}])
+        return base64.b64decode(value) if encoding == "bytes" else value
+
+    def write(self, path, content, append=False, exclusive=False, parents=True):
+        if isinstance(content, (bytes, bytearray, memoryview)):
+            data, encoding = base64.b64encode(bytes(content)).decode("ascii"), "base64"
+        elif isinstance(content, str):
+            data, encoding = content, "utf8"
+        else:
+            raise TypeError("content must be str or bytes, not %s" % type(content).__name__)
+        options = {"encoding": encoding, "append": bool(append), "exclusive": bool(exclusive), "parents": bool(parents)}
+        return self._channel.request("write", [path, data, options])
+
+    def list(self, path="/", recursive=False, limit=1000):
+        return self._channel.request("list", [path, {"recursive": bool(recursive), "limit": limit}])
+
+    def stat(self, path):
+        return self._channel.request("stat", [path])
+
+    def exists(self, path):
+        return self._channel.request("exists", [path])
+
+    def delete(self, path, recursive=False):
+        return self._channel.request("delete", [path, {"recursive": bool(recursive)}])
+
+    def mkdir(self, path, parents=False):
+        return self._channel.request("mkdir", [path, {"parents": bool(parents)}])
+
+    def move(self, source, target, overwrite=False):
+        return self._channel.request("move", [source, target, {"overwrite": bool(overwrite)}])
+
+
+class Context:
+    """The `ctx` a tool's run(input, ctx) receives."""
+
+    VfsError = VfsError
+
+    def __init__(self, channel, job):
+        self._channel = channel
+        self.vfs = Vfs(channel)
+        self.tool = job["tool"]
+        self.run_id = job["run_id"]
+        self.trace_id = job["trace_id"]
+        self.limits = dict(job["limits"])
+
+    def log(self, *parts, level="info"):
+        if level not in ("log", "info", "warn", "error"):
+            level = "info"
+        self._channel.send({"t": "log", "level": level, "message": " ".join(str(p) for p in parts)})
+
+
+def _clean_traceback(error, tools_prefix):
+    """The tool's own frames only, with paths relative to the tools folder."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(tools_prefix)]
+    for frame in frames:
+        frame.filename = frame.filename[len(tools_prefix) :]
+    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(error), error)
+    text = "".join(lines)
+    return text[-16384:]
+
+
+def _describe(error):
+    try:
+        text = str(error)
+    except BaseException:  # a hostile __str__
+        text = ""
+    name = type(error).__name__
+    return "%s: %s" % (name, text) if text else name
+
+
+def serve(config, channel_fd, entries=()):
+    """Waits for the job, runs the tool and sends one reply; never returns."""
+    channel = _Channel(channel_fd, config["max_frame"])
+    tools_prefix = config["tools_prefix"]
+    reply = None
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.path[0:0] = [config["tools_dir"]]
+    warm_up(entries, config)
+    message = arium_proto.read_frame(channel_fd, channel.reader)
+    if message is None or message.get("t") != "job":
+        os._exit(0)
+    job = message["job"]
+    try:
+        limit(job, config)
+        code = load(job["entry"], config)
+        module = {"__name__": job["module"], "__file__": job["filename"], "__builtins__": __builtins__}
+        exec(code, module)
+        entry = module.get("run")
+        if not callable(entry):
+            raise TypeError("the tool module defines no run(input, ctx) function")
+        result = entry(job["input"], Context(channel, job))
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+        try:
+            text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as error:
+            reply = {"t": "error", "kind": "invalid_output", "message": _describe(error)}
+        else:
+            if len(text) > job["limits"]["output_bytes"]:
+                reply = {"t": "error", "kind": "output_limit", "message": "%d characters of JSON" % len(text)}
+            else:
+                reply = {"t": "result", "output": text}
+    except MemoryError:
+        reply = {"t": "error", "kind": "memory", "message": "MemoryError"}
+    except VfsError as error:
+        reply = {"t": "error", "kind": "vfs", "code": error.code, "message": str(error), "traceback": _clean_traceback(error, tools_prefix)}
+    except BaseException as error:  # SystemExit and KeyboardInterrupt are tool failures too
+        try:
+            stack = _clean_traceback(error, tools_prefix)
+        except BaseException:
+            stack = ""
+        reply = {"t": "error", "kind": "exception", "message": _describe(error).replace(tools_prefix, ""), "traceback": stack}
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    try:
+        channel.send(reply)
+    except BaseException:
+        os._exit(3)
+    os._exit(0)
+
+
+async def _await(awaitable):
+    return await awaitable

@@ -1,0 +1,237 @@
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { relative, sep } from 'node:path';
+import { ToolFailure } from '../../src/errors.js';
+import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
+import type { Tool } from '../../src/tool.js';
+import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
+import { bwrapCommand, bwrapProblem, describe, type Isolation, privileged, processesOfThisUser } from './isolation.js';
+import { ServerProcess } from './server-process.js';
+
+export interface PythonRunnerOptions {
+  /** The interpreter (a path, e.g. a virtualenv's bin/python, or a name on PATH). Default `python3`. */
+  python?: string;
+  /** Folder a relative `python` path is resolved against (the project folder). */
+  baseDir?: string;
+  /** `auto` (default): bubblewrap when it works here, else rlimits only. `rlimits` never uses namespaces. */
+  isolation?: 'auto' | 'bubblewrap' | 'rlimits';
+  /** Refuse to run Python tools without namespace isolation. Default false. */
+  strict?: boolean;
+  /** Per call: size of the private /tmp (MB), inodes in it, open files, largest file written, processes. */
+  tmpMb?: number;
+  tmpInodes?: number;
+  openFiles?: number;
+  fileMb?: number;
+  processes?: number;
+  /** Call processes each fork server keeps forked ahead of time. Default 2. */
+  warm?: number;
+  /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
+  logBytes?: number;
+}
+
+/** The first of the uids calls get when the engine runs as root (one per running call, so RLIMIT_NPROC is per call). */
+const UID_BASE = 1_700_000_000;
+const UID_SLOTS = 1024;
+const RETRY_START_MS = 5_000;
+
+/**
+ * Runs `py-runner` tools: a module with `def run(input, ctx)` (or `async def`), each call in a fresh
+ * process forked by a fork server that is started once per tools folder (python/arium_server.py),
+ * confined as `isolation.ts` describes. THREAT_MODEL.md says what this does and does not guarantee.
+ */
+export class PythonRunner implements Runner {
+  readonly name = 'py-runner' as const;
+  readonly interruptible = true;
+  readonly #options: PythonRunnerOptions;
+  readonly #servers = new Map<string, ServerProcess>();
+  readonly #workRoots = new Map<ServerProcess, string>();
+  #isolation: Promise<Isolation> | null = null;
+  #failedStart: { at: number; error: unknown } | null = null;
+  #starts = 0;
+  #crashes = 0;
+  #closed = false;
+
+  constructor(options: PythonRunnerOptions = {}) {
+    this.#options = options;
+  }
+
+  async run(ctx: RunContext): Promise<unknown> {
+    const tool = ctx.tool;
+    const isolation = await this.isolation();
+    if (this.#options.strict && isolation.mode !== 'bubblewrap') {
+      throw new ToolFailure(
+        'execution',
+        'UNAVAILABLE',
+        `strict isolation is on and this machine offers no namespace isolation for Python tools (${isolation.reason ?? 'rlimits only'}); install bubblewrap or turn "strict" off`,
+        { details: { isolation: isolation.mode } },
+      );
+    }
+    const server = await this.#server(tool);
+    ctx.meta.isolation = isolation.mode;
+    return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024);
+  }
+
+  prepare(tool: Tool): void {
+    if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
+    const server = this.#servers.get(tool.toolsDir);
+    if (server?.accepting) server.prepare(this.#entry(tool));
+  }
+
+  /** The isolation calls get here, decided once. */
+  isolation(): Promise<Isolation> {
+    this.#isolation ??= (async (): Promise<Isolation> => {
+      const wanted = this.#options.isolation ?? 'auto';
+      if (wanted === 'rlimits') return { mode: 'rlimits', reason: 'rlimits-only isolation was asked for' };
+      const problem = await bwrapProblem();
+      if (problem === null) return { mode: 'bubblewrap' };
+      if (wanted === 'bubblewrap') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need bubblewrap here, but ${problem}`);
+      return { mode: 'rlimits', reason: problem };
+    })();
+    return this.#isolation;
+  }
+
+  async status(): Promise<RunnerStatus> {
+    let interpreter: Interpreter;
+    try {
+      interpreter = await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
+    } catch (error) {
+      return { available: false, reason: (error as Error).message };
+    }
+    let isolation: Isolation;
+    try {
+      isolation = await this.isolation();
+    } catch (error) {
+      return { available: false, reason: (error as Error).message };
+    }
+    const base = {
+      python: interpreter.version,
+      executable: interpreter.executable,
+      isolation: isolation.mode,
+      isolation_detail: describe(isolation),
+      ...(isolation.reason ? { isolation_reason: isolation.reason } : {}),
+      namespaces: isolation.mode === 'bubblewrap',
+      strict: this.#options.strict === true,
+      uid: this.#uidNote() ?? (privileged() ? 'a uid of its own per call' : 'the engine user (capabilities dropped)'),
+      servers: this.#servers.size,
+      server_starts: this.#starts,
+      server_crashes: this.#crashes,
+    };
+    if (this.#options.strict && isolation.mode !== 'bubblewrap') {
+      return { available: false, reason: 'strict isolation is on and namespace isolation is not available', ...base };
+    }
+    return { available: true, ...base };
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const servers = [...this.#servers.values()];
+    this.#servers.clear();
+    await Promise.all(servers.map((s) => s.close()));
+    for (const dir of this.#workRoots.values()) rmSync(dir, { recursive: true, force: true });
+    this.#workRoots.clear();
+  }
+
+  /** Why calls keep uid 0 (as root), as the running fork servers found it. */
+  #uidNote(): string | undefined {
+    for (const server of this.#servers.values()) if (server.info?.uidNote) return server.info.uidNote;
+    return undefined;
+  }
+
+  #entry(tool: Tool): string {
+    if (!tool.entryPath || !tool.toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no entry file`);
+    return relative(tool.toolsDir, tool.entryPath).split(sep).join('/');
+  }
+
+  async #server(tool: Tool): Promise<ServerProcess> {
+    if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
+    const toolsDir = tool.toolsDir;
+    if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
+    let server = this.#servers.get(toolsDir);
+    if (!server?.accepting) {
+      if (this.#failedStart && Date.now() - this.#failedStart.at < RETRY_START_MS) throw this.#unavailable(this.#failedStart.error);
+      server = await this.#start(toolsDir);
+    }
+    try {
+      await server.ready;
+      this.#failedStart = null;
+    } catch (error) {
+      this.#failedStart = { at: Date.now(), error };
+      throw this.#unavailable(error);
+    }
+    return server;
+  }
+
+  async #start(toolsDir: string): Promise<ServerProcess> {
+    let interpreter: Interpreter;
+    try {
+      interpreter = await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
+    } catch (error) {
+      throw new ToolFailure('execution', 'UNAVAILABLE', (error as Error).message, { details: { runner: 'py-runner' } });
+    }
+    const isolation = await this.isolation();
+    const existing = this.#servers.get(toolsDir);
+    if (existing?.accepting) return existing;
+    const harness = harnessDir();
+    const namespaces = isolation.mode === 'bubblewrap';
+    const asRoot = privileged();
+    const processes = this.#options.processes ?? 32;
+    const workRoot = namespaces ? null : mkdtempSync(`${tmpdir()}${sep}arium-py-`);
+    // Each call's working folder inside is its own uid's, mode 0700; this one only lets them be reached.
+    if (workRoot) chmodSync(workRoot, 0o711);
+    const config = {
+      namespaces,
+      seccomp: true,
+      tools_dir: namespaces ? '/tools' : toolsDir,
+      tools_prefix: namespaces ? '/tools/' : `${toolsDir}/`,
+      work_root: workRoot,
+      uid_base: asRoot ? UID_BASE : null,
+      uid_slots: UID_SLOTS,
+      processes,
+      // Without a uid of its own, RLIMIT_NPROC counts every process of the engine's user.
+      nproc: asRoot ? null : processesOfThisUser() + processes,
+      open_files: this.#options.openFiles ?? 64,
+      file_bytes: (this.#options.fileMb ?? 16) * 1024 * 1024,
+      tmp_kb: (this.#options.tmpMb ?? 64) * 1024,
+      tmp_inodes: this.#options.tmpInodes ?? 4096,
+      max_frame: 256 * 1024 * 1024,
+      // Call processes forked ahead of time, so a call does not wait for a fork.
+      warm: this.#options.warm ?? 2,
+      stdlib: interpreter.stdlib,
+    };
+    const serverArgs = ['-I', '-B', `${namespaces ? '/arium' : harness}/arium_server.py`, JSON.stringify(config)];
+    const start = namespaces
+      ? {
+          command: 'bwrap',
+          args: bwrapCommand({ executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir }, serverArgs),
+          cwd: '/',
+        }
+      : { command: interpreter.executable, args: serverArgs, cwd: workRoot ?? '/' };
+    const server = new ServerProcess(start);
+    this.#starts++;
+    this.#servers.set(toolsDir, server);
+    if (workRoot) this.#workRoots.set(server, workRoot);
+    server.onExit = () => {
+      if (this.#servers.get(toolsDir) === server) {
+        this.#servers.delete(toolsDir);
+        if (!this.#closed && server.info !== null) this.#crashes++;
+      }
+      const dir = this.#workRoots.get(server);
+      if (dir) rmSync(dir, { recursive: true, force: true });
+      this.#workRoots.delete(server);
+    };
+    return server;
+  }
+
+  #unavailable(error: unknown): ToolFailure {
+    if (error instanceof ToolFailure) return error;
+    const reason = String((error as Error)?.message ?? error).split('\n')[0] ?? '';
+    return new ToolFailure(
+      'execution',
+      'UNAVAILABLE',
+      `The Python sandbox could not start (${reason}). Run \`arium doctor\` to see what is missing`,
+      {
+        details: { runner: 'py-runner' },
+      },
+    );
+  }
+}

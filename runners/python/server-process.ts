@@ -1,0 +1,382 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
+import { ToolFailure } from '../../src/errors.js';
+import type { RunContext } from '../../src/runner.js';
+import { endsCall, isVfsOp, runVfsOp, toWire } from '../js/host-ops.js';
+
+/**
+ * The engine's side of one Python fork server (python/arium_server.py): frames over fd 3 (to it) and
+ * fd 4 (from it), the calls it is running, and their `ctx.vfs` requests, served here on each call's
+ * permission-checked VFS. The server never runs tool code, but it lives in the sandbox, so everything
+ * it sends is checked before use; the envelope of a result is built by the dispatcher, never from it.
+ */
+
+export interface ServerStart {
+  command: string;
+  args: string[];
+  cwd: string;
+}
+
+export interface ServerInfo {
+  python: string;
+  pid: number;
+  uid: number;
+  /** Why calls keep the engine's uid (as root), when they do. */
+  uidNote?: string;
+}
+
+const MAX_FRAME = 1024 * 1024 * 1024;
+const STDERR_KEEP = 8_192;
+/** After asking the server to kill a call, how long before the server itself counts as stuck. */
+const STOP_GRACE_MS = 3_000;
+const LEVELS: ReadonlySet<string> = new Set(['log', 'info', 'warn', 'error', 'stdout', 'stderr']);
+const SIGXCPU = 24;
+const SIGKILL = 9;
+
+interface Pending {
+  ctx: RunContext;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+  settled: boolean;
+  onAbort: () => void;
+  stopTimer: NodeJS.Timeout | null;
+}
+
+type Frame = Record<string, unknown>;
+
+export class ServerProcess {
+  readonly ready: Promise<ServerInfo>;
+  onExit: (() => void) | null = null;
+  readonly #child: ChildProcess;
+  readonly #in: Writable;
+  readonly #calls = new Map<number, Pending>();
+  #seq = 0;
+  #buffer: Buffer = Buffer.alloc(0);
+  #stderr = '';
+  #exited = false;
+  #stopping = false;
+  #info: ServerInfo | null = null;
+
+  constructor(start: ServerStart) {
+    this.#child = spawn(start.command, start.args, {
+      cwd: start.cwd,
+      // Nothing of the engine's environment enters the sandbox (inside a PID namespace, /proc/1/environ
+      // would show bubblewrap's own).
+      env: {},
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+      detached: false,
+    });
+    this.#in = this.#child.stdio[3] as Writable;
+    const out = this.#child.stdio[4] as Readable;
+    this.#in.on('error', () => {});
+    this.#child.stderr?.setEncoding('utf8');
+    this.#child.stderr?.on('data', (chunk: string) => {
+      this.#stderr = (this.#stderr + chunk).slice(-STDERR_KEEP);
+    });
+    this.ready = new Promise<ServerInfo>((resolve, reject) => {
+      out.on('data', (chunk: Buffer) => {
+        try {
+          for (const frame of this.#frames(chunk)) {
+            if (frame.t === 'ready' && !this.#info) {
+              this.#info = {
+                python: String(frame.python),
+                pid: Number(frame.pid),
+                uid: Number(frame.uid),
+                ...(typeof frame.uid_note === 'string' ? { uidNote: frame.uid_note } : {}),
+              };
+              resolve(this.#info);
+            } else {
+              this.#onFrame(frame);
+            }
+          }
+        } catch (error) {
+          // The server broke the protocol: it cannot be trusted with more calls.
+          this.#stderr += `\nprotocol error: ${(error as Error).message}`;
+          this.#child.kill('SIGKILL');
+        }
+      });
+      this.#child.on('exit', (code, signal) => {
+        this.#exited = true;
+        if (!this.#info) reject(new Error(`the Python sandbox exited during start-up (${signal ?? `code ${code}`}): ${this.lastError()}`));
+        this.#failAll(code, signal);
+        this.onExit?.();
+      });
+      this.#child.on('error', (error) => reject(error));
+    });
+    this.ready.then(
+      () => this.#idle(),
+      () => {},
+    );
+  }
+
+  get accepting(): boolean {
+    return !this.#exited && !this.#stopping;
+  }
+
+  get info(): ServerInfo | null {
+    return this.#info;
+  }
+
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
+  get inFlight(): number {
+    return this.#calls.size;
+  }
+
+  lastError(): string {
+    return this.#stderr.trim().split('\n').pop() ?? '';
+  }
+
+  call(ctx: RunContext, entry: string, logBytes: number): Promise<unknown> {
+    const id = ++this.#seq;
+    return new Promise((resolve, reject) => {
+      const pending: Pending = { ctx, resolve, reject, settled: false, onAbort: () => this.#abort(id), stopTimer: null };
+      this.#calls.set(id, pending);
+      this.#busy();
+      ctx.signal.addEventListener('abort', pending.onAbort, { once: true });
+      const module = entry.replace(/\.py$/, '').replace(/[^A-Za-z0-9_]/g, '_');
+      this.#send({
+        t: 'call',
+        id,
+        entry,
+        module,
+        input: ctx.input,
+        limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
+        log_bytes: logBytes,
+        tool: ctx.tool.spec.id,
+        run_id: ctx.runId,
+        trace_id: ctx.traceId,
+      });
+    });
+  }
+
+  prepare(entry: string): void {
+    this.#send({ t: 'prepare', entry });
+  }
+
+  close(): Promise<void> {
+    if (this.#exited) return Promise.resolve();
+    this.#stopping = true;
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => this.#child.kill('SIGKILL'), 1_000);
+      this.#child.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.#send({ t: 'shutdown' });
+      this.#in.end();
+    });
+  }
+
+  #send(message: Frame): void {
+    if (this.#exited || this.#in.destroyed) return;
+    const body = Buffer.from(JSON.stringify(message), 'utf8');
+    const header = Buffer.allocUnsafe(4);
+    header.writeUInt32BE(body.length);
+    this.#in.write(Buffer.concat([header, body]));
+  }
+
+  *#frames(chunk: Buffer): Generator<Frame> {
+    this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk]);
+    while (this.#buffer.length >= 4) {
+      const size = this.#buffer.readUInt32BE(0);
+      if (size > MAX_FRAME) throw new Error(`a frame of ${size} bytes`);
+      if (this.#buffer.length < 4 + size) return;
+      const body = this.#buffer.subarray(4, 4 + size).toString('utf8');
+      this.#buffer = this.#buffer.subarray(4 + size);
+      const frame = JSON.parse(body) as unknown;
+      if (frame === null || typeof frame !== 'object' || Array.isArray(frame)) throw new Error('a frame that is not an object');
+      yield frame as Frame;
+    }
+  }
+
+  #onFrame(frame: Frame): void {
+    if (frame.t === 'vfs') this.#vfs(frame);
+    else if (frame.t === 'done') this.#done(frame);
+  }
+
+  #vfs(frame: Frame): void {
+    const id = Number(frame.id);
+    const seq = frame.seq;
+    const pending = this.#calls.get(id);
+    const reply = (body: Frame) => this.#send({ t: 'vfs-reply', id, seq, ...body });
+    if (!pending || pending.settled) {
+      reply({ ok: false, error: { code: 'CANCELLED', message: 'The call has ended' } });
+      return;
+    }
+    if (!isVfsOp(frame.op) || !Array.isArray(frame.args)) {
+      reply({ ok: false, error: { code: 'INVALID_INPUT', message: 'Unknown VFS operation' } });
+      return;
+    }
+    try {
+      const value = runVfsOp(pending.ctx.vfs, frame.op, frame.args);
+      reply({ ok: true, value: value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value });
+    } catch (error) {
+      const failure =
+        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${frame.op} failed in the engine`, { cause: error });
+      if (failure.code === 'INTERNAL' || endsCall(failure)) {
+        // The tool must not catch a denial and go on: the call fails with it and its process is killed.
+        this.#settle(id, failure);
+        this.#send({ t: 'kill', id });
+      }
+      reply({ ok: false, error: toWire(failure) });
+    }
+  }
+
+  #done(frame: Frame): void {
+    const id = Number(frame.id);
+    const pending = this.#calls.get(id);
+    if (!pending) return;
+    this.#calls.delete(id);
+    if (pending.stopTimer) clearTimeout(pending.stopTimer);
+    pending.ctx.signal.removeEventListener('abort', pending.onAbort);
+    this.#idle();
+    if (pending.settled) return;
+    pending.settled = true;
+    const logs = Array.isArray(frame.logs) ? (frame.logs as Frame[]) : [];
+    for (const line of logs) {
+      const level = typeof line?.level === 'string' && LEVELS.has(line.level) ? line.level : 'log';
+      pending.ctx.log(level as 'log', String(line?.message));
+    }
+    const dropped = Number(frame.dropped);
+    if (Number.isSafeInteger(dropped) && dropped > 0) pending.ctx.meta.logs_dropped = dropped;
+    try {
+      pending.resolve(this.#outcome(pending.ctx, frame, logs));
+    } catch (error) {
+      pending.reject(error);
+    }
+  }
+
+  /** The tool's output, or the failure to throw: from what the server saw of the call. */
+  #outcome(ctx: RunContext, frame: Frame, logs: Frame[]): unknown {
+    const id = ctx.tool.spec.id;
+    const failure = frame.failure as Frame | undefined;
+    if (failure && typeof failure === 'object') {
+      const code = failure.code === 'BUSY' || failure.code === 'OUTPUT_LIMIT' || failure.code === 'UNAVAILABLE' ? failure.code : 'TOOL_ERROR';
+      throw new ToolFailure('execution', code, String(failure.message));
+    }
+    const reply = frame.reply as Frame | undefined;
+    if (reply?.t === 'result' && typeof reply.output === 'string') {
+      if (Buffer.byteLength(reply.output) > ctx.limits.output_bytes) {
+        throw new ToolFailure('execution', 'OUTPUT_LIMIT', `${id} returned more than ${ctx.limits.output_bytes} bytes of JSON`, {
+          details: { limit: ctx.limits.output_bytes },
+        });
+      }
+      try {
+        return JSON.parse(reply.output);
+      } catch {
+        throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned text that is not JSON`);
+      }
+    }
+    if (reply?.t === 'error') {
+      const message = String(reply.message ?? '');
+      const stack = typeof reply.traceback === 'string' && reply.traceback !== '' ? { toolStack: reply.traceback } : {};
+      switch (reply.kind) {
+        case 'memory':
+          throw this.#memory(ctx, 'MemoryError');
+        case 'invalid_output':
+          throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned a value that is not JSON: ${message}`);
+        case 'output_limit':
+          throw new ToolFailure('execution', 'OUTPUT_LIMIT', `${id} returned more than ${ctx.limits.output_bytes} bytes of JSON (${message})`, {
+            details: { limit: ctx.limits.output_bytes },
+          });
+        case 'sandbox':
+          throw new ToolFailure('execution', 'UNAVAILABLE', `The Python sandbox could not confine the call: ${message}`);
+        case 'vfs':
+          throw new ToolFailure('execution', 'TOOL_ERROR', `${id} failed: ${message}`, { ...stack, details: { vfs_code: String(reply.code) } });
+        default:
+          throw new ToolFailure('execution', 'TOOL_ERROR', message || `${id} raised an exception`, stack);
+      }
+    }
+    // No reply: the process ended on its own, or was killed.
+    const signal = Number(frame.signal);
+    const seconds = Math.ceil(ctx.limits.timeout_ms / 1000);
+    if (frame.killed === 'deadline' || signal === SIGXCPU) {
+      throw new ToolFailure(
+        'execution',
+        'TIMEOUT',
+        `${id} used up its time (${ctx.limits.timeout_ms} ms${signal === SIGXCPU ? `, ${seconds + 1} s of CPU` : ''})`,
+        {
+          details: { timeout_ms: ctx.limits.timeout_ms },
+        },
+      );
+    }
+    const said = logs.map((l) => String(l?.message)).join('\n');
+    if (/MemoryError|Cannot allocate memory|out of memory/i.test(said) && frame.reply === undefined) throw this.#memory(ctx, 'allocation failed');
+    if (Number.isInteger(signal) && signal > 0) {
+      throw new ToolFailure(
+        'execution',
+        'TOOL_ERROR',
+        `${id}'s process was ended by signal ${signal}${signal === SIGKILL ? ' (SIGKILL)' : ''} before it replied`,
+        {
+          details: { signal },
+        },
+      );
+    }
+    throw new ToolFailure(
+      'execution',
+      'TOOL_ERROR',
+      `${id}'s process exited (code ${String(frame.exit)}) without a reply: did it exit, exec another program or close its channel?`,
+      {
+        details: { exit: frame.exit },
+      },
+    );
+  }
+
+  #memory(ctx: RunContext, why: string): ToolFailure {
+    const mb = ctx.limits.memory_mb;
+    return new ToolFailure('execution', 'MEMORY_LIMIT', `${ctx.tool.spec.id} exceeded its memory limit of ${mb} MB (${why})`, {
+      details: { memory_mb: mb },
+    });
+  }
+
+  #abort(id: number): void {
+    const pending = this.#calls.get(id);
+    if (!pending || pending.settled) return;
+    this.#settle(id, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
+    this.#send({ t: 'kill', id });
+  }
+
+  /** Fails the call now; the server still owes its `done`, and is killed if it does not come in time. */
+  #settle(id: number, failure: ToolFailure): void {
+    const pending = this.#calls.get(id);
+    if (!pending || pending.settled) return;
+    pending.settled = true;
+    pending.reject(failure);
+    pending.stopTimer = setTimeout(() => {
+      if (this.#calls.has(id)) this.#child.kill('SIGKILL');
+    }, STOP_GRACE_MS);
+    pending.stopTimer.unref();
+  }
+
+  #failAll(code: number | null, signal: NodeJS.Signals | null): void {
+    const how = signal ? `signal ${signal}` : `exit code ${code}`;
+    for (const pending of this.#calls.values()) {
+      if (pending.stopTimer) clearTimeout(pending.stopTimer);
+      pending.ctx.signal.removeEventListener('abort', pending.onAbort);
+      if (pending.settled) continue;
+      pending.settled = true;
+      pending.reject(
+        this.#stopping
+          ? new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner was shut down while the tool ran')
+          : new ToolFailure('execution', 'UNAVAILABLE', `The Python sandbox stopped (${how}); it is replaced and the call can be retried`),
+      );
+    }
+    this.#calls.clear();
+  }
+
+  #busy(): void {
+    this.#child.ref();
+    for (const stream of [this.#child.stdio[2], this.#child.stdio[4]]) (stream as unknown as { ref?: () => void } | null)?.ref?.();
+  }
+
+  #idle(): void {
+    if (this.#calls.size > 0) return;
+    this.#child.unref();
+    for (const stream of [this.#child.stdio[2], this.#child.stdio[3], this.#child.stdio[4]]) {
+      (stream as unknown as { unref?: () => void } | null)?.unref?.();
+    }
+  }
+}
