@@ -1,0 +1,105 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PythonRunner } from '../runners/python/index.js';
+import { findInterpreter, harnessDir } from '../runners/python/interpreter.js';
+import { bwrapCommand, bwrapProblem } from '../runners/python/isolation.js';
+import { createEngine, type Engine } from '../src/index.js';
+import { median } from './stats.js';
+
+/**
+ * Python tools through the whole engine (validation, permissions, a fresh confined process per call
+ * forked by the sandboxed fork server, output checks), against baselines measured in the same run:
+ * starting a sandboxed interpreter per call (the same bubblewrap sandbox, `python -I -S`), and a bare
+ * `python -I -S -c pass`. `node --no-node-snapshot dist/bench/run.js python` runs this suite.
+ */
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = [join(here, '..'), join(here, '..', '..')].find((dir) => existsSync(join(dir, 'fixtures', 'python', 'tools'))) as string;
+const ms = (value: number) => Math.round(value * 1000) / 1000;
+const percentile = (values: number[], p: number) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))] as number;
+
+async function sequential(engine: Engine, n: number): Promise<{ times: number[]; perSec: number }> {
+  const times: number[] = [];
+  const start = performance.now();
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const result = await engine.call('py.echo', { i });
+    times.push(performance.now() - t0);
+    if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
+  }
+  return { times, perSec: n / ((performance.now() - start) / 1000) };
+}
+
+async function sustained(engine: Engine, n: number, inFlight: number): Promise<number> {
+  let next = 0;
+  const start = performance.now();
+  const worker = async () => {
+    while (next < n) {
+      const i = next++;
+      const result = await engine.call('py.echo', { i });
+      if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
+    }
+  };
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  return n / ((performance.now() - start) / 1000);
+}
+
+function spawnTimes(command: string, args: string[], n: number): number[] {
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    execFileSync(command, args, { env: {}, stdio: ['ignore', 'pipe', 'pipe'] });
+    times.push(performance.now() - t0);
+  }
+  return times;
+}
+
+async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Record<string, unknown>> {
+  const engine = await createEngine({
+    workspace: join(root, 'fixtures'),
+    project: 'python',
+    watch: false,
+    persist: false,
+    runners: [new PythonRunner({ isolation })],
+  });
+  try {
+    await sequential(engine, 50); // start the fork server, warm caches
+    const seq = await sequential(engine, 400);
+    const perSec4 = await sustained(engine, 800, 4);
+    return {
+      call_median_ms: ms(median(seq.times)),
+      call_p90_ms: ms(percentile(seq.times, 0.9)),
+      sequential_calls_per_s: Math.round(seq.perSec),
+      sustained_calls_per_s_4_in_flight: Math.round(perSec4),
+    };
+  } finally {
+    await engine.close();
+  }
+}
+
+export async function benchPython(): Promise<Record<string, unknown>> {
+  const interpreter = await findInterpreter(undefined, root);
+  const problem = await bwrapProblem();
+  const script = 'import json,sys; print(json.dumps(json.loads(sys.argv[1])))';
+  const bare = spawnTimes(interpreter.executable, ['-I', '-S', '-c', 'pass'], 30);
+  const out: Record<string, unknown> = { python: interpreter.version, bubblewrap: problem ?? 'available' };
+  out.spawn_bare_python_ms = ms(median(bare));
+  out.rlimits_only = await engineFigures('rlimits');
+  if (problem === null) {
+    const args = bwrapCommand(
+      { executable: interpreter.executable, roots: interpreter.roots, harness: harnessDir(), tools: join(root, 'fixtures', 'python', 'tools') },
+      ['-I', '-S', '-c', script, '{"i": 1}'],
+    );
+    const spawned = spawnTimes('bwrap', args, 30);
+    const sandboxed = await engineFigures('bubblewrap');
+    out.spawn_sandboxed_per_call_ms = ms(median(spawned));
+    out.bubblewrap = sandboxed;
+    out.ratio_spawn_per_call_to_engine_call = ms(median(spawned) / (sandboxed.call_median_ms as number));
+  }
+  return out;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) console.log(JSON.stringify(await benchPython(), null, 2));
