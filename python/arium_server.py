@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -492,7 +493,15 @@ class Server:
             pass
 
     def sweep(self, proc):
-        """Without a PID namespace: kill whatever still runs as the call's uid (setsid daemons too)."""
+        """Without a PID namespace: kill whatever still runs as the call's uid (setsid daemons too), and
+        wait (briefly) until the call's process group is gone, so the engine answers after it."""
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.001)
         if proc.uid is not None:
             killer = os.fork()
             if killer == 0:
@@ -564,13 +573,24 @@ class Server:
                 kind, target = key.data
                 if kind == "host":
                     self.on_host()
-                elif kind == "sock":
-                    self.on_sock(target)
-                elif kind == "pipe":
-                    if key.fd in target.proc.pipes:
+                    continue
+                # An event of this batch may be stale: handling an earlier one can have ended the call
+                # and closed (or even reused) the descriptor.
+                try:
+                    if kind == "sock" and target.proc.sock == key.fd:
+                        self.on_sock(target)
+                    elif kind == "pipe" and key.fd in target.proc.pipes:
                         self.on_pipe(key.fd, target)
-                elif kind == "exit":
-                    self.on_exit(target)
+                    elif kind == "exit" and target.pidfd == key.fd:
+                        self.on_exit(target)
+                except Exception:
+                    # A fault of the server's own must not take the other calls down with it.
+                    traceback.print_exc()
+                    call = target if isinstance(target, Call) else target.call
+                    if call is not None and call.id in self.calls:
+                        call.failure = call.failure or {"code": "UNAVAILABLE", "message": "the Python sandbox failed while handling the call"}
+                        self.kill(call, "protocol")
+                        self.maybe_finish(call)
             if self.calls or polling:
                 self.tick()
             # Forking costs the server about half a millisecond: not while a call waits on it for its reply.

@@ -168,6 +168,21 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     });
   });
 
+  it('keeps up under load: 600 calls, 8 in flight, none lost or mixed up', async () => {
+    let next = 0;
+    const failures: string[] = [];
+    const worker = async () => {
+      while (next < 600) {
+        const i = next++;
+        const result = await engine.call('py.echo', { i });
+        if (!result.ok) failures.push(result.error.message);
+        else if ((result.data as { input: { i: number } }).input.i !== i) failures.push(`call ${i} got another call's result`);
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, worker));
+    expect(failures).toEqual([]);
+  });
+
   describe('protocol integrity', () => {
     it('frames printed on stdout and stderr are only logs', async () => {
       const result = await engine.call('py.attack', { attack: 'forge-stdout' });

@@ -48,6 +48,8 @@ export class PythonRunner implements Runner {
   #isolation: Promise<Isolation> | null = null;
   #failedStart: { at: number; error: unknown } | null = null;
   #starts = 0;
+  /** The last line a fork server wrote to stderr before it stopped unexpectedly (for status()). */
+  #lastProblem: string | null = null;
   #crashes = 0;
   #closed = false;
 
@@ -115,6 +117,7 @@ export class PythonRunner implements Runner {
       servers: this.#servers.size,
       server_starts: this.#starts,
       server_crashes: this.#crashes,
+      last_problem: this.#lastProblem,
     };
     if (this.#options.strict && isolation.mode !== 'bubblewrap') {
       return { available: false, reason: 'strict isolation is on and namespace isolation is not available', ...base };
@@ -213,7 +216,10 @@ export class PythonRunner implements Runner {
     server.onExit = () => {
       if (this.#servers.get(toolsDir) === server) {
         this.#servers.delete(toolsDir);
-        if (!this.#closed && server.info !== null) this.#crashes++;
+        if (!this.#closed && server.info !== null) {
+          this.#crashes++;
+          this.#lastProblem = server.lastError() || null;
+        }
       }
       const dir = this.#workRoots.get(server);
       if (dir) rmSync(dir, { recursive: true, force: true });
