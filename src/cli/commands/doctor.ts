@@ -70,7 +70,8 @@ async function run(ctx: Context): Promise<number> {
   if (report.engine) {
     ctx.out(`\n${c.bold('runners')} ${c.dim('(engine.status(); --json has every field)')}`);
     for (const [name, status] of Object.entries(report.engine.runners)) {
-      const isolation = typeof status.isolation === 'string' ? c.dim(` ${status.isolation}`) : '';
+      const described = typeof status.isolation_detail === 'string' ? status.isolation_detail : status.isolation;
+      const isolation = typeof described === 'string' ? c.dim(` ${described}`) : '';
       const why = status.reason ? `: ${status.reason}` : '';
       ctx.out(`  ${status.available ? c.green('✓') : c.red('✗')} ${name}${why}${isolation}`);
     }
