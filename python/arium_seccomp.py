@@ -110,9 +110,9 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install(libc):
-    """Loads the filter into this process (and everything it starts). Returns False where unsupported."""
-    code = program()
+def install(libc, code):
+    """Loads the filter `code` (from program(), built once by the server) into this process and
+    everything it starts. Returns False where there is none for this architecture."""
     if code is None:
         return False
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
