@@ -87,6 +87,10 @@ class Call:
 
 class Server:
     def __init__(self, config):
+        if config.get("unshare"):
+            import arium_unshare
+
+            arium_unshare.enter(config["unshare"]["layout"], config["unshare"]["root"])
         self.config = config
         self.selector = selectors.DefaultSelector()
         self.calls = {}
@@ -197,9 +201,13 @@ class Server:
                 raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
         try:
             pid = os.fork()
-        finally:
-            if self.config["namespaces"] and os.getpid() != 1:
+        except BaseException:
+            if self.config["namespaces"]:
                 arium_child.libc.setns(self.pidns, CLONE_NEWPID)
+            raise
+        if pid != 0 and self.config["namespaces"] and arium_child.libc.setns(self.pidns, CLONE_NEWPID) != 0:
+            # Without this the next call's unshare would fail: say why now.
+            raise OSError(arium_child.ctypes.get_errno(), "setns back to the server's PID namespace")
         if pid == 0:
             self.child_main(child_sock.fileno(), out_w, err_w, uid, workdir)
         os.close(out_w)

@@ -7,12 +7,14 @@ import { existsSync, lstatSync, readdirSync, readlinkSync, statSync } from 'node
  * - `bubblewrap`: the fork server runs in bubblewrap (new PID, network, IPC, UTS and mount namespaces,
  *   a read-only view of only the interpreter and the tools, an empty environment); each call then gets
  *   a PID and mount namespace of its own (see python/arium_server.py).
+ * - `unshare`: the same sandbox built by the fork server itself with unshare(2), mounts and pivot_root
+ *   (python/arium_unshare.py), for machines with namespaces but without bubblewrap.
  * - `rlimits`: no namespaces — resource limits, a session of its own, a private working folder, an
  *   unprivileged uid when the engine runs as root, seccomp. Processes a tool detaches with setsid
  *   survive a call unless the engine runs as root (then everything of the call's uid is killed).
  */
 
-export type IsolationMode = 'bubblewrap' | 'rlimits';
+export type IsolationMode = 'bubblewrap' | 'unshare' | 'rlimits';
 
 export interface Isolation {
   mode: IsolationMode;
@@ -37,6 +39,25 @@ export function bwrapProblem(): Promise<string | null> {
   return bwrapTrial;
 }
 
+let unshareTrial: Promise<string | null> | null = null;
+
+/**
+ * Null when this process may make the namespaces the `unshare` tier needs (tried once with util-linux
+ * `unshare`, which asks the kernel the same thing the fork server's unshare(2) will); otherwise why not.
+ */
+export function unshareProblem(): Promise<string | null> {
+  unshareTrial ??= new Promise((resolve) => {
+    const args = [...(privileged() ? [] : ['--user', '--map-root-user']), '--net', '--ipc', '--uts', '--mount', '--pid', '--fork', 'true'];
+    execFile('unshare', args, { timeout: TRIAL_TIMEOUT_MS, env: {} }, (error, _stdout, stderr) => {
+      if (!error) return resolve(null);
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return resolve('unshare (util-linux) is not installed');
+      resolve(`namespaces are refused here: ${String(stderr).trim().split('\n').pop() || error.message}`);
+    });
+  });
+  return unshareTrial;
+}
+
 export function privileged(): boolean {
   return typeof process.getuid === 'function' && process.getuid() === 0;
 }
@@ -47,7 +68,10 @@ function namespaceArgs(asRoot: boolean): string[] {
   // server keeps root's capabilities inside to build each call's namespaces, and every call's process
   // drops to a uid of its own. Otherwise a user namespace in which the server holds capabilities;
   // each call's process drops all of them.
-  if (!asRoot) args.push('--unshare-user', '--uid', '0', '--gid', '0', '--cap-add', 'ALL', '--disable-userns');
+  // (Not --disable-userns: bubblewrap implements it with a second, nested user namespace, which would
+  // leave the server without the capabilities over its PID namespace it needs to make one per call. The
+  // call processes' seccomp filter refuses new user namespaces instead.)
+  if (!asRoot) args.push('--unshare-user', '--uid', '0', '--gid', '0', '--cap-add', 'ALL');
   return args;
 }
 
@@ -63,30 +87,52 @@ export interface SandboxPaths {
 const SYSTEM = ['/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin'];
 const SYSTEM_FILES = ['/etc/ld.so.cache', '/etc/localtime', '/etc/mime.types'];
 
-/** The bubblewrap command line of a fork server. Only what the interpreter needs is visible, read-only. */
-export function bwrapCommand(paths: SandboxPaths, serverArgs: string[]): string[] {
-  const args = namespaceArgs(privileged());
+/**
+ * What a sandboxed fork server sees, whichever tool builds it: read-only binds of the system's library
+ * folders, a few files, the interpreter's prefixes (with the folders above them made searchable by
+ * anyone: on the host they may not be, pyenv under /root is 0700, and each call runs as an unprivileged
+ * uid), the harness at /arium and the tools at /tools. Nothing else of the host.
+ */
+export interface SandboxLayout {
+  /** [host path, sandbox path], read-only. */
+  binds: Array<[string, string]>;
+  /** [link target, sandbox path]. */
+  symlinks: Array<[string, string]>;
+  /** Single files bound read-only where they exist. */
+  files: string[];
+  /** Folders made (mode 0755) before the binds under them. */
+  dirs: string[];
+}
+
+export function sandboxLayout(paths: SandboxPaths): SandboxLayout {
+  const layout: SandboxLayout = { binds: [], symlinks: [], files: SYSTEM_FILES.filter((f) => existsSync(f)), dirs: [] };
   for (const dir of SYSTEM) {
     if (!existsSync(dir)) continue;
     const stat = lstatSync(dir);
-    if (stat.isSymbolicLink()) args.push('--symlink', readlinkSync(dir), dir);
-    else if (stat.isDirectory()) args.push('--ro-bind', dir, dir);
+    if (stat.isSymbolicLink()) layout.symlinks.push([readlinkSync(dir), dir]);
+    else if (stat.isDirectory()) layout.binds.push([dir, dir]);
   }
-  for (const file of SYSTEM_FILES) args.push('--ro-bind-try', file, file);
-  const made = new Set<string>();
   for (const root of paths.roots) {
     if (SYSTEM.some((dir) => root === dir || root.startsWith(`${dir}/`))) continue;
-    // The folders above it are made in the sandbox as searchable by anyone: on the host they may not be
-    // (pyenv under /root, mode 0700), and each call runs as an unprivileged uid.
     const parts = root.split('/').filter(Boolean);
     for (let i = 1; i < parts.length; i++) {
       const dir = `/${parts.slice(0, i).join('/')}`;
-      if (!made.has(dir)) args.push('--perms', '0755', '--dir', dir);
-      made.add(dir);
+      if (!layout.dirs.includes(dir)) layout.dirs.push(dir);
     }
-    args.push('--ro-bind', root, root);
+    layout.binds.push([root, root]);
   }
-  args.push('--ro-bind', paths.harness, '/arium', '--ro-bind', paths.tools, '/tools');
+  layout.binds.push([paths.harness, '/arium'], [paths.tools, '/tools']);
+  return layout;
+}
+
+/** The bubblewrap command line of a fork server. Only what the interpreter needs is visible, read-only. */
+export function bwrapCommand(paths: SandboxPaths, serverArgs: string[]): string[] {
+  const args = namespaceArgs(privileged());
+  const layout = sandboxLayout(paths);
+  for (const [target, path] of layout.symlinks) args.push('--symlink', target, path);
+  for (const file of layout.files) args.push('--ro-bind', file, file);
+  for (const dir of layout.dirs) args.push('--perms', '0755', '--dir', dir);
+  for (const [from, to] of layout.binds) args.push('--ro-bind', from, to);
   args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--chdir', '/');
   args.push(paths.executable, ...serverArgs);
   return args;
@@ -112,7 +158,9 @@ export function processesOfThisUser(): number {
 }
 
 export function describe(isolation: Isolation): string {
-  return isolation.mode === 'bubblewrap'
-    ? 'bubblewrap: PID, mount, network, IPC and UTS namespaces; a PID namespace, /tmp and /proc of its own per call; rlimits; seccomp; no capabilities'
-    : 'rlimits only: no namespaces (no network or filesystem isolation); rlimits, a session and working folder of its own per call, seccomp';
+  const namespaces =
+    'PID, mount, network, IPC and UTS namespaces; a read-only view of only the interpreter and the tools; a PID namespace, /tmp and /proc of its own per call; rlimits; seccomp; no capabilities';
+  if (isolation.mode === 'bubblewrap') return `bubblewrap: ${namespaces}`;
+  if (isolation.mode === 'unshare') return `unshare (no bubblewrap; the fork server builds the sandbox itself): ${namespaces}`;
+  return 'rlimits only: no namespaces (no network or filesystem isolation); rlimits, a session and working folder of its own per call, seccomp';
 }

@@ -5,7 +5,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
-import { bwrapCommand, bwrapProblem, describe, type Isolation, privileged, processesOfThisUser } from './isolation.js';
+import { bwrapCommand, bwrapProblem, describe, type Isolation, privileged, processesOfThisUser, sandboxLayout, unshareProblem } from './isolation.js';
 import { ServerProcess } from './server-process.js';
 
 export interface PythonRunnerOptions {
@@ -13,8 +13,11 @@ export interface PythonRunnerOptions {
   python?: string;
   /** Folder a relative `python` path is resolved against (the project folder). */
   baseDir?: string;
-  /** `auto` (default): bubblewrap when it works here, else rlimits only. `rlimits` never uses namespaces. */
-  isolation?: 'auto' | 'bubblewrap' | 'rlimits';
+  /**
+   * `auto` (default): bubblewrap when it works here, else the same sandbox built with unshare(2) where
+   * namespaces are allowed, else rlimits only. The others ask for one tier (and fail if it is missing).
+   */
+  isolation?: 'auto' | 'bubblewrap' | 'unshare' | 'rlimits';
   /** Refuse to run Python tools without namespace isolation. Default false. */
   strict?: boolean;
   /** Per call: size of the private /tmp (MB), inodes in it, open files, largest file written, processes. */
@@ -60,7 +63,7 @@ export class PythonRunner implements Runner {
   async run(ctx: RunContext): Promise<unknown> {
     const tool = ctx.tool;
     const isolation = await this.isolation();
-    if (this.#options.strict && isolation.mode !== 'bubblewrap') {
+    if (this.#options.strict && isolation.mode === 'rlimits') {
       throw new ToolFailure(
         'execution',
         'UNAVAILABLE',
@@ -84,10 +87,13 @@ export class PythonRunner implements Runner {
     this.#isolation ??= (async (): Promise<Isolation> => {
       const wanted = this.#options.isolation ?? 'auto';
       if (wanted === 'rlimits') return { mode: 'rlimits', reason: 'rlimits-only isolation was asked for' };
-      const problem = await bwrapProblem();
-      if (problem === null) return { mode: 'bubblewrap' };
-      if (wanted === 'bubblewrap') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need bubblewrap here, but ${problem}`);
-      return { mode: 'rlimits', reason: problem };
+      const bwrap = wanted === 'unshare' ? 'not asked for' : await bwrapProblem();
+      if (bwrap === null) return { mode: 'bubblewrap' };
+      if (wanted === 'bubblewrap') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need bubblewrap here, but ${bwrap}`);
+      const unshare = await unshareProblem();
+      if (unshare === null) return { mode: 'unshare', ...(wanted === 'auto' ? { reason: bwrap } : {}) };
+      if (wanted === 'unshare') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need namespaces here, but ${unshare}`);
+      return { mode: 'rlimits', reason: `${bwrap}; ${unshare}` };
     })();
     return this.#isolation;
   }
@@ -111,7 +117,7 @@ export class PythonRunner implements Runner {
       isolation: isolation.mode,
       isolation_detail: describe(isolation),
       ...(isolation.reason ? { isolation_reason: isolation.reason } : {}),
-      namespaces: isolation.mode === 'bubblewrap',
+      namespaces: isolation.mode !== 'rlimits',
       strict: this.#options.strict === true,
       uid: this.#uidNote() ?? (privileged() ? 'a uid of its own per call' : 'the engine user (capabilities dropped)'),
       servers: this.#servers.size,
@@ -119,7 +125,7 @@ export class PythonRunner implements Runner {
       server_crashes: this.#crashes,
       last_problem: this.#lastProblem,
     };
-    if (this.#options.strict && isolation.mode !== 'bubblewrap') {
+    if (this.#options.strict && isolation.mode === 'rlimits') {
       return { available: false, reason: 'strict isolation is on and namespace isolation is not available', ...base };
     }
     return { available: true, ...base };
@@ -175,10 +181,12 @@ export class PythonRunner implements Runner {
     const existing = this.#servers.get(toolsDir);
     if (existing?.accepting) return existing;
     const harness = harnessDir();
-    const namespaces = isolation.mode === 'bubblewrap';
+    const namespaces = isolation.mode !== 'rlimits';
     const asRoot = privileged();
     const processes = this.#options.processes ?? 32;
-    const workRoot = namespaces ? null : mkdtempSync(`${tmpdir()}${sep}arium-py-`);
+    // rlimits: the calls' working folders; unshare: the empty folder the sandbox's root is built on.
+    const workRoot = isolation.mode === 'bubblewrap' ? null : mkdtempSync(`${tmpdir()}${sep}arium-py-`);
+    const paths = { executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir };
     // Each call's working folder inside is its own uid's, mode 0700; this one only lets them be reached.
     if (workRoot) chmodSync(workRoot, 0o711);
     const config = {
@@ -200,14 +208,12 @@ export class PythonRunner implements Runner {
       // Call processes forked ahead of time, so a call does not wait for a fork.
       warm: this.#options.warm ?? 2,
       stdlib: interpreter.stdlib,
+      ...(isolation.mode === 'unshare' && workRoot ? { unshare: { layout: sandboxLayout(paths), root: workRoot } } : {}),
     };
-    const serverArgs = ['-I', '-B', `${namespaces ? '/arium' : harness}/arium_server.py`, JSON.stringify(config)];
-    const start = namespaces
-      ? {
-          command: 'bwrap',
-          args: bwrapCommand({ executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir }, serverArgs),
-          cwd: '/',
-        }
+    const inBwrap = isolation.mode === 'bubblewrap';
+    const serverArgs = ['-I', '-B', `${inBwrap ? '/arium' : harness}/arium_server.py`, JSON.stringify(config)];
+    const start = inBwrap
+      ? { command: 'bwrap', args: bwrapCommand(paths, serverArgs), cwd: '/' }
       : { command: interpreter.executable, args: serverArgs, cwd: workRoot ?? '/' };
     const server = new ServerProcess(start);
     this.#starts++;
