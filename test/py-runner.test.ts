@@ -1,18 +1,20 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PythonRunner } from '../runners/python/index.js';
-import { bwrapProblem } from '../runners/python/isolation.js';
+import { bwrapProblem, unshareProblem } from '../runners/python/isolation.js';
 import type { Engine, ErrorInfo, SecurityEvent, ToolResult } from '../src/index.js';
 import { copyFixtureProject, openEngine, type TempProject } from './support/project.js';
 
 // The Python runner, end to end: every test runs real tool files from fixtures/python/tools through
-// the engine, once with the full sandbox (bubblewrap) and once with rlimits only. CI installs
-// bubblewrap, so there a missing bubblewrap is a failure, not a skip.
+// the engine: with bubblewrap, with the same sandbox built by the fork server itself (unshare), and
+// with rlimits only. CI installs bubblewrap, so there a missing bubblewrap is a failure, not a skip.
 
 const bwrap = await bwrapProblem();
+const unshare = await unshareProblem();
 if (bwrap !== null && process.env.CI) throw new Error(`CI must test the full Python sandbox, but ${bwrap}`);
 const asRoot = process.getuid?.() === 0;
-const modes = [...(bwrap === null ? (['bubblewrap'] as const) : []), 'rlimits'] as const;
+const modes = [...(bwrap === null ? (['bubblewrap'] as const) : []), ...(unshare === null ? (['unshare'] as const) : []), 'rlimits'] as const;
+const namespaced = modes.filter((m) => m !== 'rlimits');
 
 function ok<T>(result: ToolResult): T {
   if (!result.ok) throw new Error(`expected success, got ${JSON.stringify(result.error)}`);
@@ -43,7 +45,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
   beforeAll(async () => {
     project = copyFixtureProject('python');
-    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode === 'rlimits' ? 'rlimits' : 'bubblewrap' })] });
+    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })] });
     engine.events.on('security', (event) => security.push(event));
   });
 
@@ -267,7 +269,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       const left = processesWith(`sleep\0${marker}\0`);
       for (const pid of left) process.kill(pid, 'SIGKILL');
       // RLIMIT_NPROC binds an unprivileged uid only; as root without one, the process group kill ends them.
-      if (mode === 'bubblewrap' || (await ownUid())) expect(data.started).toBeLessThan(40);
+      if (mode !== 'rlimits' || (await ownUid())) expect(data.started).toBeLessThan(40);
       expect(data.started).toBeGreaterThan(0);
       expect(left).toEqual([]);
     });
@@ -277,7 +279,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       ok(await engine.call('py.attack', { attack: 'daemon', marker }));
       const left = processesWith(`sleep\0${marker}\0`);
       for (const pid of left) process.kill(pid, 'SIGKILL');
-      if (mode === 'bubblewrap' || (await ownUid())) expect(left).toEqual([]);
+      if (mode !== 'rlimits' || (await ownUid())) expect(left).toEqual([]);
       // rlimits only, no uid of its own: the documented gap (THREAT_MODEL.md) — the daemon escaped the group kill.
       else expect(left.length).toBe(1);
     });
@@ -297,13 +299,13 @@ describe.each(modes)('Python runner (%s)', (mode) => {
   });
 });
 
-describe.runIf(bwrap === null)('Python sandbox isolation (bubblewrap)', () => {
+describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
   let project: TempProject;
   let engine: Engine;
 
   beforeAll(async () => {
     project = copyFixtureProject('python');
-    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: 'bubblewrap' })] });
+    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })] });
   });
 
   afterAll(async () => {
@@ -359,7 +361,7 @@ describe.runIf(bwrap === null)('Python sandbox isolation (bubblewrap)', () => {
   it('zombies and children are gone with the call’s namespace', async () => {
     ok(await engine.call('py.attack', { attack: 'zombies' }));
     const status = await engine.status();
-    expect(status.runners['py-runner']?.isolation).toBe('bubblewrap');
+    expect(status.runners['py-runner']?.isolation).toBe(mode);
   });
 });
 
