@@ -281,28 +281,40 @@ class Server:
             self.maybe_finish(call)
 
     def on_sock(self, call):
+        if self.read_sock(call, final=False):
+            self.maybe_finish(call)
+
+    def read_sock(self, call, final):
+        """Reads what the call's process sent: once (`final` False: the socket is readable) or until end
+        of file (it has exited). True when the socket is closed."""
         proc = call.proc
-        try:
-            data = os.read(proc.sock, 1 << 20)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            if call.reader.partial and call.reply is None:
-                call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process ended in the middle of its reply"}
-            self.drop(proc.sock)
-            proc.sock = None
-            return self.maybe_finish(call)
-        try:
-            frames = call.reader.feed(data)
-        except arium_proto.FrameError as error:
-            code = "OUTPUT_LIMIT" if "allowed" in str(error) else "TOOL_ERROR"
-            call.failure = call.failure or {"code": code, "message": "the tool's process sent %s" % error}
-            self.kill(call, "protocol")
-            return
-        for frame in frames:
-            self.from_child(call, frame)
+        while proc.sock is not None:
+            try:
+                data = os.read(proc.sock, 1 << 20)
+            except BlockingIOError:
+                if not final:
+                    return False
+                data = b""
+            except OSError:
+                data = b""
+            if not data:
+                if call.reader.partial and call.reply is None:
+                    call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process ended in the middle of its reply"}
+                self.drop(proc.sock)
+                proc.sock = None
+                return True
+            try:
+                frames = call.reader.feed(data)
+            except arium_proto.FrameError as error:
+                code = "OUTPUT_LIMIT" if "allowed" in str(error) else "TOOL_ERROR"
+                call.failure = call.failure or {"code": code, "message": "the tool's process sent %s" % error}
+                self.kill(call, "protocol")
+                frames = []
+            for frame in frames:
+                self.from_child(call, frame)
+            if not final:
+                return False
+        return True
 
     def from_child(self, call, frame):
         kind = frame.get("t")
@@ -409,7 +421,7 @@ class Server:
         for fd in list(proc.pipes):
             self.drain(fd, call)
         if proc.sock is not None:
-            self.drain_sock(call)
+            self.read_sock(call, final=True)
         self.maybe_finish(call)
         return True
 
@@ -425,27 +437,6 @@ class Server:
                 self.pipe_closed(fd, call)
                 return
             self.pipe_data(fd, call, data)
-
-    def drain_sock(self, call):
-        proc = call.proc
-        while proc.sock is not None:
-            try:
-                data = os.read(proc.sock, 1 << 20)
-            except (BlockingIOError, OSError):
-                data = b""
-            if not data:
-                if call.reader.partial and call.reply is None:
-                    call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process ended in the middle of its reply"}
-                self.drop(proc.sock)
-                proc.sock = None
-                return
-            try:
-                frames = call.reader.feed(data)
-            except arium_proto.FrameError as error:
-                call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process sent %s" % error}
-                frames = []
-            for frame in frames:
-                self.from_child(call, frame)
 
     def drop(self, fd):
         try:
