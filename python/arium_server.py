@@ -448,13 +448,17 @@ class Server:
         except OSError:
             pass
 
-    def release(self, proc):
+    def close_channels(self, proc):
         for fd in list(proc.pipes):
             self.drop(fd)
         proc.pipes.clear()
         if proc.sock is not None:
             self.drop(proc.sock)
             proc.sock = None
+
+    def release(self, proc):
+        """Everything of a process that is gone: its descriptors, and its uid for the next one."""
+        self.close_channels(proc)
         if proc.uid_slot is not None:
             self.free_slots.append(proc.uid_slot)
             proc.uid_slot = None
@@ -518,12 +522,7 @@ class Server:
         if proc.status is not None:
             self.release(proc)
         else:
-            for fd in list(proc.pipes):
-                self.drop(fd)
-            proc.pipes.clear()
-            if proc.sock is not None:
-                self.drop(proc.sock)
-                proc.sock = None
+            self.close_channels(proc)  # answered before it was reaped: its uid is freed at the reap
         message = {"t": "done", "id": call.id, "logs": call.logs, "dropped": call.dropped, "ms": round((time.monotonic() - call.started) * 1000, 3)}
         status = proc.status
         if status is None:
