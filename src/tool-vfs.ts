@@ -2,7 +2,8 @@ import { ToolFailure } from './errors.js';
 import type { VfsChangeSummary } from './events.js';
 import type { GrantSet, Permission, PermissionName } from './permissions.js';
 import { matchesPath } from './permissions.js';
-import type { Transaction } from './vfs/transaction.js';
+import type { JournalOp } from './store/journal.js';
+import { applyOps, type Transaction } from './vfs/transaction.js';
 import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs/vfs.js';
 
 /**
@@ -168,5 +169,22 @@ export class ToolVfs {
     const outcome = this.#vfs.move(source, target, options);
     this.changes.moved.push({ from: outcome.from, to: outcome.to });
     return outcome;
+  }
+
+  /**
+   * Makes the whole tree change as `ops` say (a restore), inside this call's transaction: nothing lands
+   * unless the call succeeds, and the commit fails with CONFLICT when any other change was committed
+   * after `basis` (the ops were computed against that tree). Needs vfs.write on `/` itself.
+   */
+  replaceTree(ops: readonly JournalOp[], basis: number): void {
+    this.#check('vfs.write', 'restore', '/');
+    applyOps(this.#vfs, ops);
+    this.#vfs.basis = basis;
+    for (const op of ops) {
+      if (op.op === 'write') this.changes.written.push(op.path);
+      else if (op.op === 'delete') this.changes.deleted.push(op.path);
+      else if (op.op === 'mkdir') this.changes.created_dirs.push(op.path);
+      else this.changes.moved.push({ from: op.from, to: op.to });
+    }
   }
 }

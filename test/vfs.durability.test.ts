@@ -6,6 +6,7 @@ import fs, {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -19,7 +20,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createEngine, type Engine } from '../src/index.js';
-import { ProjectLockedError } from '../src/store/lock.js';
+import { ProjectLock, ProjectLockedError } from '../src/store/lock.js';
 import { ObjectStore } from '../src/store/objects.js';
 import { StateCorruptError, VfsState } from '../src/vfs/state.js';
 import { opsBetween } from '../src/vfs/tree-diff.js';
@@ -73,6 +74,34 @@ function crashCopy(to: string, from = 'p', shareObjects = false): string {
   if (shareObjects && existsSync(join(stateDir(from), 'objects'))) symlinkSync(join(stateDir(from), 'objects'), join(stateDir(to), 'objects'));
   return stateDir(to);
 }
+
+/**
+ * A private build of the engine for child processes, so these suites neither need nor disturb dist/
+ * (other suites may be building it). Inside node_modules so that the build finds the engine's
+ * dependencies. Made once per test file, removed after it.
+ */
+let built: string | null = null;
+function privateBuild(): string {
+  if (built) return built;
+  const out = join(ROOT, 'node_modules', '.cache', `arium-durability-${process.pid}`);
+  execFileSync(
+    process.execPath,
+    [
+      join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
+      join(ROOT, 'src', 'index.ts'),
+      ...['--outDir', out, '--rootDir', ROOT, '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext'],
+      ...['--skipLibCheck', '--types', 'node', '--noCheck'],
+    ],
+    { stdio: 'pipe' },
+  );
+  writeFileSync(join(out, 'package.json'), '{ "type": "module" }\n');
+  built = out;
+  return out;
+}
+
+afterAll(() => {
+  if (built) rmSync(built, { recursive: true, force: true });
+});
 
 /** Byte offsets of the journal's records (12-byte frame header: magic, payload length, crc32). */
 function records(journal: string): Array<{ offset: number; length: number }> {
@@ -155,7 +184,9 @@ describe('restart', () => {
       await populate(engine);
       const expected = fingerprint(engine.vfs);
       const copy = crashCopy('crashed');
-      expect(records(join(copy, 'journal')).length).toBe(4);
+      // Seven changes, the snapshot, four changes: nothing folded into a checkpoint yet.
+      expect(records(join(copy, 'journal')).length).toBe(12);
+      expect(existsSync(join(copy, 'snapshots.jsonl'))).toBe(false);
       const after = await open({ project: 'crashed' });
       try {
         expect(fingerprint(after.vfs)).toEqual(expected);
@@ -184,24 +215,7 @@ describe('SIGKILL during a burst of writes', () => {
   let build: string;
 
   beforeAll(() => {
-    // A private build, so this suite neither needs nor disturbs dist/ (other suites may be building it).
-    // Inside node_modules so that the build finds the engine's dependencies.
-    build = join(ROOT, 'node_modules', '.cache', `arium-durability-${process.pid}`);
-    execFileSync(
-      process.execPath,
-      [
-        join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
-        join(ROOT, 'src', 'index.ts'),
-        ...['--outDir', build, '--rootDir', ROOT, '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext'],
-        ...['--skipLibCheck', '--types', 'node', '--noCheck'],
-      ],
-      { stdio: 'pipe' },
-    );
-    writeFileSync(join(build, 'package.json'), '{ "type": "module" }\n');
-  });
-
-  afterAll(() => {
-    if (build) rmSync(build, { recursive: true, force: true });
+    build = privateBuild();
   });
 
   type Op =
@@ -439,7 +453,7 @@ describe('damaged objects, checkpoint and snapshot log', () => {
 
   function rootTree(dir: string): Array<[string, string, string, number]> {
     const live = JSON.parse(readFileSync(join(dir, 'live.json'), 'utf8')) as { root: string };
-    return decodeTree(readFileSync(join(dir, 'objects', live.root.slice(0, 2), live.root.slice(2))));
+    return decodeTree(new ObjectStore(join(dir, 'objects')).get('tree', live.root));
   }
 
   it('a corrupted blob stops the engine naming the file; recover loads the rest and lists what was lost', async () => {
@@ -497,9 +511,11 @@ describe('damaged objects, checkpoint and snapshot log', () => {
   });
 
   it('an unreadable live.json stops the engine; recover rebuilds from the newest snapshot plus the journal', async () => {
+    const first = await open();
+    first.vfs.write('/a.txt', 'a');
+    const snap = first.snapshot();
+    await first.close(); // the snapshot goes from the journal to snapshots.jsonl
     const engine = await open();
-    engine.vfs.write('/a.txt', 'a');
-    const snap = engine.snapshot();
     engine.vfs.write('/b.txt', 'b');
     const copy = crashCopy('q');
     await engine.close();
@@ -737,6 +753,9 @@ describe('a full disk', () => {
       vi.spyOn(fs, 'fsyncSync').mockImplementation(() => {
         throw enospc();
       });
+      vi.spyOn(fs, 'fdatasyncSync').mockImplementation(() => {
+        throw enospc();
+      });
       syncBuiltinESMExports();
       const result = await engine.call('vfs.snapshot', { label: 'nope' });
       expect(result.ok ? null : result.error).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringContaining('ENOSPC') });
@@ -748,4 +767,177 @@ describe('a full disk', () => {
       await engine.close();
     }
   });
+});
+
+// ---------------------------------------------------------------------------------------------------
+describe('snapshots are journal records', () => {
+  const eio = () => Object.assign(new Error('EIO: i/o error, write'), { code: 'EIO', errno: -5, syscall: 'write' });
+  /** Object files of a state folder. */
+  const objectFiles = (dir: string) =>
+    readdirSync(join(dir, 'objects')).flatMap((prefix) =>
+      readdirSync(join(dir, 'objects', prefix)).map((name) => join(dir, 'objects', prefix, name)),
+    );
+
+  it('a snapshot costs one fdatasync and no fsync; the next checkpoint syncs its objects and logs it', () => {
+    const dir = stateDir();
+    const state = new VfsState({ dir });
+    try {
+      const txn = state.begin();
+      for (let i = 0; i < 20; i++) txn.write(`/d${i % 4}/f${i}.txt`, `file ${i}\n`, { parents: true });
+      state.commit(txn);
+      const fdatasync = vi.spyOn(fs, 'fdatasyncSync');
+      const fsync = vi.spyOn(fs, 'fsyncSync');
+      syncBuiltinESMExports();
+      const info = state.snapshot({ label: 'one' });
+      expect(fdatasync).toHaveBeenCalledTimes(1);
+      expect(fsync).not.toHaveBeenCalled();
+      expect(existsSync(join(dir, 'snapshots.jsonl'))).toBe(false);
+      expect(existsSync(join(dir, 'live.json'))).toBe(false);
+      state.checkpoint();
+      // Each object written by the snapshot (20 blobs, 5 trees) was synced by the checkpoint.
+      expect(fsync.mock.calls.length).toBeGreaterThanOrEqual(25);
+      expect(readFileSync(join(dir, 'snapshots.jsonl'), 'utf8')).toBe(`${JSON.stringify(info)}\n`);
+      expect(statSync(join(dir, 'journal')).size).toBe(0);
+    } finally {
+      state.close();
+    }
+  });
+
+  it('objects a power loss cut short are written again from the journal record that holds them', async () => {
+    const engine = await open();
+    let expected: Record<string, string>;
+    let snap: ReturnType<Engine['snapshot']>;
+    try {
+      engine.vfs.write('/docs/a.txt', 'alpha\n');
+      engine.vfs.write('/docs/b.txt', 'beta\n');
+      engine.vfs.write('/c.bin', BINARY);
+      snap = engine.snapshot({ label: 'before-the-outage' });
+      expected = fingerprint(engine.vfs);
+      engine.vfs.write('/docs/a.txt', 'changed after\n');
+      const copy = crashCopy('outage');
+      // Not synced yet: after a power loss such files can be empty under their valid names.
+      const files = objectFiles(copy);
+      expect(files.length).toBeGreaterThanOrEqual(5);
+      for (const file of files) truncateSync(file, 0);
+    } finally {
+      await engine.close();
+    }
+    const after = await open({ project: 'outage' });
+    try {
+      expect(after.recovery).toEqual({ torn_bytes: 0, lost: [] });
+      expect(after.snapshots().map((s) => s.id)).toEqual([snap.id]);
+      expect(after.vfs.read('/docs/a.txt').toString()).toBe('changed after\n');
+      after.restore(snap.id);
+      expect(fingerprint(after.vfs)).toEqual(expected);
+    } finally {
+      await after.close();
+    }
+  });
+
+  it('a crash between the steps of a checkpoint neither loses nor doubles a snapshot', async () => {
+    for (const step of ['snapshot log', 'journal reset'] as const) {
+      const dir = stateDir();
+      rmSync(dir, { recursive: true, force: true });
+      const state = new VfsState({ dir });
+      const name = step === 'snapshot log' ? 'log' : 'reset';
+      try {
+        const txn = state.begin();
+        txn.write('/a.txt', 'a');
+        state.commit(txn);
+        const info = state.snapshot({ label: step.replace(' ', '-') });
+        // The step fails as a crash there would: what came before it is on disk, nothing after it.
+        if (step === 'snapshot log') {
+          const real = fs.openSync;
+          vi.spyOn(fs, 'openSync').mockImplementation((path, ...rest) => {
+            if (String(path).endsWith('snapshots.jsonl')) throw eio();
+            return real(path, ...(rest as [string]));
+          });
+        } else {
+          vi.spyOn(fs, 'ftruncateSync').mockImplementation(() => {
+            throw eio();
+          });
+        }
+        syncBuiltinESMExports();
+        expect(() => state.checkpoint()).toThrow(expect.objectContaining({ code: 'UNAVAILABLE' }));
+        vi.restoreAllMocks();
+        syncBuiltinESMExports();
+        expect(existsSync(join(dir, 'live.json'))).toBe(true);
+        expect(existsSync(join(dir, 'snapshots.jsonl'))).toBe(step === 'journal reset');
+        crashCopy(name);
+        const after = new VfsState({ dir: stateDir(name) });
+        try {
+          expect(
+            after.snapshots.map((s) => s.id),
+            step,
+          ).toEqual([info.id]);
+          expect(after.vfs.read('/a.txt').toString()).toBe('a');
+          after.checkpoint();
+        } finally {
+          after.close();
+        }
+        // Logged once, however often it was replayed.
+        const logged = readFileSync(join(stateDir(name), 'snapshots.jsonl'), 'utf8')
+          .trim()
+          .split('\n');
+        expect(logged.map((line) => JSON.parse(line).id)).toEqual([info.id]);
+      } finally {
+        state.close();
+      }
+    }
+  });
+});
+
+describe('one engine per project, at the same instant', () => {
+  it('a stale lock taken over by one engine is not removed by another that judged it stale just before', () => {
+    const path = join(stateDir(), 'lock');
+    mkdirSync(stateDir(), { recursive: true });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid as number;
+    const stale = JSON.stringify({ pid: dead, host: hostname(), at: new Date().toISOString() });
+    writeFileSync(path, stale);
+    const first = new ProjectLock(path);
+    first.acquire();
+    const mine = readFileSync(path, 'utf8');
+    expect(mine).not.toBe(stale);
+    // The second engine read the stale lock before the first replaced it, and now acts on what it saw.
+    const second = new ProjectLock(path);
+    expect(second.takeOver(stale)).toBe(true);
+    expect(readFileSync(path, 'utf8')).toBe(mine);
+    expect(() => second.acquire()).toThrow(ProjectLockedError);
+    expect(existsSync(`${path}.takeover`)).toBe(false);
+    first.release();
+    expect(existsSync(path)).toBe(false);
+  });
+
+  it('of six engines started together over a stale lock, exactly one gets the project', async () => {
+    const build = privateBuild();
+    const path = join(stateDir(), 'lock');
+    mkdirSync(stateDir(), { recursive: true });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid as number;
+    writeFileSync(path, JSON.stringify({ pid: dead, host: hostname(), at: new Date().toISOString() }));
+    const script = `
+      import { ProjectLock } from ${JSON.stringify(pathToFileURL(join(build, 'src', 'store', 'lock.js')).href)};
+      const lock = new ProjectLock(${JSON.stringify(path)});
+      while (Date.now() < ${Date.now() + 1500}) {}
+      try { lock.acquire(); } catch (e) { console.log('LOCKED ' + e.name); process.exit(0); }
+      console.log('GOT');
+      setTimeout(() => lock.release(), 1500);
+    `;
+    const outcomes = await Promise.all(
+      Array.from(
+        { length: 6 },
+        () =>
+          new Promise<string>((done) => {
+            const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+            let out = '';
+            child.stdout?.on('data', (chunk: Buffer) => {
+              out += chunk.toString();
+            });
+            child.on('close', () => done(out.trim()));
+          }),
+      ),
+    );
+    expect(outcomes.filter((o) => o === 'GOT')).toHaveLength(1);
+    expect(outcomes.filter((o) => o === 'LOCKED ProjectLockedError')).toHaveLength(5);
+    expect(existsSync(path)).toBe(false);
+  }, 30_000);
 });

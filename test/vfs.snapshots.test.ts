@@ -182,6 +182,40 @@ describe('snapshot, log, restore through the API', () => {
   });
 });
 
+describe('restore inside a call', () => {
+  it('is part of the call: when the call fails after restoring, nothing of the restore remains', async () => {
+    engine.vfs.write('/a.txt', 'v1\n');
+    engine.snapshot({ label: 'v1' });
+    engine.vfs.write('/a.txt', 'v2\n');
+    engine.vfs.write('/b.txt', 'new\n');
+    const before = fingerprint(engine);
+    await engine.close();
+    engine = await open({ policy: { output_bytes: 64 } }); // the restore's result cannot fit
+    const result = await engine.call('vfs.restore', { snapshot: 'v1' });
+    expect(result.ok ? null : result.error.code).toBe('OUTPUT_LIMIT');
+    expect(fingerprint(engine)).toEqual(before);
+    await engine.close();
+    engine = await open();
+    expect(fingerprint(engine)).toEqual(before);
+  });
+
+  it('commits only onto the tree it was computed against, else CONFLICT', () => {
+    const state = new VfsState({ dir: null });
+    const setup = state.begin();
+    setup.write('/a.txt', 'a');
+    state.commit(setup);
+    const basis = state.changes;
+    const restoring = state.begin();
+    restoring.write('/a.txt', 'as in the snapshot');
+    restoring.basis = basis;
+    const other = state.begin();
+    other.write('/elsewhere.txt', 'x');
+    state.commit(other);
+    expect(thrown(() => state.commit(restoring))).toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('retry the restore') });
+    expect(state.vfs.read('/a.txt').toString()).toBe('a');
+  });
+});
+
 describe('snapshot builtins', () => {
   it('vfs.snapshot, vfs.log, vfs.diff and vfs.restore work through calls, and restore says how to undo', async () => {
     engine.vfs.write('/src/a.txt', 'one\n');
@@ -386,9 +420,89 @@ describe('content-addressed store', () => {
     engine.vfs.write('/data/f8.bin', randomBytes(20_000));
     engine.snapshot();
     const growth = storeBytes() - before;
-    // The two new blobs, plus the /data tree (50 entries) and the root tree.
+    // The two new blobs, plus the /data tree (50 entries, about 4.5 KB whole) and the root tree, both
+    // stored as what changed since their previous version.
     expect(growth).toBeGreaterThanOrEqual(40_000);
-    expect(growth).toBeLessThan(40_000 + 8_192);
+    expect(growth).toBeLessThan(40_000 + 600);
+  });
+
+  it('stores a changed folder as a delta of its last version: read back exactly, chains bounded, bases kept by gc', async () => {
+    const content = (i: number, v: number) => `file ${i} version ${v}\n`.repeat(20);
+    for (let i = 0; i < 100; i++) engine.vfs.write(`/data/f${String(i).padStart(3, '0')}.txt`, content(i, 0));
+    const snaps: Array<{ id: string; fp: Record<string, string> }> = [];
+    for (let v = 1; v <= 40; v++) {
+      const i = (v * 37) % 100;
+      engine.vfs.write(`/data/f${String(i).padStart(3, '0')}.txt`, content(i, v));
+      if (v % 3 === 0) engine.vfs.delete(`/data/f${String((v * 11) % 100).padStart(3, '0')}.txt`);
+      if (v % 7 === 0) engine.vfs.mkdir(`/data/sub${v}`);
+      snaps.push({ id: engine.snapshot({ label: `v${v}` }).id, fp: fingerprint(engine) });
+    }
+    const stored = [...objects().keys()].map((hash) => readFileSync(join(objectsDir(), hash.slice(0, 2), hash.slice(2))));
+    const deltas = stored.filter((bytes) => bytes[0] === 0x7b).map((bytes) => JSON.parse(bytes.toString()) as { depth: number; base: string });
+    // Most versions of /data (the root, with one entry, is too small to gain anything from a delta).
+    expect(deltas.length).toBeGreaterThanOrEqual(35);
+    expect(Math.max(...deltas.map((d) => d.depth))).toBe(16); // the chain was cut and started again
+    // After a restart (no tree cached) and a gc, every version reads back exactly.
+    await engine.close();
+    engine = await open();
+    expect(engine.gc().removed).toBe(0);
+    await engine.close();
+    engine = await open();
+    for (const snap of [snaps[0], snaps[16], snaps[17], snaps[39]] as Array<{ id: string; fp: Record<string, string> }>) {
+      engine.restore(snap.id);
+      expect(fingerprint(engine)).toEqual(snap.fp);
+    }
+    const d = engine.diff(snaps[0]?.id, snaps[39]?.id, { stat_only: true });
+    expect(d.stats.files_changed).toBeGreaterThan(30);
+  });
+
+  it('a damaged object is CORRUPT_STATE for the diff, restore or gc that needs it, which changes nothing; the rest still works', async () => {
+    for (let i = 0; i < 50; i++) engine.vfs.write(`/data/f${i}.txt`, `file ${i}\n`);
+    const s1 = engine.snapshot({ label: 's1' });
+    engine.vfs.write('/data/f7.txt', 'changed\n');
+    engine.snapshot({ label: 's2' });
+    engine.vfs.write('/data/f8.txt', 'live only\n');
+    await engine.close();
+    const damage = (hash: string) => {
+      const file = join(objectsDir(), hash.slice(0, 2), hash.slice(2));
+      const bytes = readFileSync(file);
+      bytes.writeUInt8(bytes.readUInt8(1) ^ 0xff, 1);
+      writeFileSync(file, bytes);
+    };
+    // A blob only s1 holds (f7's first version).
+    const blob = ObjectStore.hash('blob', Buffer.from('file 7\n'));
+    damage(blob);
+    engine = await open();
+    const live = fingerprint(engine);
+    for (const [tool, input] of [
+      ['vfs.restore', { snapshot: 's1' }],
+      ['vfs.diff', { from: 's1', to: 's2' }],
+    ] as const) {
+      const result = await engine.call(tool, input);
+      expect(result.ok ? null : result.error).toMatchObject({
+        code: 'CORRUPT_STATE',
+        stage: 'execution',
+        retryable: false,
+        details: { object: blob },
+      });
+      expect(result.ok ? '' : result.error.message).toContain(
+        `The blob object ${blob.slice(0, 12)} is corrupted (its content no longer matches its hash)`,
+      );
+    }
+    expect(fingerprint(engine)).toEqual(live);
+    expect(engine.snapshots().map((s) => s.label)).toEqual(['s1', 's2']); // no backup was taken
+    expect((await engine.call('vfs.diff', { from: 's2' })).ok).toBe(true);
+    expect(engine.gc().removed).toBe(0); // gc reads trees, not blobs: the damaged blob is still needed by s1
+    // s1's root tree, needed by s1 alone: gc cannot tell what s1 needs, so it stops before deleting anything.
+    await engine.close();
+    damage(s1.root);
+    engine = await open();
+    const count = objects().size;
+    expect(() => engine.gc()).toThrow(expect.objectContaining({ code: 'CORRUPT_STATE' }));
+    expect(objects().size).toBe(count);
+    engine.vfs.write('/still/works.txt', 'yes');
+    expect(engine.snapshot({ label: 's3' }).files).toBe(51);
+    expect(fingerprint(engine)['/still/works.txt']).toBeDefined();
   });
 
   it('never takes a remembered hash for the content of a file moved in from elsewhere', async () => {

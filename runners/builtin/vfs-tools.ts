@@ -81,7 +81,7 @@ export const vfsRestore = defineBuiltin(
   (input, ctx) => {
     requireWhole(ctx, 'vfs.write', 'vfs.restore');
     requireWhole(ctx, 'vfs.read', 'vfs.restore');
-    const result = restore(ctx.state, input.snapshot as string);
+    const result = restore(ctx.state, input.snapshot as string, ctx.vfs);
     return { ...result, undo: result.backup ? `restore snapshot ${result.backup.id}` : null };
   },
 );

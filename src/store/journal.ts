@@ -2,6 +2,7 @@ import { closeSync, existsSync, fdatasyncSync, fstatSync, ftruncateSync, openSyn
 import { dirname } from 'node:path';
 import { fsyncDir } from './atomic.js';
 import { crc32 } from './crc32.js';
+import type { ObjectKind, StoredObject } from './objects.js';
 
 /** One change to the live tree. File content travels inside the journal record itself. */
 export type JournalOp =
@@ -14,10 +15,16 @@ export type JournalOp =
   | { op: 'mkdir'; path: string }
   | { op: 'move'; from: string; to: string };
 
-/** One acknowledged call's changes; `seq` orders records across checkpoints (see state.ts). */
+/**
+ * One acknowledged call's changes, or one snapshot; `seq` orders records across checkpoints (see
+ * state.ts). A snapshot record carries the snapshot's description and the objects written for it, so
+ * that taking a snapshot costs one fdatasync: the objects themselves are synced by the next checkpoint.
+ */
 export interface JournalRecord {
   seq: number;
   ops: JournalOp[];
+  snapshot?: unknown;
+  objects?: StoredObject[];
 }
 
 type StoredOp = Exclude<JournalOp, { op: 'write' }> | { op: 'write'; path: string; size: number; append?: true; create?: true };
@@ -122,8 +129,8 @@ export class Journal {
   }
 
   /** Appends one record and makes it durable. */
-  append(seq: number, ops: readonly JournalOp[]): void {
-    const payload = encode(seq, ops);
+  append(record: JournalRecord): void {
+    const payload = encode(record);
     const frame = Buffer.allocUnsafe(FRAME_HEADER + payload.length);
     frame.writeUInt32BE(MAGIC, 0);
     frame.writeUInt32BE(payload.length, 4);
@@ -173,10 +180,17 @@ function wholeRecordAfter(data: Buffer, from: number, to: number): boolean {
   return false;
 }
 
-function encode(seq: number, ops: readonly JournalOp[]): Buffer {
+interface Header {
+  seq: number;
+  ops: StoredOp[];
+  snapshot?: unknown;
+  objects?: Array<{ kind: ObjectKind; hash: string; size: number }>;
+}
+
+function encode(record: JournalRecord): Buffer {
   const stored: StoredOp[] = [];
   const blobs: Buffer[] = [];
-  for (const op of ops) {
+  for (const op of record.ops) {
     if (op.op === 'write') {
       const { data, ...rest } = op;
       stored.push({ ...rest, size: data.length });
@@ -185,7 +199,13 @@ function encode(seq: number, ops: readonly JournalOp[]): Buffer {
       stored.push(op);
     }
   }
-  const header = Buffer.from(JSON.stringify({ seq, ops: stored }));
+  const head: Header = { seq: record.seq, ops: stored };
+  if (record.snapshot !== undefined) head.snapshot = record.snapshot;
+  if (record.objects) {
+    head.objects = record.objects.map(({ kind, hash, stored: bytes }) => ({ kind, hash, size: bytes.length }));
+    for (const object of record.objects) blobs.push(object.stored);
+  }
+  const header = Buffer.from(JSON.stringify(head));
   const length = Buffer.allocUnsafe(4);
   length.writeUInt32BE(header.length, 0);
   return Buffer.concat([length, header, ...blobs]);
@@ -193,14 +213,20 @@ function encode(seq: number, ops: readonly JournalOp[]): Buffer {
 
 function decode(payload: Buffer): JournalRecord {
   const headerLength = payload.readUInt32BE(0);
-  const header = JSON.parse(payload.subarray(4, 4 + headerLength).toString('utf8')) as { seq: number; ops: StoredOp[] };
+  const header = JSON.parse(payload.subarray(4, 4 + headerLength).toString('utf8')) as Header;
   let off = 4 + headerLength;
+  const take = (size: number) => {
+    const bytes = Buffer.from(payload.subarray(off, off + size));
+    off += size;
+    return bytes;
+  };
   const ops = header.ops.map((op): JournalOp => {
     if (op.op !== 'write') return op;
-    const data = Buffer.from(payload.subarray(off, off + op.size));
-    off += op.size;
-    const { size: _size, ...rest } = op;
-    return { ...rest, data };
+    const { size, ...rest } = op;
+    return { ...rest, data: take(size) };
   });
-  return { seq: header.seq, ops };
+  const record: JournalRecord = { seq: header.seq, ops };
+  if (header.snapshot !== undefined) record.snapshot = header.snapshot;
+  if (header.objects) record.objects = header.objects.map(({ kind, hash, size }) => ({ kind, hash, stored: take(size) }));
+  return record;
 }

@@ -1,4 +1,4 @@
-import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 
 /** Another live engine holds the project. */
@@ -15,9 +15,22 @@ function alive(pid: number): boolean {
   }
 }
 
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** A takeover guard older than this was left by a process that died while taking a lock over. */
+const GUARD_STALE_MS = 10_000;
+const ATTEMPTS = 100;
+
 /**
  * One engine at a time per project state folder. The lock file is created exclusively and holds the
  * owner's pid and host; a lock left by a process that no longer runs on this host is taken over.
+ *
+ * Taking over is guarded: two engines starting at once may both find the same stale lock, and if each
+ * simply removed it, the second could remove the lock the first had just made and both would run. So
+ * a stale lock is removed only under `lock.takeover` (created exclusively), and only if it still holds
+ * exactly what was judged stale.
  */
 export class ProjectLock {
   readonly path: string;
@@ -28,7 +41,7 @@ export class ProjectLock {
   }
 
   acquire(): void {
-    for (let attempt = 0; attempt < 2; attempt++) {
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
       try {
         const fd = openSync(this.path, 'wx', 0o600);
         writeSync(fd, JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() }));
@@ -38,14 +51,17 @@ export class ProjectLock {
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
+      let raw: string | null = null;
       let owner: { pid?: number; host?: string } = {};
       try {
-        owner = JSON.parse(readFileSync(this.path, 'utf8'));
+        raw = readFileSync(this.path, 'utf8');
+        owner = JSON.parse(raw);
       } catch {
-        // An unreadable or half-written lock file: treat it as stale only if it stays so.
+        // Gone meanwhile (try again), half-written by an engine starting right now, or damaged.
       }
+      if (raw === null) continue;
       if (typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid)) {
-        rmSync(this.path, { force: true });
+        if (!this.takeOver(raw)) pause(5);
         continue;
       }
       if (typeof owner.pid === 'number') {
@@ -53,8 +69,43 @@ export class ProjectLock {
           `Another Arium engine (pid ${owner.pid} on ${owner.host}) holds this project's state (${this.path}); close it first, or remove the lock file if that process is gone`,
         );
       }
+      // An engine that has just created the file may not have written it yet: look again shortly.
+      if (attempt < 3) {
+        pause(5);
+        continue;
+      }
       throw new ProjectLockedError(`The lock file ${this.path} is unreadable; remove it if no other engine uses this project`);
     }
+    throw new ProjectLockedError(`Could not take the lock ${this.path}: other engines kept taking it at the same time; try again`);
+  }
+
+  /**
+   * Removes the lock file if it still holds exactly `seen` (judged stale), under the takeover guard.
+   * Returns false when another engine is taking it over right now (the caller looks again).
+   */
+  takeOver(seen: string): boolean {
+    const guard = `${this.path}.takeover`;
+    let fd: number;
+    try {
+      fd = openSync(guard, 'wx', 0o600);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      try {
+        if (Date.now() - statSync(guard).mtimeMs > GUARD_STALE_MS) rmSync(guard, { force: true });
+      } catch {}
+      return false;
+    }
+    try {
+      let now: string | null = null;
+      try {
+        now = readFileSync(this.path, 'utf8');
+      } catch {}
+      if (now === seen) rmSync(this.path, { force: true });
+    } finally {
+      closeSync(fd);
+      rmSync(guard, { force: true });
+    }
+    return true;
   }
 
   release(): void {

@@ -1,6 +1,6 @@
-import { CorruptObjectError, type ObjectKind, ObjectStore } from './objects.js';
+import { CorruptObjectError, type ObjectKind, ObjectStore, type StoredObject } from './objects.js';
 
-/** The object store of an engine that keeps no state on disk: same contract, held in a Map. */
+/** The object store of an engine that keeps no state on disk: same contract, held in a Map (trees whole). */
 export class MemoryObjectStore {
   readonly #objects = new Map<string, Buffer>();
 
@@ -8,7 +8,7 @@ export class MemoryObjectStore {
     return this.#objects.has(hash);
   }
 
-  put(kind: ObjectKind, bytes: Uint8Array): string {
+  put(kind: ObjectKind, bytes: Uint8Array, _base?: string): string {
     const hash = ObjectStore.hash(kind, bytes);
     if (!this.#objects.has(hash)) this.#objects.set(hash, Buffer.from(bytes));
     return hash;
@@ -20,7 +20,21 @@ export class MemoryObjectStore {
     return bytes;
   }
 
+  pending(): StoredObject[] {
+    return [];
+  }
+
+  writePending(_synced: boolean): void {}
+
+  restore(object: StoredObject): void {
+    this.#objects.set(object.hash, object.stored);
+  }
+
   sync(): void {}
+
+  baseOf(_hash: string): string | null {
+    return null;
+  }
 
   *list(): Generator<string> {
     yield* [...this.#objects.keys()];
@@ -36,6 +50,7 @@ export class MemoryObjectStore {
 }
 
 /** What the state layer needs of an object store, on disk or in memory. */
-export type Objects = Pick<ObjectStore, 'has' | 'get' | 'sync' | 'list' | 'delete' | 'size'> & {
-  put(kind: ObjectKind, bytes: Uint8Array): string;
-};
+export type Objects = Pick<
+  ObjectStore,
+  'has' | 'get' | 'put' | 'pending' | 'writePending' | 'restore' | 'sync' | 'baseOf' | 'list' | 'delete' | 'size'
+>;

@@ -1,5 +1,7 @@
 import { ToolFailure } from '../errors.js';
 import { globToRegExp } from '../permissions.js';
+import { CorruptObjectError } from '../store/objects.js';
+import type { ToolVfs } from '../tool-vfs.js';
 import { collectGarbage, type GcReport } from './gc.js';
 import type { SnapshotInfo, VfsState } from './state.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
@@ -35,6 +37,24 @@ function rootOf(state: VfsState, ref: TreeRef): { root: string; snapshot: Snapsh
   return { root: snapshot.root, snapshot };
 }
 
+/**
+ * Runs a read of stored trees and blobs; an object that is missing or damaged on disk becomes
+ * CORRUPT_STATE naming it and what needed it, instead of an internal error.
+ */
+function reading<T>(what: string, read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    if (!(error instanceof CorruptObjectError)) throw error;
+    throw new ToolFailure(
+      'execution',
+      'CORRUPT_STATE',
+      `${what} cannot be read: ${error.message}. Nothing was changed; other snapshots are unaffected (start the engine with recover to load what is intact, or restore the state folder from a backup)`,
+      { details: { object: error.hash }, cause: error },
+    );
+  }
+}
+
 /** Compares two trees, each `live` or a snapshot. By default: the newest snapshot against the live tree. */
 export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | undefined, options: DiffOptions = {}): DiffResult {
   const fromRef = from ?? (state.snapshots.length > 0 ? 'latest' : 'empty');
@@ -49,25 +69,32 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
     const re = globToRegExp(options.path);
     filter = (p) => re.test(p);
   }
-  const result = diffTrees(state.objects, a.root, b.root, {
-    ...(filter ? { filter } : {}),
-    patches: options.stat_only !== true,
-    ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
-  });
+  const result = reading(`The diff of ${fromRef} and ${toRef}`, () =>
+    diffTrees(state.objects, a.root, b.root, {
+      ...(filter ? { filter } : {}),
+      patches: options.stat_only !== true,
+      ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
+    }),
+  );
   return { from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result };
 }
 
 /**
- * Brings the live tree back to a snapshot, as one atomic, durable change. The live tree is first saved
+ * Brings the live tree back to a snapshot, as one atomic, durable change (a call's, when `call` is given:
+ * then it lands only if the call succeeds). The live tree is first saved
  * as a snapshot of its own (unless it already equals one), so a restore can itself be undone and
  * uncommitted work is never lost.
  */
-export function restore(state: VfsState, ref: TreeRef): RestoreResult {
+export function restore(state: VfsState, ref: TreeRef, call?: ToolVfs): RestoreResult {
   const target = state.resolveSnapshot(ref);
   const live = state.liveRoot();
+  // Read the whole change first: a snapshot with a damaged object fails here, before any backup is taken.
+  const ops = reading(`Snapshot ${target.id}`, () => opsBetween(state.objects, live, target.root));
   const known = [...state.snapshots].reverse().find((s) => s.root === live);
   const backup = known ? null : state.snapshot({ label: 'before-restore', message: `live tree before restoring ${target.id}` });
-  const ops = state.applyRoot(target.root, (root) => opsBetween(state.objects, live, root));
+  // In a call, the change is the call's own: committed with it, or not at all.
+  if (call) call.replaceTree(ops, state.changes);
+  else state.applyRoot(target.root, () => ops);
   return {
     restored: target,
     backup,
@@ -80,7 +107,8 @@ export function restore(state: VfsState, ref: TreeRef): RestoreResult {
 export function gc(state: VfsState, onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport {
   const roots = new Set(state.snapshots.map((s) => s.root));
   roots.add(state.checkpoint());
-  return collectGarbage(state.objects, roots, onProgress);
+  // Marking reads every tree first; nothing is deleted unless all of them read whole.
+  return reading('Garbage collection', () => collectGarbage(state.objects, roots, onProgress));
 }
 
 /**

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
 import { fsyncDir, writeFileAtomic } from '../store/atomic.js';
-import { Journal, JournalCorruptError, type JournalOp } from '../store/journal.js';
+import { Journal, JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
 import { ProjectLock } from '../store/lock.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore } from '../store/objects.js';
@@ -46,6 +46,9 @@ export interface StateOptions {
   checkpointBytes?: number;
 }
 
+/** Above this many new object bytes, a snapshot syncs its objects in place rather than journaling them. */
+const INLINE_SNAPSHOT_BYTES = 8 * 1024 * 1024;
+
 interface LiveRef {
   root: string | null;
   /** The last journal record folded into `root`. */
@@ -71,8 +74,11 @@ export class VfsState {
   readonly #lock: ProjectLock | null = null;
   readonly #checkpointBytes: number;
   #snapshots: SnapshotInfo[] = [];
+  /** Snapshots recorded in the journal but not yet in snapshots.jsonl (the next checkpoint adds them). */
+  #unlogged: SnapshotInfo[] = [];
   #seq = 0;
   #folded = 0;
+  #changes = 0;
   #closed = false;
 
   constructor(options: StateOptions) {
@@ -108,6 +114,11 @@ export class VfsState {
     return this.#snapshots;
   }
 
+  /** Counts committed changes in this engine: a whole-tree change computed at one count must commit at it. */
+  get changes(): number {
+    return this.#changes;
+  }
+
   begin(): Transaction {
     return new Transaction(this.vfs);
   }
@@ -120,6 +131,14 @@ export class VfsState {
   commit(txn: Transaction): void {
     if (txn.ops.length === 0) return;
     this.#ensureOpen();
+    if (txn.basis !== null && txn.basis !== this.#changes) {
+      throw new ToolFailure(
+        'execution',
+        'CONFLICT',
+        'The tree changed while the restore ran (another call committed first); nothing was changed; retry the restore',
+        { details: { reason: 'tree changed' } },
+      );
+    }
     try {
       applyOps(new Transaction(this.vfs), txn.ops);
     } catch (error) {
@@ -137,7 +156,7 @@ export class VfsState {
   #durably(ops: readonly JournalOp[]): void {
     if (this.#journal) {
       try {
-        this.#journal.append(this.#seq + 1, ops);
+        this.#journal.append({ seq: this.#seq + 1, ops: [...ops] });
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code;
         throw new ToolFailure(
@@ -152,6 +171,7 @@ export class VfsState {
       }
     }
     this.#seq++;
+    this.#changes++;
     applyOps(this.#target(), ops);
     if (this.#journal && this.#journal.size > this.#checkpointBytes) {
       try {
@@ -191,38 +211,48 @@ export class VfsState {
     };
   }
 
-  /** Writes what changed to the object store and returns the live root tree (durable when on disk). */
-  #flush(): string {
-    const root = this.#index.write(this.vfs, this.objects);
-    this.objects.sync();
-    return root;
-  }
-
   /** Folds the journal into the live checkpoint. Throws UNAVAILABLE when the disk refuses (the journal still holds everything). */
   checkpoint(): string {
     this.#ensureOpen();
     return unavailable('The checkpoint', () => this.#writeCheckpoint(false));
   }
 
+  /**
+   * Makes every object durable, then points live.json at the live root, then logs the snapshots the
+   * journal holds, then empties the journal. A crash between two steps loses nothing: the journal is
+   * replayed over the checkpoint it was folded into (its snapshot records always, see #replay).
+   */
   #writeCheckpoint(force = true): string {
-    const root = this.#flush();
-    if (this.dir && this.#journal && (force || this.#folded !== this.#seq || !existsSync(join(this.dir, 'live.json')))) {
+    const root = this.#index.write(this.vfs, this.objects);
+    this.objects.sync();
+    if (this.dir && this.#journal && (force || this.#folded !== this.#seq || this.#unlogged.length > 0 || !existsSync(join(this.dir, 'live.json')))) {
       writeFileAtomic(join(this.dir, 'live.json'), JSON.stringify({ root, seq: this.#seq } satisfies LiveRef));
       this.#folded = this.#seq;
+      if (this.#unlogged.length > 0) {
+        appendLine(join(this.dir, 'snapshots.jsonl'), this.#unlogged.map((info) => `${JSON.stringify(info)}\n`).join(''));
+        this.#unlogged = [];
+      }
       this.#journal.reset();
     }
     return root;
   }
 
-  /** The root tree hash of the live tree, with its objects written. */
+  /** The root tree hash of the live tree; its new objects are held in memory until a snapshot or checkpoint. */
   liveRoot(): string {
     this.#ensureOpen();
-    return unavailable('The live tree', () => this.#flush());
+    return this.#index.write(this.vfs, this.objects);
   }
 
+  /**
+   * Records the live tree as a snapshot. On disk this is one journal record holding the snapshot and
+   * the objects new since the last one (about the size of what changed), made durable by one
+   * fdatasync; the objects are written without syncing and synced by the next checkpoint. A snapshot
+   * that adds many bytes (the first one of a big tree) syncs its objects in place instead, so the
+   * journal does not hold the tree twice.
+   */
   snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
     this.#ensureOpen();
-    const root = unavailable('The snapshot', () => this.#writeCheckpoint(false));
+    const root = this.#index.write(this.vfs, this.objects);
     const stats = this.vfs.usage();
     const dirs = stats.dirs;
     const at = new Date().toISOString();
@@ -237,11 +267,32 @@ export class VfsState {
       dirs,
       bytes: stats.bytes,
     };
-    if (this.dir) {
-      const path = join(this.dir, 'snapshots.jsonl');
-      unavailable('The snapshot', () => appendLine(path, `${JSON.stringify(info)}\n`));
+    const journal = this.#journal;
+    if (journal) {
+      unavailable('The snapshot', () => {
+        let objects = this.objects.pending();
+        if (objects.reduce((n, o) => n + o.stored.length, 0) > INLINE_SNAPSHOT_BYTES) {
+          this.objects.sync();
+          objects = [];
+        }
+        journal.append({ seq: this.#seq + 1, ops: [], snapshot: info, objects });
+      });
+      this.#seq++;
+      this.#unlogged.push(info);
+      try {
+        this.objects.writePending(false);
+      } catch {
+        // The journal holds them: they stay in memory and are written by the next checkpoint (or replay).
+      }
     }
     this.#snapshots.push(info);
+    if (journal && journal.size > this.#checkpointBytes) {
+      try {
+        this.#writeCheckpoint();
+      } catch {
+        // Durable in the journal already; folded later (see #durably).
+      }
+    }
     return info;
   }
 
@@ -290,6 +341,20 @@ export class VfsState {
 
   #ensureOpen(): void {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The engine is closed');
+  }
+
+  #replaySnapshot(record: JournalRecord, known: Set<string>, recover: boolean): void {
+    for (const object of record.objects ?? []) this.objects.restore(object);
+    const info = record.snapshot as SnapshotInfo;
+    if (typeof info?.id !== 'string' || typeof info.root !== 'string') {
+      if (!recover) throw new StateCorruptError(`Journal record ${record.seq} holds no readable snapshot; start with recover to skip it`);
+      this.recovery.lost.push(`the snapshot of journal record ${record.seq} was unreadable and skipped`);
+      return;
+    }
+    if (known.has(info.id)) return;
+    known.add(info.id);
+    this.#snapshots.push(info);
+    this.#unlogged.push(info);
   }
 
   #readLive(recover: boolean): LiveRef {
@@ -408,7 +473,11 @@ export class VfsState {
       }
       throw error;
     }
+    const known = new Set(this.#snapshots.map((x) => x.id));
     for (const record of records) {
+      // Snapshot records count even when folded: a crash after live.json was written and before the
+      // snapshot log was appended leaves them only here. One already in the log is not added twice.
+      if (record.snapshot !== undefined) this.#replaySnapshot(record, known, recover);
       if (record.seq <= this.#folded) continue;
       if (record.seq !== this.#seq + 1 && !recover && this.#folded === this.#seq) {
         throw new StateCorruptError(

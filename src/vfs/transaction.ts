@@ -19,6 +19,8 @@ function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_D
  */
 export class Transaction {
   readonly ops: JournalOp[] = [];
+  /** Set when the ops were computed against the committed tree as of this change count (see VfsState.changes). */
+  basis: number | null = null;
   readonly #base: Vfs;
   readonly #overlay = new Map<string, OverlayEntry>();
   #deltaBytes = 0;

@@ -1,17 +1,9 @@
 import type { Objects } from '../store/memory-objects.js';
+import { encodeTree, type TreeEntry } from '../store/tree-format.js';
 import { isWithin, parentOf } from './path.js';
 import type { Vfs } from './vfs.js';
 
-/** One entry of a stored tree: name, `f`ile or `d`irectory, object hash, size in bytes (0 for folders). */
-export type TreeEntry = [name: string, kind: 'f' | 'd', hash: string, size: number];
-
-export function encodeTree(entries: readonly TreeEntry[]): Buffer {
-  return Buffer.from(JSON.stringify(entries));
-}
-
-export function decodeTree(bytes: Buffer): TreeEntry[] {
-  return JSON.parse(bytes.toString('utf8')) as TreeEntry[];
-}
+export { decodeTree, encodeTree, type TreeEntry } from '../store/tree-format.js';
 
 /**
  * Caches the object hash of every file and folder of the live tree, and forgets exactly the entries a
@@ -23,6 +15,8 @@ export class TreeIndex {
   /** Path → [blob hash, size] of files whose content has not changed since it was hashed. */
   readonly #files = new Map<string, [hash: string, size: number]>();
   readonly #trees = new Map<string, string>();
+  /** Folder → the hash it had before a change dropped it: the base its next version is stored against. */
+  readonly #bases = new Map<string, string>();
 
   /**
    * Forgets `path` and the folders above it; with `subtree` (a folder deleted, moved away or replaced)
@@ -32,14 +26,23 @@ export class TreeIndex {
    */
   invalidate(path: string, subtree = false): void {
     this.#files.delete(path);
-    if (this.#trees.delete(path) || subtree) {
+    if (this.#forget(path) || subtree) {
       for (const key of this.#files.keys()) if (isWithin(key, path)) this.#files.delete(key);
       for (const key of this.#trees.keys()) if (isWithin(key, path)) this.#trees.delete(key);
+      for (const key of this.#bases.keys()) if (key !== path && isWithin(key, path)) this.#bases.delete(key);
     }
     for (let dir = parentOf(path); ; dir = parentOf(dir)) {
-      this.#trees.delete(dir);
+      this.#forget(dir);
       if (dir === '/') break;
     }
+  }
+
+  #forget(dir: string): boolean {
+    const hash = this.#trees.get(dir);
+    if (hash === undefined) return false;
+    this.#trees.delete(dir);
+    this.#bases.set(dir, hash);
+    return true;
   }
 
   /** Records hashes known to be right (after loading a stored tree). */
@@ -51,6 +54,7 @@ export class TreeIndex {
   clear(): void {
     this.#files.clear();
     this.#trees.clear();
+    this.#bases.clear();
   }
 
   /** Writes what changed of the live tree to `store` and returns the root tree's hash. */
@@ -76,8 +80,8 @@ export class TreeIndex {
         entries.push([e.name, 'f', file[0], file[1]]);
       }
     }
-    const bytes = encodeTree(entries);
-    const hash = store.put('tree', bytes);
+    const hash = store.put('tree', encodeTree(entries), this.#bases.get(dir));
+    this.#bases.delete(dir);
     this.#trees.set(dir, hash);
     return hash;
   }
