@@ -100,6 +100,26 @@ describe('ctx.vfs', () => {
     expect(engine.vfs.read('/kept.txt').toString()).toBe('kept');
   });
 
+  it.each([
+    ['throws', 'throw', 'TOOL_ERROR'],
+    ['returns output that is not JSON', 'bigint', 'INVALID_OUTPUT'],
+  ])('a call that %s after writing leaves the VFS exactly as it was', async (_what, then, code) => {
+    dataOf(await run([{ op: 'write', args: ['/atomic/before.txt', 'before'] }]));
+    const before = engine.vfs.list('/', { recursive: true }).entries;
+    const result = await engine.call('notes', {
+      steps: [
+        { op: 'write', args: ['/atomic/before.txt', 'overwritten'] },
+        { op: 'write', args: ['/atomic/new.txt', 'new'] },
+        { op: 'mkdir', args: ['/atomic/dir'] },
+        { op: 'delete', args: ['/kept.txt'] },
+      ],
+      then,
+    });
+    expect(errorOf(result).code).toBe(code);
+    expect(engine.vfs.list('/', { recursive: true }).entries).toEqual(before);
+    expect(engine.vfs.read('/atomic/before.txt').toString()).toBe('before');
+  });
+
   it('writes bytes, and hands failures to the tool as errors with the engine code', async () => {
     const out = dataOf<Array<Record<string, unknown>>>(
       await run([
