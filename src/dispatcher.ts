@@ -277,6 +277,7 @@ export class Dispatcher {
       vfs,
       state: this.#d.state,
       log: (level, message) => logs.push(level, message),
+      intrusion: (operation, reason) => this.#security(meta.run_id, meta.trace_id, id, null, operation, reason),
       meta,
     };
     try {

@@ -20,6 +20,11 @@ export interface RunContext {
   readonly state: VfsState;
   /** Captures a log line for `meta.logs` (bounded by the dispatcher). */
   log(level: LogLine['level'], message: string): void;
+  /**
+   * Reports an attempt of the tool to reach outside its sandbox that the runner refused (e.g. `import
+   * node:fs`): one SecurityEvent with `action: "intrusion"`. The runner still fails the call itself.
+   */
+  intrusion(operation: string, reason: string): void;
   /** Facts a runner reports into `meta` (e.g. the isolation in force). */
   readonly meta: Record<string, unknown>;
 }

@@ -69,6 +69,25 @@ describe('no way out of the isolate', () => {
   });
 });
 
+describe('imports that try to leave the tools folder', () => {
+  it.each([
+    ['mod.node-import', 'import node:fs', 'imports "node:fs": tools can import only their own files'],
+    ['mod.outside', 'import ../../../outside.js', 'which is outside the tools folder'],
+  ])('%s fails with TOOL_ERROR and is one SecurityEvent (intrusion)', async (id, operation, message) => {
+    const { result, events } = await withEvents(project, id, {});
+    expect(errorOf(result)).toMatchObject({ code: 'TOOL_ERROR', details: { phase: 'load', intrusion: operation } });
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ type: 'SecurityEvent', action: 'intrusion', permission: null, operation, tool: id });
+    expect(events[0]?.reason).toContain(message);
+  });
+
+  it('a tool whose imports stay inside raises no SecurityEvent', async () => {
+    const { result, events } = await withEvents(project, 'greet', { name: 'Ada' });
+    expect(result.ok).toBe(true);
+    expect(events).toEqual([]);
+  });
+});
+
 describe('VFS permissions', () => {
   it('refuses an undeclared write with DENIED at the permission stage and one SecurityEvent', async () => {
     const { result, events } = await withEvents(hostile, 'deny', { path: '/stolen.txt' });

@@ -269,7 +269,12 @@ export class SandboxProcess {
     const code: ErrorCode = KNOWN_CODES.has(error.code) ? error.code : 'INTERNAL';
     const stage = code === 'DENIED' ? 'permission' : 'execution';
     const options: ConstructorParameters<typeof ToolFailure>[3] = {};
-    if (error.details && typeof error.details === 'object') options.details = error.details;
+    if (error.details && typeof error.details === 'object') {
+      options.details = error.details;
+      // Set by the sandbox's module loader only (never by tool code): an import that tried to leave the tools folder.
+      const intrusion = (error.details as { intrusion?: unknown }).intrusion;
+      if (typeof intrusion === 'string') pending.ctx.intrusion(intrusion.slice(0, 300), String(error.message).slice(0, 500));
+    }
     if (typeof error.stack === 'string' && error.stack !== '') options.toolStack = error.stack;
     pending.reject(new ToolFailure(stage, code, String(error.message), options));
   }

@@ -96,7 +96,10 @@ export class CallRun {
       graph = loader.graph(msg.tool.entry, msg.tool.root);
       generated = loader.generated();
     } catch (error) {
-      if (error instanceof LoadError) return this.#end(failure('TOOL_ERROR', error.message, { details: { phase: 'load' } }));
+      if (error instanceof LoadError) {
+        const details = error.intrusion ? { phase: 'load', intrusion: error.intrusion } : { phase: 'load' };
+        return this.#end(failure('TOOL_ERROR', error.message, { details }));
+      }
       return this.#end(failure('INTERNAL', `The tool's modules could not be loaded: ${error?.message ?? error}`));
     }
     // Compiling runs on this process's thread, where V8 running out of memory would stop the thread for

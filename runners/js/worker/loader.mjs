@@ -24,8 +24,17 @@ export const GENERATED = Object.freeze({
   start: 'const start = globalThis.__ariumStart;\ndelete globalThis.__ariumStart;\nexport { start };\n',
 });
 
-/** A problem with the tool's code or its imports: the call fails with TOOL_ERROR and this message. */
-export class LoadError extends Error {}
+/**
+ * A problem with the tool's code or its imports: the call fails with TOOL_ERROR and this message.
+ * `intrusion` names an attempt to reach outside the tools folder (`import node:fs`): the engine
+ * reports it as a SecurityEvent too.
+ */
+export class LoadError extends Error {
+  constructor(message, intrusion = null) {
+    super(message);
+    this.intrusion = intrusion;
+  }
+}
 
 function isInside(root, path) {
   const rel = relative(root, path);
@@ -140,11 +149,12 @@ export class ModuleLoader {
     if (!specifier.startsWith('./') && !specifier.startsWith('../')) {
       throw new LoadError(
         `${fromName} imports "${specifier}": tools can import only their own files, by a relative path such as "./lib.js"; Node built-ins and packages are not available in the sandbox`,
+        `import ${specifier}`,
       );
     }
     if (specifier.includes('\u0000')) throw new LoadError(`${fromName} imports a path with a NUL byte`);
     const target = resolve(dirname(from), specifier);
-    if (!isInside(root, target)) throw new LoadError(`${fromName} imports "${specifier}", which is outside the tools folder`);
+    if (!isInside(root, target)) throw new LoadError(`${fromName} imports "${specifier}", which is outside the tools folder`, `import ${specifier}`);
     const ext = extname(target).toLowerCase();
     // TypeScript sources import each other by the name of the compiled file ("./util.js" for util.ts).
     const candidates = [target];
@@ -157,7 +167,9 @@ export class ModuleLoader {
       } catch {
         continue;
       }
-      if (!isInside(root, real)) throw new LoadError(`${fromName} imports "${specifier}", a link that leads outside the tools folder`);
+      if (!isInside(root, real)) {
+        throw new LoadError(`${fromName} imports "${specifier}", a link that leads outside the tools folder`, `import ${specifier}`);
+      }
       if (!statSync(real).isFile()) continue;
       if (!EXTENSIONS.has(extname(real).toLowerCase())) {
         throw new LoadError(`${fromName} imports "${specifier}": only .js, .mjs, .ts and .mts files can be imported`);
