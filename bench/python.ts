@@ -84,6 +84,32 @@ async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Recor
   }
 }
 
+/**
+ * Back-to-back calls with one fork server per tools folder against two (the default), in alternating
+ * blocks of 100 calls so that both see the same machine: what the second server buys.
+ */
+async function serversAB(): Promise<Record<string, number>> {
+  const open = (servers: number) =>
+    createEngine({
+      workspace: join(root, 'fixtures'),
+      project: 'python',
+      watch: false,
+      persist: false,
+      runners: [new PythonRunner({ isolation: 'bubblewrap', servers })],
+    });
+  const engines = [await open(1), await open(2)] as const;
+  try {
+    const times: [number[], number[]] = [[], []];
+    for (const engine of engines) await sequential(engine, 50);
+    for (let round = 0; round < 6; round++) {
+      for (const [i, engine] of engines.entries()) times[i as 0 | 1].push(...(await sequential(engine, 100)).times);
+    }
+    return { one_server_median_ms: ms(median(times[0])), two_servers_median_ms: ms(median(times[1])) };
+  } finally {
+    await Promise.all(engines.map((e) => e.close()));
+  }
+}
+
 export async function benchPython(): Promise<Record<string, unknown>> {
   const interpreter = await findInterpreter(undefined, root);
   const problem = await bwrapProblem();
@@ -102,6 +128,7 @@ export async function benchPython(): Promise<Record<string, unknown>> {
     out.spawn_sandboxed_per_call_ms = ms(median(spawned));
     out.bubblewrap = sandboxed;
     out.ratio_spawn_per_call_to_engine_call = ms(median(spawned) / (sandboxed.call_median_ms as number));
+    out.servers_back_to_back = await serversAB();
   }
   return out;
 }

@@ -28,6 +28,11 @@ export interface PythonRunnerOptions {
   processes?: number;
   /** Call processes each fork server keeps forked ahead of time. Default 2. */
   warm?: number;
+  /**
+   * Fork servers per tools folder. Default 2: right after answering a call a server forks its next warm
+   * process (about a millisecond), and a call sent meanwhile goes to the other server instead of waiting.
+   */
+  servers?: number;
   /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
   logBytes?: number;
 }
@@ -46,10 +51,13 @@ export class PythonRunner implements Runner {
   readonly name = 'py-runner' as const;
   readonly interruptible = true;
   readonly #options: PythonRunnerOptions;
+  /** Fork servers by `<tools folder>\0<slot>`. */
   readonly #servers = new Map<string, ServerProcess>();
   readonly #workRoots = new Map<ServerProcess, string>();
   #isolation: Promise<Isolation> | null = null;
   #failedStart: { at: number; error: unknown } | null = null;
+  /** When starting an additional server (in the background) last failed. */
+  #extraFailedAt = 0;
   #starts = 0;
   /** The last line a fork server wrote to stderr before it stopped unexpectedly (for status()). */
   #lastProblem: string | null = null;
@@ -78,8 +86,14 @@ export class PythonRunner implements Runner {
 
   prepare(tool: Tool): void {
     if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
-    const server = this.#servers.get(tool.toolsDir);
-    if (server?.accepting) server.prepare(this.#entry(tool));
+    for (let slot = 0; slot < this.#slots; slot++) {
+      const server = this.#servers.get(serverKey(tool.toolsDir, slot));
+      if (server?.accepting) server.prepare(this.#entry(tool));
+    }
+  }
+
+  get #slots(): number {
+    return Math.max(1, Math.min(8, Math.floor(this.#options.servers ?? 2)));
   }
 
   /** The isolation calls get here, decided once. */
@@ -155,10 +169,27 @@ export class PythonRunner implements Runner {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
     const toolsDir = tool.toolsDir;
     if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
-    let server = this.#servers.get(toolsDir);
-    if (!server?.accepting) {
+    // The least busy running server, and of those the one that answered longest ago (the others may be
+    // forking their next warm process right now). A server not started yet (or gone) is started in the
+    // background once another one runs, so the first call never waits for two start-ups.
+    let server: ServerProcess | null = null;
+    let missing = -1;
+    for (let slot = 0; slot < this.#slots; slot++) {
+      const candidate = this.#servers.get(serverKey(toolsDir, slot));
+      if (!candidate?.accepting) {
+        if (missing < 0) missing = slot;
+        continue;
+      }
+      if (server === null || rank(candidate) < rank(server)) server = candidate;
+    }
+    if (server === null) {
       if (this.#failedStart && Date.now() - this.#failedStart.at < RETRY_START_MS) throw this.#unavailable(this.#failedStart.error);
-      server = await this.#start(toolsDir);
+      server = await this.#start(toolsDir, missing);
+    } else if (missing >= 0 && server.info !== null && this.#failedStart === null && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
+      const failed = () => {
+        this.#extraFailedAt = Date.now();
+      };
+      this.#start(toolsDir, missing).then((extra) => extra.ready.catch(failed), failed);
     }
     try {
       await server.ready;
@@ -170,7 +201,7 @@ export class PythonRunner implements Runner {
     return server;
   }
 
-  async #start(toolsDir: string): Promise<ServerProcess> {
+  async #start(toolsDir: string, slot: number): Promise<ServerProcess> {
     let interpreter: Interpreter;
     try {
       interpreter = await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
@@ -178,7 +209,8 @@ export class PythonRunner implements Runner {
       throw new ToolFailure('execution', 'UNAVAILABLE', (error as Error).message, { details: { runner: 'py-runner' } });
     }
     const isolation = await this.isolation();
-    const existing = this.#servers.get(toolsDir);
+    const key = serverKey(toolsDir, slot);
+    const existing = this.#servers.get(key);
     if (existing?.accepting) return existing;
     const harness = harnessDir();
     const namespaces = isolation.mode !== 'rlimits';
@@ -217,11 +249,11 @@ export class PythonRunner implements Runner {
       : { command: interpreter.executable, args: serverArgs, cwd: workRoot ?? '/' };
     const server = new ServerProcess(start);
     this.#starts++;
-    this.#servers.set(toolsDir, server);
+    this.#servers.set(key, server);
     if (workRoot) this.#workRoots.set(server, workRoot);
     server.onExit = () => {
-      if (this.#servers.get(toolsDir) === server) {
-        this.#servers.delete(toolsDir);
+      if (this.#servers.get(key) === server) {
+        this.#servers.delete(key);
         if (!this.#closed && server.info !== null) {
           this.#crashes++;
           this.#lastProblem = server.lastError() || null;
@@ -246,4 +278,13 @@ export class PythonRunner implements Runner {
       },
     );
   }
+}
+
+function serverKey(toolsDir: string, slot: number): string {
+  return `${toolsDir}\u0000${slot}`;
+}
+
+/** Lower is better: a server still starting last, then fewer calls in flight, then answered longest ago. */
+function rank(server: ServerProcess): number {
+  return (server.info === null ? 1e15 : 0) + server.inFlight * 1e12 + server.lastDone;
 }
