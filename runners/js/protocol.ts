@@ -1,6 +1,7 @@
 import type { ErrorCode } from '../../src/errors.js';
 import type { CallLimits } from '../../src/limits.js';
 import type { LogLine } from '../../src/result.js';
+import type { VfsOp, WireError } from '../shared/vfs-ops.js';
 
 /**
  * Messages between the engine and the JS sandbox process (runners/js/worker/main.mjs), over Node's IPC
@@ -18,14 +19,7 @@ export interface ToolRef {
   root: string;
 }
 
-export const VFS_OPS = ['read', 'write', 'list', 'stat', 'exists', 'delete', 'mkdir', 'move'] as const;
-export type VfsOp = (typeof VFS_OPS)[number];
-
-export interface WireError {
-  code: ErrorCode;
-  message: string;
-  details?: Record<string, unknown>;
-}
+export { VFS_OPS, type VfsOp, type WireError } from '../shared/vfs-ops.js';
 
 export type ToWorker =
   | {

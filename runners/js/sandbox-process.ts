@@ -3,7 +3,7 @@ import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
-import { endsCall, isVfsOp, runVfsOp, toWire } from './host-ops.js';
+import { endsCall, isVfsOp, runVfsOp, toWire } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
 /**

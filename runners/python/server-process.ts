@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
-import { endsCall, isVfsOp, runVfsOp, toWire } from '../js/host-ops.js';
+import { endsCall, isVfsOp, runVfsOp, toWire } from '../shared/vfs-ops.js';
 
 /**
  * The engine's side of one Python fork server (python/arium_server.py): frames over fd 3 (to it) and
