@@ -157,6 +157,8 @@ class Server:
                     self.kill(call, "engine")
             elif kind == "prepare":
                 self.remember(message.get("entry"))
+            elif kind == "forget":
+                self.entries.pop(message.get("entry"), None)
             elif kind == "shutdown":
                 self.running = False
 

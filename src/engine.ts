@@ -185,6 +185,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     toolsDir,
     builtins: builtin.tools(),
     limits: registryLimits,
+    onRetired: (tools) => {
+      for (const tool of tools) runners.get(tool.spec.runner)?.forget?.(tool);
+    },
     onChange: (event) => {
       bus.publish(event);
       for (const id of [...event.added, ...event.updated]) {

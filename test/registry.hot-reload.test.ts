@@ -1,7 +1,7 @@
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Engine, RegistryChangeEvent } from '../src/index.js';
+import type { Engine, RegistryChangeEvent, Runner } from '../src/index.js';
 import { definition, nextEvent, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**
@@ -59,6 +59,28 @@ describe('hot reload of the tools folder', () => {
     renameSync(temp, join(project.tools, 'echo.json'));
     await seen;
     expect(engine.tool('demo.echo')?.description).toBe('renamed in');
+  });
+
+  it('tells the runner which tool versions are gone (forget) and which are new (prepare)', async () => {
+    const seen: string[] = [];
+    const recorder: Runner = {
+      name: 'js-runner',
+      interruptible: true,
+      run: async () => ({}),
+      prepare: (tool) => seen.push(`prepare ${tool.spec.id} ${tool.spec.description}`),
+      forget: (tool) => seen.push(`forget ${tool.spec.id} ${tool.spec.description}`),
+      status: async () => ({ available: true }),
+      close: async () => {},
+    };
+    await engine.close();
+    engine = await openEngine(project, { watch: true, runners: [recorder] });
+    const updated = registryEvent((e) => e.updated.includes('demo.echo'));
+    project.write('echo.json', definition({ id: 'demo.echo', description: 'version 2' }));
+    await updated;
+    const removed = registryEvent((e) => e.removed.includes('demo.echo'));
+    rmSync(join(project.tools, 'echo.json'));
+    await removed;
+    expect(seen).toEqual(['prepare demo.echo version 1', 'forget demo.echo version 1', 'prepare demo.echo version 2', 'forget demo.echo version 2']);
   });
 
   it('removes a tool when its file is deleted', async () => {

@@ -92,6 +92,14 @@ export class PythonRunner implements Runner {
     }
   }
 
+  forget(tool: Tool): void {
+    if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
+    for (let slot = 0; slot < this.#slots; slot++) {
+      const server = this.#servers.get(serverKey(tool.toolsDir, slot));
+      if (server?.accepting) server.forget(this.#entry(tool));
+    }
+  }
+
   get #slots(): number {
     return Math.max(1, Math.min(8, Math.floor(this.#options.servers ?? 2)));
   }

@@ -162,6 +162,11 @@ export class ServerProcess {
     this.#send({ t: 'prepare', entry });
   }
 
+  /** The tool is gone or replaced: warm processes forked from now on stop compiling it ahead of time. */
+  forget(entry: string): void {
+    this.#send({ t: 'forget', entry });
+  }
+
   close(): Promise<void> {
     if (this.#exited) return Promise.resolve();
     this.#stopping = true;

@@ -24,6 +24,8 @@ export interface RegistryOptions {
   builtins: readonly Tool[];
   limits: RegistryLimits;
   onChange: (event: RegistryChangeEvent) => void;
+  /** The versions of tools that were just removed or replaced (called before `onChange`): runners drop what they cached. */
+  onRetired?: (tools: Tool[]) => void;
   /** Quiet time after a file event before the folder is read again. */
   debounceMs?: number;
 }
@@ -234,10 +236,12 @@ export class Registry {
       else if (old.hash !== tool.hash || old.source !== tool.source) updated.push(id);
     }
     for (const id of this.#tools.keys()) if (!next.has(id)) removed.push(id);
+    const retired = [...updated, ...removed].map((id) => this.#tools.get(id)).filter((tool): tool is Tool => tool !== undefined);
     const problemsChanged = JSON.stringify(problems) !== JSON.stringify(this.#problems);
     this.#tools = next;
     this.#problems = problems;
     if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    if (retired.length > 0) this.#options.onRetired?.(retired);
     this.#options.onChange({
       type: 'RegistryChangeEvent',
       at: new Date().toISOString(),
