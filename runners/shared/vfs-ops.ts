@@ -1,13 +1,23 @@
-import { ToolFailure } from '../../src/errors.js';
+import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
 import { asText } from '../../src/vfs/text-diff.js';
-import { VFS_OPS, type VfsOp, type WireError } from './protocol.js';
 
 /**
- * `ctx.vfs` of a JS tool, on the host side: each request from the sandbox is checked here and run on
- * the call's ToolVfs, which checks the path against what the tool declared and the caller granted. The
- * arguments come from tool code: anything may be in them, and nothing is trusted before it is checked.
+ * `ctx.vfs` of a sandboxed tool (JS or Python), on the host side: each request from the sandbox is
+ * checked here and run on the call's ToolVfs, which checks the path against what the tool declared and
+ * the caller granted. The arguments come from tool code: anything may be in them, and nothing is
+ * trusted before it is checked.
  */
+
+export const VFS_OPS = ['read', 'write', 'list', 'stat', 'exists', 'delete', 'mkdir', 'move'] as const;
+export type VfsOp = (typeof VFS_OPS)[number];
+
+/** A failure as a sandbox sees it: plain JSON made by the engine. */
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
 
 const OPS: ReadonlySet<string> = new Set(VFS_OPS);
 const MAX_LIST = 100_000;
