@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runInNewContext } from 'node:vm';
 import { createEngine, type Engine } from '../src/index.js';
-import { median } from './stats.js';
+import { cpuPerOp, machineCpu, median, threadCpu } from './stats.js';
 
 /**
  * JS tools through the whole engine (validation, permissions, a fresh isolated-vm context per call in
@@ -126,7 +126,16 @@ export async function benchJs(): Promise<Record<string, unknown>> {
     await ready(engine);
     const input = { text: 'hello' };
     await latencies(engine, 'reverse', input, 3000);
+    // Where the CPU of a warm call goes: the engine process, the sandbox process's main thread, and the
+    // threads running the isolates (the call itself and making the next fresh contexts).
+    const sandboxPid = Number((await engine.status()).runners['js-runner']?.pid);
+    const cpu0 = { engine: threadCpu(process.pid), sandbox: threadCpu(sandboxPid), machine: machineCpu() };
     const sequential = await latencies(engine, 'reverse', input, 5000);
+    const machineMs = (machineCpu() - cpu0.machine) / 5000;
+    const cpu = {
+      engine: cpuPerOp(cpu0.engine, threadCpu(process.pid), 5000),
+      sandbox: cpuPerOp(cpu0.sandbox, threadCpu(sandboxPid), 5000),
+    };
     const typescript = await latencies(engine, 'greet', { name: 'Ada' }, 2000);
     const vfs = await latencies(engine, 'notes', { steps: [{ op: 'write', args: ['/b.txt', 'x'] }] }, 2000);
     const inFlight4 = await concurrent(engine, 4, 3);
@@ -136,6 +145,10 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       warm_call_median_ms: ms(warmMedian),
       warm_call_p90_ms: ms(percentile(sequential.times, 0.9)),
       warm_call_p99_ms: ms(percentile(sequential.times, 0.99)),
+      warm_call_cpu_us_by_thread: cpu,
+      // All the machine's CPU per call (every process, kernel included): on 2 cores, calls that follow
+      // each other cannot take less than half of it each.
+      warm_call_machine_cpu_ms: ms(machineMs),
       sequential_calls_per_sec: Math.round(sequential.perSec),
       four_in_flight_calls_per_sec: Math.round(inFlight4),
       typescript_tool_median_ms: ms(median(typescript.times)),

@@ -6,7 +6,7 @@ import { PythonRunner } from '../runners/python/index.js';
 import { findInterpreter, harnessDir } from '../runners/python/interpreter.js';
 import { bwrapCommand, bwrapProblem } from '../runners/python/isolation.js';
 import { createEngine, type Engine } from '../src/index.js';
-import { median } from './stats.js';
+import { machineCpu, median } from './stats.js';
 
 /**
  * Python tools through the whole engine (validation, permissions, a fresh confined process per call
@@ -68,7 +68,10 @@ async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Recor
   });
   try {
     await sequential(engine, 50); // start the fork server, warm caches
+    const cpu0 = machineCpu();
     const seq = await sequential(engine, 400);
+    // All the machine's CPU per call (engine, fork server, the call's process, the kernel's work for them).
+    const machineMs = (machineCpu() - cpu0) / 400;
     const perSec4 = await sustained(engine, 800, 4);
     // Calls 5 ms apart: nothing of the previous call (its teardown, the next fork) competes for the cores.
     const spaced = await sequential(engine, 200, 5);
@@ -76,6 +79,7 @@ async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Recor
       spaced_call_median_ms: ms(median(spaced.times)),
       call_median_ms: ms(median(seq.times)),
       call_p90_ms: ms(percentile(seq.times, 0.9)),
+      call_machine_cpu_ms: ms(machineMs),
       sequential_calls_per_s: Math.round(seq.perSec),
       sustained_calls_per_s_4_in_flight: Math.round(perSec4),
     };

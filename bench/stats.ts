@@ -1,3 +1,5 @@
+import { readdirSync, readFileSync } from 'node:fs';
+
 /** Small statistics helpers shared by the benchmarks. Times are in milliseconds. */
 
 export function median(values: readonly number[]): number {
@@ -20,4 +22,57 @@ export function timeBatches(batches: number, perBatch: number, fn: () => void): 
 /** Median time of one operation, from batch totals. */
 export function perOp(batchTimes: readonly number[], perBatch: number): number {
   return median(batchTimes) / perBatch;
+}
+
+/** CPU time each thread of a process has used so far, from /proc (Linux only; empty elsewhere): thread id → name and ms. */
+export function threadCpu(pid: number): Map<string, { name: string; ms: number }> {
+  const out = new Map<string, { name: string; ms: number }>();
+  const tick = 1000 / 100; // USER_HZ is 100 on Linux
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      // The main thread's id is the process id; the others go by their name (`node` for Node's and isolated-vm's pool threads).
+      const name = tid === String(pid) ? 'main' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      // After "pid (comm) ": utime and stime are the 12th and 13th fields.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(tid, { name, ms: (Number(fields[11]) + Number(fields[12])) * tick });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return out;
+}
+
+/**
+ * CPU per operation (µs) by thread name between two threadCpu readings. A thread that ended between
+ * them is not counted (the bench's threads live as long as the process).
+ */
+export function cpuPerOp(
+  before: Map<string, { name: string; ms: number }>,
+  after: Map<string, { name: string; ms: number }>,
+  ops: number,
+): Record<string, number> {
+  const used = new Map<string, number>();
+  for (const [tid, now] of after) used.set(now.name, (used.get(now.name) ?? 0) + now.ms - (before.get(tid)?.ms ?? 0));
+  const out: Record<string, number> = {};
+  for (const [name, ms] of used) if (ms > 0) out[name] = Math.round((ms * 1000) / ops);
+  return out;
+}
+
+/** Busy CPU time of the whole machine so far (all cores, ms), from /proc/stat; NaN where there is none. */
+export function machineCpu(): number {
+  try {
+    const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
+    const busy = (fields[0] ?? 0) + (fields[1] ?? 0) + (fields[2] ?? 0) + (fields[5] ?? 0) + (fields[6] ?? 0) + (fields[7] ?? 0);
+    return busy * (1000 / 100);
+  } catch {
+    return Number.NaN;
+  }
 }
