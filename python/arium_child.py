@@ -8,19 +8,17 @@ The channel to the server is a socket only this call holds; nothing the tool sen
 any other call, and the server takes nothing from it but the tool's output, logs and VFS requests.
 """
 
-import asyncio
+import _thread
 import base64
 import gc
 import ctypes
 import errno
-import inspect
 import io
 import json
 import os
 import resource
 import signal
 import sys
-import threading
 import traceback
 
 import arium_proto
@@ -154,7 +152,7 @@ def load(entry, config):
 
 
 def warm_up(entries, config):
-    """While waiting for a job: compile the tools the server knows (their code only: nothing of a tool runs
+    """While waiting for a job: compile the tools called last (their code only: nothing of a tool runs
     before its call, so a process holds nothing of any tool but the one it is given)."""
     for entry in entries:
         try:
@@ -176,7 +174,7 @@ class _Channel:
     def __init__(self, fd, limit):
         self.fd = fd
         self.reader = arium_proto.Reader(limit)
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.seq = 0
 
     def send(self, message):
@@ -299,13 +297,17 @@ def serve(config, channel_fd, entries=()):
     try:
         limit(job, config, mapped)
         code = load(job["entry"], config)
+        # What else this process compiled ahead tells which tools were called last: not for tool code.
+        _compiled.clear()
         module = {"__name__": job["module"], "__file__": job["filename"], "__builtins__": __builtins__}
         exec(code, module)
         entry = module.get("run")
         if not callable(entry):
             raise TypeError("the tool module defines no run(input, ctx) function")
         result = entry(job["input"], Context(channel, job))
-        if inspect.isawaitable(result):
+        if _awaitable(result):
+            import asyncio
+
             result = asyncio.run(_await(result))
         try:
             text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -336,6 +338,15 @@ def serve(config, channel_fd, entries=()):
     except BaseException:
         os._exit(3)
     os._exit(0)
+
+
+def _awaitable(value):
+    """inspect.isawaitable without importing inspect: a coroutine, a generator-based coroutine, or an object with __await__."""
+    kind = type(value)
+    if kind.__name__ == "coroutine" or hasattr(kind, "__await__"):
+        return True
+    code = getattr(value, "gi_code", None)
+    return kind.__name__ == "generator" and code is not None and bool(code.co_flags & 0x100)
 
 
 async def _await(awaitable):

@@ -30,16 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import arium_child  # noqa: E402
 import arium_proto  # noqa: E402
 
-# Modules tools commonly import, loaded once here so a call's process starts with them.
-import asyncio  # noqa: E402,F401
-import collections  # noqa: E402,F401
-import datetime  # noqa: E402,F401
-import hashlib  # noqa: E402,F401
-import itertools  # noqa: E402,F401
-import math  # noqa: E402,F401
-import re  # noqa: E402,F401
-import string  # noqa: E402,F401
-import typing  # noqa: E402,F401
 
 CLONE_NEWPID = 0x20000000
 HOST_IN = 3
@@ -51,6 +41,32 @@ LOG_LEVELS = {"log", "info", "warn", "error"}
 DEADLINE_GRACE_S = 1.0
 # Above any descriptor the server holds (os.closerange uses close_range(2) where the kernel has it).
 MAX_FD = 1 << 20
+# Tools a warm process compiles while it waits for its job: the ones called last. Every compile is paid
+# again in every call's process, so compiling each tool the engine knows made a folder with one large
+# tool (2 ms to compile) cost that much CPU per call of any tool.
+WARM_COMPILED = 2
+
+
+def preload_asyncio(no_network):
+    """asyncio, loaded once here: a call's process imports it only for an async tool, and importing it
+    there would cost each such call about 35 ms. Nothing else is loaded for tools: every module the
+    server holds makes each call's fork and exit slower (page tables to copy, pages to unmap). Where
+    calls have no network (namespaces), asyncio is loaded without its TLS support: `ssl` maps libssl
+    and libcrypto (6 MB) into every call's process for connections a call cannot make. A tool that
+    imports ssl itself still gets it."""
+    if not no_network:
+        import asyncio  # noqa: F401
+
+        return
+    saved = sys.modules.get("ssl")
+    sys.modules["ssl"] = None  # `import ssl` raises ImportError, which asyncio expects where there is no ssl
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        if saved is None:
+            del sys.modules["ssl"]
+        else:
+            sys.modules["ssl"] = saved
 
 
 class Proc:
@@ -91,10 +107,11 @@ class Server:
             import arium_unshare
 
             arium_unshare.enter(config["unshare"]["layout"], config["unshare"]["root"])
+        preload_asyncio(config["namespaces"])
         self.config = config
         self.selector = selectors.DefaultSelector()
         self.calls = {}
-        self.entries = {}
+        self.recent = {}
         self.warm = []
         self.procs = {}
         self.host_reader = arium_proto.Reader(MAX_HOST_FRAME)
@@ -155,20 +172,18 @@ class Server:
                 call = self.calls.get(message.get("id"))
                 if call:
                     self.kill(call, "engine")
-            elif kind == "prepare":
-                self.remember(message.get("entry"))
             elif kind == "forget":
-                self.entries.pop(message.get("entry"), None)
+                self.recent.pop(message.get("entry"), None)
             elif kind == "shutdown":
                 self.running = False
 
     def remember(self, entry):
-        """Tools a warm process compiles while it waits (the newest 64)."""
+        """A tool was called: warm processes forked from now on compile it ahead (with the one called before)."""
         if isinstance(entry, str):
-            self.entries.pop(entry, None)
-            self.entries[entry] = True
-            while len(self.entries) > 64:
-                self.entries.pop(next(iter(self.entries)))
+            self.recent.pop(entry, None)
+            self.recent[entry] = True
+            while len(self.recent) > WARM_COMPILED:
+                self.recent.pop(next(iter(self.recent)))
 
     # --- call processes, forked ahead of time ----------------------------------------------------
 
@@ -254,7 +269,7 @@ class Server:
             except BaseException:
                 pass
             os._exit(2)
-        arium_child.serve(self.config, child_fd, list(self.entries))
+        arium_child.serve(self.config, child_fd, list(self.recent))
 
     # --- one call ------------------------------------------------------------------------------
 

@@ -68,6 +68,16 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(ok(await engine.call('py.echo', { async: true, text: 'ab' }))).toEqual({ doubled: 'abab' });
     });
 
+    it('gives a tool ssl when it imports it, and shows it nothing of the tools compiled ahead for it', async () => {
+      // Warm processes compile the tools called last; a call's process must not reveal which ones.
+      failed(await engine.call('py.fail', { kind: 'exception' }));
+      for (let i = 0; i < 6; i++) {
+        const found = ok<{ ssl: string; compiled: string[] }>(await engine.call('py.echo', { probe: true }));
+        expect(found.ssl).toMatch(/^OpenSSL/);
+        expect(found.compiled).toEqual([]);
+      }
+    });
+
     it('captures print(), stderr and ctx.log in meta.logs', async () => {
       const result = await engine.call('py.echo', { print: ['out one', 'out two'], stderr: ['err'], log: ['a', 'b'] });
       ok(result);

@@ -84,14 +84,6 @@ export class PythonRunner implements Runner {
     return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024);
   }
 
-  prepare(tool: Tool): void {
-    if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
-    for (let slot = 0; slot < this.#slots; slot++) {
-      const server = this.#servers.get(serverKey(tool.toolsDir, slot));
-      if (server?.accepting) server.prepare(this.#entry(tool));
-    }
-  }
-
   forget(tool: Tool): void {
     if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
     for (let slot = 0; slot < this.#slots; slot++) {

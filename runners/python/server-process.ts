@@ -158,11 +158,7 @@ export class ServerProcess {
     });
   }
 
-  prepare(entry: string): void {
-    this.#send({ t: 'prepare', entry });
-  }
-
-  /** The tool is gone or replaced: warm processes forked from now on stop compiling it ahead of time. */
+  /** The tool is gone or replaced: warm processes forked from now on stop compiling it ahead of time (see WARM_COMPILED in arium_server.py). */
   forget(entry: string): void {
     this.#send({ t: 'forget', entry });
   }
