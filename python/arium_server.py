@@ -10,12 +10,20 @@ namespace of its own and has a mount namespace of its own, has confined itself (
 holds. A job sets its resource limits and runs the tool; the socket then carries its reply, its logs
 and its VFS requests, which the server relays to the engine; stdout and stderr are pipes.
 
+The call processes are not forked by the server itself but by its zygote: a process the server forks
+once, before it reads anything from the engine, and gives nothing afterwards but orders to fork. A
+call's process is a copy of the zygote, so it holds nothing of any other call — no job, no input, no
+VFS data relayed for another call, not even freed memory that once held them — whereas a copy of the
+server would hold everything the server was relaying at that moment (a tool could walk its frames to
+the server's calls, or read its own memory). The zygote reports each exit of its children.
+
 When a call ends (a reply, a kill from the engine, the server's own deadline, or the process dying)
 the server kills the call's process (PID 1: every process the tool started dies with the namespace)
 and answers the engine only after it has reaped it, so nothing of the call is left running.
 """
 
 import gc
+import json
 import os
 import selectors
 import shutil
@@ -113,6 +121,13 @@ class Server:
         self.calls = {}
         self.recent = {}
         self.warm = []
+        # Fork orders the zygote has not answered yet: seq -> (uid_slot, uid, workdir).
+        self.ordered = {}
+        self.order_seq = 0
+        # Jobs waiting for a call process (the zygote is forking one).
+        self.queue = []
+        self.zygote = None
+        self.warm_error = None
         self.procs = {}
         self.host_reader = arium_proto.Reader(MAX_HOST_FRAME)
         self.uid_note = None
@@ -188,17 +203,14 @@ class Server:
     # --- call processes, forked ahead of time ----------------------------------------------------
 
     def fill(self):
-        """Keeps `warm` call processes waiting for a job (fewer while uids run short)."""
-        while len(self.warm) < self.config["warm"]:
+        """Keeps `warm` call processes waiting for a job, plus one per queued job (fewer while uids run short)."""
+        while self.zygote is not None and len(self.warm) + len(self.ordered) < self.config["warm"] + len(self.queue):
             if self.config.get("uid_base") is not None and not self.free_slots:
                 return
-            try:
-                self.warm.append(self.fork())
-            except OSError as error:
-                self.warm_error = arium_child._describe(error)
-                return
+            self.order_fork()
 
-    def fork(self):
+    def order_fork(self):
+        """Asks the zygote for one more call process; it arrives in on_zygote."""
         uid_slot = uid = None
         if self.config.get("uid_base") is not None:
             uid_slot = self.free_slots.pop()
@@ -209,41 +221,73 @@ class Server:
             os.mkdir(workdir, 0o700)
             if uid is not None:
                 os.chown(workdir, uid, uid)
-        parent_sock, child_sock = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        if self.config["namespaces"]:
-            # The next child is PID 1 of a new namespace; then back to ours for the one after.
-            if arium_child.libc.unshare(CLONE_NEWPID) != 0:
-                raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+        self.order_seq += 1
+        self.ordered[self.order_seq] = (uid_slot, uid, workdir)
+        order = {"seq": self.order_seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}
         try:
-            pid = os.fork()
-        except BaseException:
-            if self.config["namespaces"]:
-                arium_child.libc.setns(self.pidns, CLONE_NEWPID)
-            raise
-        if pid != 0 and self.config["namespaces"] and arium_child.libc.setns(self.pidns, CLONE_NEWPID) != 0:
-            # Without this the next call's unshare would fail: say why now.
-            raise OSError(arium_child.ctypes.get_errno(), "setns back to the server's PID namespace")
-        if pid == 0:
-            self.child_main(child_sock.fileno(), out_w, err_w, uid, workdir)
-        os.close(out_w)
-        os.close(err_w)
-        child_sock.close()
-        proc = Proc(pid, parent_sock.detach(), out_r, err_r, uid_slot, uid, workdir)
-        self.procs[pid] = proc
-        try:
-            proc.pidfd = os.pidfd_open(pid)
-            self.selector.register(proc.pidfd, selectors.EVENT_READ, ("exit", proc))
-        except (AttributeError, OSError):
-            proc.pidfd = None
-        for fd in (proc.sock, out_r, err_r):
-            os.set_blocking(fd, False)
-        return proc
+            self.zygote.send(json.dumps(order).encode())
+        except OSError:
+            pass  # the zygote is gone: on_zygote reads its end of file
 
-    def child_main(self, child_fd, out_w, err_w, uid, workdir):
-        """In the call's process: confine, wait for the job, run it. Never returns."""
+    def start_zygote(self):
+        """Forks the zygote, before anything of any call is in this process (see the module's docstring)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                Zygote(self, theirs, server_pid).main()
+            finally:
+                os._exit(1)
+        theirs.close()
+        ours.setblocking(False)
+        self.zygote = ours
+        self.zygote_pid = pid
+        self.selector.register(ours.fileno(), selectors.EVENT_READ, ("zygote", None))
+
+    def on_zygote(self):
         try:
+            data, fds, _, _ = socket.recv_fds(self.zygote, 65536, 4)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            # Without its zygote the server cannot start calls (and must not fork them itself): stop.
+            # The engine sees the server exit, fails what was running, and starts a new one.
+            sys.stderr.write("arium_server: the zygote exited\n")
+            self.running = False
+            return
+        message = json.loads(data)
+        kind = message.get("t")
+        if kind == "forked":
+            uid_slot, uid, workdir = self.ordered.pop(message["seq"])
+            proc = Proc(message["pid"], fds[0], fds[1], fds[2], uid_slot, uid, workdir)
+            proc.pidfd = fds[3] if len(fds) > 3 else None
+            self.procs[proc.pid] = proc
+            for fd in (proc.sock, fds[1], fds[2]):
+                os.set_blocking(fd, False)
+            self.warm.append(proc)
+            self.dispatch()
+        elif kind == "fork-error":
+            uid_slot, _, workdir = self.ordered.pop(message["seq"])
+            if uid_slot is not None:
+                self.free_slots.append(uid_slot)
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            self.warm_error = message.get("message")
+            self.dispatch()
+        elif kind == "exit":
+            proc = self.procs.get(message.get("pid"))
+            if proc is not None and proc.status is None:
+                proc.status = message.get("status", 0)
+                self.reaped(proc)
+
+    def child_main(self, child_fd, out_w, err_w, uid, workdir, entries):
+        """In the call's process (forked by the zygote): confine, wait for the job, run it. Never returns."""
+        try:
+            signal.set_wakeup_fd(-1)
             arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             # Every descriptor but its own three: others' sockets and pipes, the engine's channel.
             low = 3
@@ -269,20 +313,31 @@ class Server:
             except BaseException:
                 pass
             os._exit(2)
-        arium_child.serve(self.config, child_fd, list(self.recent))
+        arium_child.serve(self.config, child_fd, entries)
 
     # --- one call ------------------------------------------------------------------------------
 
     def start(self, job):
         job["filename"] = self.config["tools_prefix"] + str(job.get("entry"))
         self.remember(job.get("entry"))
-        if not self.warm:
-            self.fill()
-        if not self.warm:
-            why = getattr(self, "warm_error", None) or "every sandbox uid is in use"
-            self.to_host({"t": "done", "id": job["id"], "logs": [], "dropped": 0, "failure": {"code": "BUSY", "message": "no call process could be started (%s); retry" % why}})
+        self.queue.append(job)
+        self.dispatch()
+
+    def dispatch(self):
+        """Gives queued jobs to warm processes; a job no process can come for fails with BUSY."""
+        while self.queue and self.warm:
+            self.run_job(self.queue.pop(0), self.warm.pop(0))
+        if not self.queue:
             return
-        proc = self.warm.pop(0)
+        self.fill()
+        if not self.ordered:
+            why = self.warm_error or "every sandbox uid is in use"
+            for job in self.queue:
+                failure = {"code": "BUSY", "message": "no call process could be started (%s); retry" % why}
+                self.to_host({"t": "done", "id": job["id"], "logs": [], "dropped": 0, "failure": failure})
+            self.queue.clear()
+
+    def run_job(self, job, proc):
         call = Call(job, proc)
         proc.call = call
         self.calls[call.id] = call
@@ -407,20 +462,11 @@ class Server:
         self.drop(fd)
         del call.proc.pipes[fd]
 
-    def on_exit(self, proc):
-        """The call's process is gone (and with it, with namespaces, every process it started)."""
-        self.drop(proc.pidfd)
-        proc.pidfd = None
-        self.reap(proc)
-
-    def reap(self, proc):
-        try:
-            pid, status = os.waitpid(proc.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = proc.pid, 0
-        if pid == 0:
-            return False
-        proc.status = status
+    def reaped(self, proc):
+        """The zygote reaped the call's process (and with it, with namespaces, every process it started)."""
+        if proc.pidfd is not None:
+            self.drop(proc.pidfd)
+            proc.pidfd = None
         self.procs.pop(proc.pid, None)
         if not self.config["namespaces"]:
             self.sweep(proc)
@@ -500,7 +546,10 @@ class Server:
             return
         try:
             if self.config["namespaces"]:
-                os.kill(proc.pid, signal.SIGKILL)
+                if proc.pidfd is not None:
+                    signal.pidfd_send_signal(proc.pidfd, signal.SIGKILL)
+                else:
+                    os.kill(proc.pid, signal.SIGKILL)
             else:
                 os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -561,27 +610,26 @@ class Server:
         for call in list(self.calls.values()):
             if call.killed_by is None and now > call.deadline:
                 self.kill(call, "deadline")
-        # Without pidfds, exits are found by asking.
-        for proc in list(self.procs.values()):
-            if proc.pidfd is None:
-                self.reap(proc)
 
     def serve(self):
         # What the server holds now is shared by every call process: frozen, a collection there never
         # writes to it, so those pages stay shared instead of being copied in each call.
         gc.freeze()
+        self.start_zygote()
         self.fill()
         ready = {"t": "ready", "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(), "uid": os.getuid()}
         if self.uid_note:
             ready["uid_note"] = self.uid_note
         self.to_host(ready)
         while self.running:
-            polling = any(p.pidfd is None for p in self.procs.values())
-            timeout = 0.01 if polling else (0.25 if self.calls else None)
+            timeout = 0.25 if self.calls else None
             for key, _ in self.selector.select(timeout=timeout):
                 kind, target = key.data
                 if kind == "host":
                     self.on_host()
+                    continue
+                if kind == "zygote":
+                    self.on_zygote()
                     continue
                 # An event of this batch may be stale: handling an earlier one can have ended the call
                 # and closed (or even reused) the descriptor.
@@ -590,8 +638,6 @@ class Server:
                         self.on_sock(target)
                     elif kind == "pipe" and key.fd in target.proc.pipes:
                         self.on_pipe(key.fd, target)
-                    elif kind == "exit" and target.pidfd == key.fd:
-                        self.on_exit(target)
                 except Exception:
                     # A fault of the server's own must not take the other calls down with it.
                     traceback.print_exc()
@@ -600,16 +646,123 @@ class Server:
                         call.failure = call.failure or {"code": "UNAVAILABLE", "message": "the Python sandbox failed while handling the call"}
                         self.kill(call, "protocol")
                         self.maybe_finish(call)
-            if self.calls or polling:
+            if self.calls:
                 self.tick()
-            # Forking costs the server about half a millisecond: not while a call waits on it for its reply.
-            if not any(c.reply is None for c in self.calls.values()):
-                self.fill()
+            # The zygote forks while this process goes on relaying (it used to wait for calls that had not
+            # replied yet, when forking blocked the server itself).
+            self.fill()
         for proc in list(self.procs.values()):
             try:
                 os.kill(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+class Zygote:
+    """Forks the call processes, on the server's orders (see the module's docstring). Forked from the
+    server before the server read anything from the engine; afterwards it receives only fork orders (a
+    uid, a working folder, the names of the tools to compile ahead), so the processes it forks hold
+    nothing of any call. Each order is answered with the new process's socket, pipes and pidfd (passed
+    as descriptors); each exit of a child with its wait status. It dies with the server."""
+
+    def __init__(self, server, sock, server_pid):
+        self.server = server
+        self.config = server.config
+        self.sock = sock
+        self.server_pid = server_pid
+
+    def main(self):
+        arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != self.server_pid:
+            os._exit(0)  # the server died before the line above
+        for fd in (HOST_IN, HOST_OUT):
+            os.close(fd)
+        self.server.selector.close()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock.fileno(), selectors.EVENT_READ, "orders")
+        selector.register(wake_r, selectors.EVENT_READ, "children")
+        while True:
+            for key, _ in selector.select():
+                if key.data == "children":
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                    continue
+                data = self.sock.recv(65536)
+                if not data:
+                    os._exit(0)  # the server is gone
+                self.order(json.loads(data))
+
+    def send(self, message, fds=()):
+        socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+
+    def order(self, order):
+        try:
+            pid, fds = self.fork(order.get("uid"), order.get("workdir"), order.get("entries") or [])
+        except OSError as error:
+            self.send({"t": "fork-error", "seq": order["seq"], "message": arium_child._describe(error)})
+            return
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        fds = fds + ([pidfd] if pidfd is not None else [])
+        try:
+            self.send({"t": "forked", "seq": order["seq"], "pid": pid}, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def fork(self, uid, workdir, entries):
+        """One call process: its socket and pipes, then, with namespaces, PID 1 of a PID namespace of its own."""
+        parent_sock, child_sock = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        namespaces = self.config["namespaces"]
+        try:
+            if namespaces and arium_child.libc.unshare(CLONE_NEWPID) != 0:
+                raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+            try:
+                pid = os.fork()
+            except BaseException:
+                if namespaces:
+                    arium_child.libc.setns(self.server.pidns, CLONE_NEWPID)
+                raise
+        except BaseException:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            parent_sock.close()
+            child_sock.close()
+            raise
+        if pid != 0 and namespaces and arium_child.libc.setns(self.server.pidns, CLONE_NEWPID) != 0:
+            # Back to our own namespace for the next order; without it the next unshare would fail.
+            error = OSError(arium_child.ctypes.get_errno(), "setns back to the zygote's PID namespace")
+            os.kill(pid, signal.SIGKILL)
+            raise error
+        if pid == 0:
+            self.server.child_main(child_sock.fileno(), out_w, err_w, uid, workdir, entries)
+        os.close(out_w)
+        os.close(err_w)
+        child_sock.close()
+        return pid, [parent_sock.detach(), out_r, err_r]
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.send({"t": "exit", "pid": pid, "status": status})
 
 
 def main():

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PythonRunner } from '../runners/python/index.js';
@@ -75,6 +76,25 @@ describe.each(modes)('Python runner (%s)', (mode) => {
         const found = ok<{ ssl: string; compiled: string[] }>(await engine.call('py.echo', { probe: true }));
         expect(found.ssl).toMatch(/^OpenSSL/);
         expect(found.compiled).toEqual([]);
+      }
+    });
+
+    it('a call’s process holds nothing of another call running at the same time: not through the server’s objects, not in its memory', async () => {
+      // One fork server, so both calls go through the same one; the victim's job is in it while the
+      // attacker's processes are forked.
+      const single = await openEngine(project, { runners: [new PythonRunner({ isolation: mode, servers: 1 })] });
+      try {
+        const secret = `victim-secret-${randomUUID()}`;
+        const victim = single.call('py.attack', { attack: 'hold', secret, seconds: 1.0 });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        for (let i = 0; i < 4; i++) {
+          const parts = [secret.slice(0, 12), secret.slice(12)];
+          const found = ok<{ calls_seen: number; memory_hits: number }>(await single.call('py.attack', { attack: 'peek-other-calls', parts }));
+          expect(found).toEqual({ calls_seen: 0, memory_hits: 0 });
+        }
+        expect(ok(await victim)).toEqual({ held: true });
+      } finally {
+        await single.close();
       }
     });
 

@@ -29,8 +29,9 @@ export interface PythonRunnerOptions {
   /** Call processes each fork server keeps forked ahead of time. Default 2. */
   warm?: number;
   /**
-   * Fork servers per tools folder. Default 2: right after answering a call a server forks its next warm
-   * process (about a millisecond), and a call sent meanwhile goes to the other server instead of waiting.
+   * Fork servers per tools folder. Default 2: right after answering a call a server's zygote forks its
+   * next warm process (about a millisecond of CPU, on a machine that may have two cores), and a call
+   * sent meanwhile goes to the other server.
    */
   servers?: number;
   /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
@@ -169,8 +170,8 @@ export class PythonRunner implements Runner {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
     const toolsDir = tool.toolsDir;
     if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
-    // The least busy running server, and of those the one that answered longest ago (the others may be
-    // forking their next warm process right now). A server not started yet (or gone) is started in the
+    // The least busy running server, and of those the one that answered longest ago (the others' zygotes
+    // may be forking their next warm process right now). A server not started yet (or gone) is started in the
     // background once another one runs, so the first call never waits for two start-ups.
     let server: ServerProcess | null = null;
     let missing = -1;

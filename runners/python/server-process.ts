@@ -122,8 +122,8 @@ export class ServerProcess {
   }
 
   /**
-   * When this server last answered a call (performance.now()). Right after answering, a fork server
-   * forks its next warm process, so a runner with two servers sends the next call to the other one.
+   * When this server last answered a call (performance.now()). Right after answering, a fork server's
+   * zygote forks its next warm process, so a runner with two servers sends the next call to the other one.
    */
   lastDone = 0;
 
