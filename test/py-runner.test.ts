@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -35,6 +36,33 @@ function processesWith(needle: string): number[] {
     try {
       if (readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(needle)) found.push(Number(name));
     } catch {}
+  }
+  return found;
+}
+
+/**
+ * The fork servers' zygotes below this test process: processes running the server script whose parent
+ * (the server) runs it too and whose grandparent does not (a call process's grandparent is the server).
+ */
+function zygotes(): Set<number> {
+  const rows = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,args='], { encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .map((f) => ({
+      pid: Number(f[0]),
+      ppid: Number(f[1]),
+      server: !String(f[2]).includes('bwrap') && f.slice(2).join(' ').includes('arium_server.py'),
+    }));
+  const byPid = new Map(rows.map((row) => [row.pid, row]));
+  const mine = (pid: number): boolean => {
+    for (let row = byPid.get(pid); row; row = byPid.get(row.ppid)) if (row.ppid === process.pid) return true;
+    return false;
+  };
+  const found = new Set<number>();
+  for (const row of rows) {
+    const parent = byPid.get(row.ppid);
+    if (row.server && parent?.server && !byPid.get(parent.ppid)?.server && mine(row.pid)) found.add(row.pid);
   }
   return found;
 }
@@ -93,6 +121,25 @@ describe.each(modes)('Python runner (%s)', (mode) => {
           expect(found).toEqual({ calls_seen: 0, memory_hits: 0 });
         }
         expect(ok(await victim)).toEqual({ held: true });
+      } finally {
+        await single.close();
+      }
+    });
+
+    it('a killed zygote fails the call running then (its process dies with it), and the runner replaces the server', async () => {
+      const before = zygotes();
+      const single = await openEngine(project, { runners: [new PythonRunner({ isolation: mode, servers: 1 })] });
+      try {
+        ok(await single.call('py.echo', { i: 0 }));
+        const fresh = [...zygotes()].filter((pid) => !before.has(pid));
+        expect(fresh).toHaveLength(1);
+        const running = single.call('py.attack', { attack: 'hold', seconds: 0.5 });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        process.kill(fresh[0] as number, 'SIGKILL');
+        const error = failed(await running);
+        expect(error.code).toBe('UNAVAILABLE');
+        expect(error.retryable).toBe(true);
+        for (let i = 0; i < 3; i++) expect(ok(await single.call('py.echo', { i }))).toMatchObject({ input: { i } });
       } finally {
         await single.close();
       }
