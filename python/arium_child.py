@@ -1,9 +1,9 @@
 """The process of one call: confines itself, then runs the tool and sends back one reply.
 
-Forked from the fork server (arium_server.py), so it starts with a clean copy of a process that never
-ran tool code. Before the tool's first line runs it has: a PID namespace of its own (it is PID 1, so
-when it exits every process the tool started dies with it), a fresh size-limited /tmp and /proc,
-resource limits, an unprivileged uid or no capabilities, no new privileges and a seccomp filter.
+Forked by the fork server's zygote (arium_server.py), so it starts with a clean copy of a process
+that never ran tool code nor held anything of a call. Before the tool's first line runs it has: a PID
+namespace of its own (it is PID 1, so when it exits every process the tool started dies with it), an
+IPC namespace of its own, a fresh size-limited /tmp and /proc, resource limits, an unprivileged uid or no capabilities, no new privileges and a seccomp filter.
 The channel to the server is a socket only this call holds; nothing the tool sends on it reaches
 any other call, and the server takes nothing from it but the tool's output, logs and VFS requests.
 """
@@ -38,6 +38,7 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 MAX_SOURCE = 4 * 1024 * 1024
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -81,8 +82,10 @@ def _drop_capabilities():
 def confine(config, uid, workdir):
     """Everything between the fork and the job that does not depend on it. Raises OSError when a step fails."""
     if config["namespaces"]:
-        # A mount namespace of its own: its /tmp and /proc are seen by no other call.
-        _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        # A mount namespace of its own: its /tmp and /proc are seen by no other call. An IPC namespace of
+        # its own: SysV shared memory, semaphores and message queues (and POSIX queues) it creates die
+        # with it instead of waiting, in the server's namespace, for the next call to read them.
+        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
         tmp_options = "size=%dk,nr_inodes=%d,mode=1777" % (config["tmp_kb"], config["tmp_inodes"])
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_options)

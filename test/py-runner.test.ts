@@ -145,6 +145,12 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       }
     });
 
+    it(`a SysV shared memory segment a call leaves is ${mode === 'rlimits' ? 'still there (no IPC namespace without namespaces)' : 'gone with it'}`, async () => {
+      const key = 0x41520000 + Math.floor(Math.random() * 0xffff);
+      expect(ok(await engine.call('py.attack', { attack: 'ipc-leave', key }))).toEqual({ created: true });
+      expect(ok(await engine.call('py.attack', { attack: 'ipc-find', key }))).toEqual({ found: mode === 'rlimits' });
+    });
+
     it('captures print(), stderr and ctx.log in meta.logs', async () => {
       const result = await engine.call('py.echo', { print: ['out one', 'out two'], stderr: ['err'], log: ['a', 'b'] });
       ok(result);
