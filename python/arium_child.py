@@ -24,10 +24,16 @@ import traceback
 import arium_proto
 import arium_seccomp
 
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MS_REC = 0x4000
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_RELATIME = 0x200000
 MS_PRIVATE = 0x40000
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -79,6 +85,24 @@ def _drop_capabilities():
     _check(libc.capset(ctypes.byref(header), data), "capset")
 
 
+def _remount_readonly(path):
+    """Makes a mount read-only in this mount namespace only, keeping the flags it has (in a user
+    namespace a remount that dropped nosuid, nodev, noexec or an atime flag would be refused)."""
+    flags = os.statvfs(path).f_flag
+    keep = MS_REMOUNT | MS_BIND | MS_RDONLY
+    for st_flag, ms_flag in (
+        (os.ST_NOSUID, MS_NOSUID),
+        (os.ST_NODEV, MS_NODEV),
+        (os.ST_NOEXEC, MS_NOEXEC),
+        (os.ST_NOATIME, MS_NOATIME),
+        (os.ST_NODIRATIME, MS_NODIRATIME),
+        (os.ST_RELATIME, MS_RELATIME),
+    ):
+        if flags & st_flag:
+            keep |= ms_flag
+    _mount(None, path, None, keep, None)
+
+
 def confine(config, uid, workdir):
     """Everything between the fork and the job that does not depend on it. Raises OSError when a step fails."""
     if config["namespaces"]:
@@ -87,8 +111,16 @@ def confine(config, uid, workdir):
         # with it instead of waiting, in the server's namespace, for the next call to read them.
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        # The sandbox's root and /dev are the server's, shared by all its calls: read-only here, or a
+        # call whose uid owns them (uid 0 of a user namespace, when the engine is not root) could leave
+        # files there for the next call. What a call may write is its own: /tmp and /dev/shm.
+        _remount_readonly("/")
+        if os.path.ismount("/dev"):
+            _remount_readonly("/dev")
         tmp_options = "size=%dk,nr_inodes=%d,mode=1777" % (config["tmp_kb"], config["tmp_inodes"])
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_options)
+        if os.path.isdir("/dev/shm"):
+            _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_options)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         workdir = "/tmp"
     os.chdir(workdir)

@@ -382,6 +382,9 @@ describe.each(modes)('Python runner (%s)', (mode) => {
   });
 });
 
+/** Where a call might leave a file for the next one (test/support/py-unprivileged.mjs tries the same). */
+const PERSIST_FOLDERS = ['/', '/dev', '/dev/shm', '/tmp', '/root', '/run', '/var/tmp', '/home'];
+
 describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
   let project: TempProject;
   let engine: Engine;
@@ -394,6 +397,13 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
   afterAll(async () => {
     await engine.close();
     project.remove();
+  });
+
+  it('a file a call writes anywhere it can is gone for the next call', async () => {
+    const input = { folders: PERSIST_FOLDERS, name: `left-${randomUUID()}` };
+    const left = ok<{ left: string[] }>(await engine.call('py.attack', { attack: 'leave-files', ...input })).left;
+    expect(left).toContain('/tmp');
+    expect(ok(await engine.call('py.attack', { attack: 'find-files', ...input }))).toEqual({ found: [] });
   });
 
   it('sees none of the host’s files, processes or environment', async () => {

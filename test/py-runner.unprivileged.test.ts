@@ -27,6 +27,7 @@ interface Found {
   identity: { uid: number; status: Record<string, string>; unshare_user: [number, number] };
   network: { outcomes: string[]; interfaces: string[] };
   files: { readable: string[]; processes: number };
+  persistence: { left: string[]; found: string[] } | null;
 }
 
 const why =
@@ -75,6 +76,9 @@ describe.runIf(why === null)('Python sandbox as an unprivileged engine (uid 6553
         expect(found.network.interfaces, mode).toEqual(['lo']);
         expect(found.files.readable, mode).toEqual([]);
         expect(found.files.processes, mode).toBe(1);
+        // uid 0 of a user namespace owns the sandbox's root: nothing a call writes may stay for the next.
+        expect(found.persistence?.left, mode).toContain('/tmp');
+        expect(found.persistence?.found, mode).toEqual([]);
       }
     } finally {
       project.remove();

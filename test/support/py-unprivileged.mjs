@@ -6,6 +6,7 @@ import { PythonRunner } from '../../dist/runners/python/index.js';
 import { createEngine } from '../../dist/src/index.js';
 
 const [workspace, python, ...modes] = process.argv.slice(2);
+const PERSIST_FOLDERS = ['/', '/dev', '/dev/shm', '/tmp', '/root', '/run', '/var/tmp', '/home'];
 const out = {};
 for (const mode of modes) {
   const engine = await createEngine({
@@ -25,6 +26,14 @@ for (const mode of modes) {
       identity: await call({ attack: 'identity' }),
       network: await call({ attack: 'network' }),
       files: await call({ attack: 'host-files', paths: ['/etc/passwd', workspace] }),
+      // With namespaces only: with rlimits these folders are the host's.
+      persistence:
+        mode === 'rlimits'
+          ? null
+          : {
+              left: (await call({ attack: 'leave-files', folders: PERSIST_FOLDERS, name: 'left-behind' })).left,
+              found: (await call({ attack: 'find-files', folders: PERSIST_FOLDERS, name: 'left-behind' })).found,
+            },
       status: (await engine.status()).runners['py-runner'],
     };
   } finally {
