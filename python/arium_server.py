@@ -187,6 +187,8 @@ class Server:
                 call = self.calls.get(message.get("id"))
                 if call:
                     self.kill(call, "engine")
+                else:
+                    self.unqueue(message.get("id"))
             elif kind == "forget":
                 self.recent.pop(message.get("entry"), None)
             elif kind == "shutdown":
@@ -336,6 +338,16 @@ class Server:
                 failure = {"code": "BUSY", "message": "no call process could be started (%s); retry" % why}
                 self.to_host({"t": "done", "id": job["id"], "logs": [], "dropped": 0, "failure": failure})
             self.queue.clear()
+
+    def unqueue(self, job_id):
+        """The engine gave up on a job still waiting for its process: it never runs, and is answered now
+        (the engine kills a server that owes an answer for long)."""
+        for job in self.queue:
+            if job["id"] == job_id:
+                self.queue.remove(job)
+                failure = {"code": "CANCELLED", "message": "the call was stopped before it started"}
+                self.to_host({"t": "done", "id": job_id, "logs": [], "dropped": 0, "killed": "engine", "failure": failure})
+                return
 
     def run_job(self, job, proc):
         call = Call(job, proc)

@@ -151,6 +151,32 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(ok(await engine.call('py.attack', { attack: 'ipc-find', key }))).toEqual({ found: mode === 'rlimits' });
     });
 
+    it.runIf(mode === modes[0])(
+      'runs calls that wait for their process, and drops one cancelled while it waits without the server being killed for it',
+      async () => {
+        // No process forked ahead: every call waits for the zygote. A stopped zygote keeps a call waiting.
+        const before = zygotes();
+        const single = await openEngine(project, { runners: [new PythonRunner({ isolation: mode, servers: 1, warm: 0 })] });
+        try {
+          for (let i = 0; i < 3; i++) expect(ok(await single.call('py.echo', { i }))).toMatchObject({ input: { i } });
+          const [zygote] = [...zygotes()].filter((pid) => !before.has(pid));
+          process.kill(zygote as number, 'SIGSTOP');
+          const cancel = new AbortController();
+          const waiting = single.call('py.echo', { i: 'never' }, { signal: cancel.signal });
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          cancel.abort();
+          expect(failed(await waiting).code).toBe('CANCELLED');
+          // Past the 3 s the engine gives a server to answer for a call it stopped.
+          await new Promise((resolve) => setTimeout(resolve, 3_500));
+          process.kill(zygote as number, 'SIGCONT');
+          expect(ok(await single.call('py.echo', { i: 4 }))).toMatchObject({ input: { i: 4 } });
+          expect(zygotes().has(zygote as number)).toBe(true);
+        } finally {
+          await single.close();
+        }
+      },
+    );
+
     it('captures print(), stderr and ctx.log in meta.logs', async () => {
       const result = await engine.call('py.echo', { print: ['out one', 'out two'], stderr: ['err'], log: ['a', 'b'] });
       ok(result);
