@@ -49,6 +49,9 @@ LOG_LEVELS = {"log", "info", "warn", "error"}
 DEADLINE_GRACE_S = 1.0
 # Above any descriptor the server holds (os.closerange uses close_range(2) where the kernel has it).
 MAX_FD = 1 << 20
+# After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
+# memory or processes, would otherwise be retried in a loop).
+FORK_RETRY_S = 0.1
 # Tools a warm process compiles while it waits for its job: the ones called last. Every compile is paid
 # again in every call's process, so compiling each tool the engine knows made a folder with one large
 # tool (2 ms to compile) cost that much CPU per call of any tool.
@@ -128,6 +131,7 @@ class Server:
         self.queue = []
         self.zygote = None
         self.warm_error = None
+        self.fork_failed_at = None
         self.procs = {}
         self.host_reader = arium_proto.Reader(MAX_HOST_FRAME)
         self.uid_note = None
@@ -206,6 +210,10 @@ class Server:
 
     def fill(self):
         """Keeps `warm` call processes waiting for a job, plus one per queued job (fewer while uids run short)."""
+        if self.fork_failed_at is not None:
+            if time.monotonic() - self.fork_failed_at < FORK_RETRY_S:
+                return
+            self.fork_failed_at = None
         while self.zygote is not None and len(self.warm) + len(self.ordered) < self.config["warm"] + len(self.queue):
             if self.config.get("uid_base") is not None and not self.free_slots:
                 return
@@ -279,6 +287,7 @@ class Server:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             self.warm_error = message.get("message")
+            self.fork_failed_at = time.monotonic()
             self.dispatch()
         elif kind == "exit":
             proc = self.procs.get(message.get("pid"))
@@ -635,6 +644,8 @@ class Server:
         self.to_host(ready)
         while self.running:
             timeout = 0.25 if self.calls else None
+            if self.fork_failed_at is not None:
+                timeout = FORK_RETRY_S  # to order the warm processes again after the pause
             for key, _ in self.selector.select(timeout=timeout):
                 kind, target = key.data
                 if kind == "host":
