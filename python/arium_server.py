@@ -236,8 +236,19 @@ class Server:
         order = {"seq": self.order_seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}
         try:
             self.zygote.send(json.dumps(order).encode())
-        except OSError:
-            pass  # the zygote is gone: on_zygote reads its end of file
+        except OSError as error:
+            # Gone (on_zygote reads its end of file) or not reading its orders: this one will not come.
+            self.forget_order(self.order_seq, "the zygote took no order (%s)" % arium_child._describe(error))
+
+    def forget_order(self, seq, why):
+        """A fork order that will bring no process: its uid and work folder are free again."""
+        uid_slot, _, workdir = self.ordered.pop(seq)
+        if uid_slot is not None:
+            self.free_slots.append(uid_slot)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        self.warm_error = why
+        self.fork_failed_at = time.monotonic()
 
     def start_zygote(self):
         """Forks the zygote, before anything of any call is in this process (see the module's docstring)."""
@@ -281,13 +292,7 @@ class Server:
             self.warm.append(proc)
             self.dispatch()
         elif kind == "fork-error":
-            uid_slot, _, workdir = self.ordered.pop(message["seq"])
-            if uid_slot is not None:
-                self.free_slots.append(uid_slot)
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-            self.warm_error = message.get("message")
-            self.fork_failed_at = time.monotonic()
+            self.forget_order(message["seq"], message.get("message"))
             self.dispatch()
         elif kind == "exit":
             proc = self.procs.get(message.get("pid"))
