@@ -218,6 +218,8 @@ class Server:
             if self.config.get("uid_base") is not None and not self.free_slots:
                 return
             self.order_fork()
+            if self.fork_failed_at is not None:
+                return
 
     def order_fork(self):
         """Asks the zygote for one more call process; it arrives in on_zygote."""
@@ -228,9 +230,17 @@ class Server:
         workdir = None
         if not self.config["namespaces"]:
             workdir = os.path.join(self.config["work_root"], "p-%d-%d" % (os.getpid(), time.monotonic_ns()))
-            os.mkdir(workdir, 0o700)
-            if uid is not None:
-                os.chown(workdir, uid, uid)
+            try:
+                os.mkdir(workdir, 0o700)
+                if uid is not None:
+                    os.chown(workdir, uid, uid)
+            except OSError as error:
+                shutil.rmtree(workdir, ignore_errors=True)
+                if uid_slot is not None:
+                    self.free_slots.append(uid_slot)
+                self.warm_error = "no working folder for a call: %s" % arium_child._describe(error)
+                self.fork_failed_at = time.monotonic()
+                return
         self.order_seq += 1
         self.ordered[self.order_seq] = (uid_slot, uid, workdir)
         order = {"seq": self.order_seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}
