@@ -38,8 +38,9 @@ describe('time', () => {
   });
 
   it('returns the result of a tool that leaves a loop or a microtask flood behind, and recovers the isolate', async () => {
-    expect(dataOf(await hostile.call('timeouts', { kind: 'flood-after-return' }))).toEqual({ returned: true });
-    expect(dataOf(await hostile.call('timeouts', { kind: 'loop-after-return' }))).toEqual({ returned: true });
+    // A tool definition of its own with a long timeout: the claim is that the result comes back, not how fast.
+    expect(dataOf(await hostile.call('after-return', { kind: 'flood-after-return' }))).toEqual({ returned: true });
+    expect(dataOf(await hostile.call('after-return', { kind: 'loop-after-return' }))).toEqual({ returned: true });
     const after = await Promise.all(Array.from({ length: 8 }, () => hostile.call('escape', { attack: 'own-stack' })));
     for (const result of after) expect(dataOf(result)).toEqual({ findings: [] });
   });
