@@ -230,25 +230,22 @@ class Server:
         workdir = None
         if not self.config["namespaces"]:
             workdir = os.path.join(self.config["work_root"], "p-%d-%d" % (os.getpid(), time.monotonic_ns()))
+        self.order_seq += 1
+        seq = self.order_seq
+        self.ordered[seq] = (uid_slot, uid, workdir)
+        if workdir:
             try:
                 os.mkdir(workdir, 0o700)
                 if uid is not None:
                     os.chown(workdir, uid, uid)
             except OSError as error:
-                shutil.rmtree(workdir, ignore_errors=True)
-                if uid_slot is not None:
-                    self.free_slots.append(uid_slot)
-                self.warm_error = "no working folder for a call: %s" % arium_child._describe(error)
-                self.fork_failed_at = time.monotonic()
+                self.forget_order(seq, "no working folder for a call: %s" % arium_child._describe(error))
                 return
-        self.order_seq += 1
-        self.ordered[self.order_seq] = (uid_slot, uid, workdir)
-        order = {"seq": self.order_seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}
         try:
-            self.zygote.send(json.dumps(order).encode())
+            self.zygote.send(json.dumps({"seq": seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}).encode())
         except OSError as error:
             # Gone (on_zygote reads its end of file) or not reading its orders: this one will not come.
-            self.forget_order(self.order_seq, "the zygote took no order (%s)" % arium_child._describe(error))
+            self.forget_order(seq, "the zygote took no order (%s)" % arium_child._describe(error))
 
     def forget_order(self, seq, why):
         """A fork order that will bring no process: its uid and work folder are free again."""
@@ -264,8 +261,7 @@ class Server:
         """Forks the zygote, before anything of any call is in this process (see the module's docstring)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_pid = os.getpid()
-        pid = os.fork()
-        if pid == 0:
+        if os.fork() == 0:
             try:
                 ours.close()
                 Zygote(self, theirs, server_pid).main()
@@ -274,7 +270,6 @@ class Server:
         theirs.close()
         ours.setblocking(False)
         self.zygote = ours
-        self.zygote_pid = pid
         self.selector.register(ours.fileno(), selectors.EVENT_READ, ("zygote", None))
 
     def on_zygote(self):
@@ -511,18 +506,17 @@ class Server:
             if proc in self.warm:
                 self.warm.remove(proc)
             self.release(proc)
-            return True
+            return
         call = proc.call
         if call.id not in self.calls:
             self.release(proc)  # answered early (see from_child): only the clean-up was left
-            return True
+            return
         # Nothing of the call runs any more: read what it left in its pipes and socket, then stop.
         for fd in list(proc.pipes):
             self.drain(fd, call)
         if proc.sock is not None:
             self.read_sock(call, final=True)
         self.maybe_finish(call)
-        return True
 
     def drain(self, fd, call, final=True):
         while fd in call.proc.pipes:
