@@ -6,7 +6,6 @@ import { PythonRunner } from '../../dist/runners/python/index.js';
 import { createEngine } from '../../dist/src/index.js';
 
 const [workspace, python, ...modes] = process.argv.slice(2);
-const PERSIST_FOLDERS = ['/', '/dev', '/dev/shm', '/tmp', '/root', '/run', '/var/tmp', '/home'];
 const out = {};
 for (const mode of modes) {
   const engine = await createEngine({
@@ -31,8 +30,8 @@ for (const mode of modes) {
         mode === 'rlimits'
           ? null
           : {
-              left: (await call({ attack: 'leave-files', folders: PERSIST_FOLDERS, name: 'left-behind' })).left,
-              found: (await call({ attack: 'find-files', folders: PERSIST_FOLDERS, name: 'left-behind' })).found,
+              left: (await call({ attack: 'leave-files', name: 'left-behind' })).left,
+              found: (await call({ attack: 'find-files', name: 'left-behind' })).found,
             },
       status: (await engine.status()).runners['py-runner'],
     };
