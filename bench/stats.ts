@@ -2,6 +2,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 
 /** Small statistics helpers shared by the benchmarks. Times are in milliseconds. */
 
+/** One clock tick of /proc's CPU times (USER_HZ is 100 on Linux). */
+const TICK_MS = 1000 / 100;
+
 export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
@@ -27,7 +30,6 @@ export function perOp(batchTimes: readonly number[], perBatch: number): number {
 /** CPU time each thread of a process has used so far, from /proc (Linux only; empty elsewhere): thread id → name and ms. */
 export function threadCpu(pid: number): Map<string, { name: string; ms: number }> {
   const out = new Map<string, { name: string; ms: number }>();
-  const tick = 1000 / 100; // USER_HZ is 100 on Linux
   let tids: string[];
   try {
     tids = readdirSync(`/proc/${pid}/task`);
@@ -41,7 +43,7 @@ export function threadCpu(pid: number): Map<string, { name: string; ms: number }
       const name = tid === String(pid) ? 'main' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       // After "pid (comm) ": utime and stime are the 12th and 13th fields.
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(tid, { name, ms: (Number(fields[11]) + Number(fields[12])) * tick });
+      out.set(tid, { name, ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS });
     } catch {
       // The thread ended meanwhile.
     }
@@ -71,7 +73,7 @@ export function machineCpu(): number {
     const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
     // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
     const busy = (fields[0] ?? 0) + (fields[1] ?? 0) + (fields[2] ?? 0) + (fields[5] ?? 0) + (fields[6] ?? 0) + (fields[7] ?? 0);
-    return busy * (1000 / 100);
+    return busy * TICK_MS;
   } catch {
     return Number.NaN;
   }

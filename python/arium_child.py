@@ -3,7 +3,9 @@
 Forked by the fork server's zygote (arium_server.py), so it starts with a clean copy of a process
 that never ran tool code nor held anything of a call. Before the tool's first line runs it has: a PID
 namespace of its own (it is PID 1, so when it exits every process the tool started dies with it), an
-IPC namespace of its own, a fresh size-limited /tmp and /proc, resource limits, an unprivileged uid or no capabilities, no new privileges and a seccomp filter.
+IPC namespace of its own, a read-only view of the sandbox's root and /dev, a fresh size-limited /tmp,
+/dev/shm and /proc, resource limits, an unprivileged uid or no capabilities, no new privileges and a
+seccomp filter.
 The channel to the server is a socket only this call holds; nothing the tool sends on it reaches
 any other call, and the server takes nothing from it but the tool's output, logs and VFS requests.
 """
