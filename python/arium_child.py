@@ -76,12 +76,11 @@ class _CapData(ctypes.Structure):
 
 
 def _drop_capabilities():
-    """No capability left, none to regain: bounding set, ambient set, securebits, then all three sets."""
+    """No capability left, none to regain: securebits, then all three sets (the bounding and ambient
+    sets are empty already: the zygote emptied them, see prepare_zygote)."""
+    if _BOUNDING_ERROR is not None:
+        raise _BOUNDING_ERROR
     _check(libc.prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN, 0, 0, 0), "prctl(PR_SET_SECUREBITS)")
-    for cap in range(64):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
-            _check(-1, "prctl(PR_CAPBSET_DROP)")
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(libc.capset(ctypes.byref(header), data), "capset")
@@ -105,6 +104,48 @@ def _remount_readonly(path):
     _mount(None, path, None, keep, None)
 
 
+def prepare_zygote(config):
+    """What every call's process would otherwise do the same way after its fork, done once in the zygote
+    (whose copies they are): each step in a call's process touches objects the fork shares, and every
+    page it writes is copied (a step of a few µs costs tens of µs in page faults there). Only state that
+    holds nothing of any call, and that the zygote itself does not need, is set here."""
+    global _STDIO, _SECCOMP, _BOUNDING_ERROR
+    # The capability bounding set limits what an exec can gain: the zygote never execs, and its effective
+    # capabilities (to make PID namespaces) stay. Emptied here, it is empty in every call's process; if
+    # it cannot be, each call's process fails to confine itself with this reason.
+    if os.getuid() == 0:
+        try:
+            for cap in range(64):
+                if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+                    _check(-1, "prctl(PR_CAPBSET_DROP)")
+        except OSError as error:
+            _BOUNDING_ERROR = error
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    # The environment a call sees (HOME and TMPDIR are set per call: its working folder).
+    os.environ.clear()
+    os.environ.update({"LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"})
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    # A call's stdio, over the descriptors each call's process puts at 0, 1 and 2 after its fork.
+    _STDIO = (
+        io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8"),
+        io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True),
+        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True),
+    )
+    if config["seccomp"]:
+        _SECCOMP = arium_seccomp.prepare(SECCOMP_PROGRAM)
+
+
+def make_root_readonly():
+    """In the fork server, with namespaces: the sandbox's root and /dev, shared by all its calls, become
+    read-only (each call's mount namespace is a copy), or a call whose uid owns them (uid 0 of a user
+    namespace, when the engine is not root) could leave files there for the next call. What a call
+    may write is its own: /tmp and /dev/shm, mounted fresh in each call's process."""
+    _remount_readonly("/")
+    if os.path.ismount("/dev"):
+        _remount_readonly("/dev")
+
+
 def confine(config, uid, workdir):
     """Everything between the fork and the job that does not depend on it. Raises OSError when a step fails."""
     if config["namespaces"]:
@@ -113,12 +154,7 @@ def confine(config, uid, workdir):
         # with it instead of waiting, in the server's namespace, for the next call to read them.
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        # The sandbox's root and /dev are the server's, shared by all its calls: read-only here, or a
-        # call whose uid owns them (uid 0 of a user namespace, when the engine is not root) could leave
-        # files there for the next call. What a call may write is its own: /tmp and /dev/shm.
-        _remount_readonly("/")
-        if os.path.ismount("/dev"):
-            _remount_readonly("/dev")
+        # The root and /dev are read-only already (make_root_readonly); /tmp and /dev/shm are this call's.
         tmp_options = "size=%dk,nr_inodes=%d,mode=1777" % (config["tmp_kb"], config["tmp_inodes"])
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmp_options)
         if os.path.isdir("/dev/shm"):
@@ -126,26 +162,27 @@ def confine(config, uid, workdir):
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         workdir = "/tmp"
     os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update({"HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"})
+    os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     if uid is not None:
-        # Real root here: an unprivileged uid of this call's own, so RLIMIT_NPROC counts only its processes.
-        for cap in range(64):
-            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        # Real root here: an unprivileged uid of this call's own, so RLIMIT_NPROC counts only its
+        # processes (the bounding set is empty already: prepare_zygote).
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     elif config["namespaces"]:
         _drop_capabilities()
     if config["seccomp"]:
-        arium_seccomp.install(libc, SECCOMP_PROGRAM)
+        arium_seccomp.install(libc, _SECCOMP)
 
 
 def mapped_bytes():
     """What the process maps now (the interpreter, its libraries, its heap)."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * resource.getpagesize()
+    fd = os.open("/proc/self/statm", os.O_RDONLY)
+    try:
+        return int(os.read(fd, 256).split()[0]) * resource.getpagesize()
+    finally:
+        os.close(fd)
 
 
 def limit(job, config, mapped):
@@ -169,6 +206,10 @@ def limit(job, config, mapped):
 _compiled = {}
 # Built once, in the server, before any fork (building it costs more than loading it).
 SECCOMP_PROGRAM = arium_seccomp.program()
+# Set by prepare_zygote: a call's stdin, stdout and stderr, and its seccomp filter ready to load.
+_STDIO = None
+_SECCOMP = None
+_BOUNDING_ERROR = None
 
 
 def load(entry, config):
@@ -321,9 +362,7 @@ def serve(config, channel_fd, entries=()):
     channel = _Channel(channel_fd, config["max_frame"])
     tools_prefix = config["tools_prefix"]
     reply = None
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdin, sys.stdout, sys.stderr = _STDIO
     sys.path[0:0] = [config["tools_dir"]]
     warm_up(entries, config)
     mapped = mapped_bytes()

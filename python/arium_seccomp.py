@@ -110,15 +110,23 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install(libc, code):
-    """Loads the filter `code` (from program(), built once by the server) into this process and
-    everything it starts. Returns False where there is none for this architecture."""
+def prepare(code):
+    """The filter `code` (from program()) as the kernel takes it: made once, in the process that forks
+    the ones that load it. None where there is no filter for this architecture."""
     if code is None:
+        return None
+    buffer = ctypes.create_string_buffer(code, len(code))
+    prog = _Fprog(len(code) // 8, ctypes.addressof(buffer))
+    return (buffer, prog, ctypes.byref(prog))
+
+
+def install(libc, prepared):
+    """Loads a filter from prepare() into this process and everything it starts. Returns False where
+    there is none for this architecture."""
+    if prepared is None:
         return False
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    buffer = ctypes.create_string_buffer(code, len(code))
-    prog = _Fprog(len(code) // 8, ctypes.addressof(buffer))
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prepared[2], 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
     return True

@@ -118,6 +118,8 @@ class Server:
             import arium_unshare
 
             arium_unshare.enter(config["unshare"]["layout"], config["unshare"]["root"])
+        if config["namespaces"]:
+            arium_child.make_root_readonly()
         preload_asyncio(config["namespaces"])
         self.config = config
         self.selector = selectors.DefaultSelector()
@@ -325,8 +327,7 @@ class Server:
                     os.close(fd)
             if not self.config["namespaces"]:
                 os.setsid()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
-                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the others are reset already (prepare_zygote)
             arium_child.confine(self.config, uid, workdir)
         except BaseException as error:
             try:
@@ -710,6 +711,7 @@ class Zygote:
         for fd in (HOST_IN, HOST_OUT):
             os.close(fd)
         self.server.selector.close()
+        arium_child.prepare_zygote(self.config)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
