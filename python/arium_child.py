@@ -17,6 +17,7 @@ import ctypes
 import errno
 import io
 import json
+import marshal
 import os
 import resource
 import signal
@@ -229,14 +230,56 @@ def load(entry, config):
     return code
 
 
-def warm_up(entries, config):
-    """While waiting for a job: compile the tools called last (their code only: nothing of a tool runs
-    before its call, so a process holds nothing of any tool but the one it is given)."""
+def warm_up(entries, config, code):
+    """While waiting for a job: make ready the code of the tools called last (their code only: nothing
+    of a tool runs before its call, so a process holds nothing of any tool but the one it is given).
+    `code` is the zygote's: entry -> (key, marshalled code or None), made by compile processes
+    (compile_main); a tool it has no code for is compiled here. Emptied before the job is read."""
     for entry in entries:
+        known = code.get(entry)
+        if known is not None and known[1] is not None:
+            try:
+                _compiled[entry] = (tuple(known[0]), marshal.loads(known[1]))
+                continue
+            except BaseException:
+                pass  # compiled here instead
         try:
             load(entry, config)
         except BaseException:
             pass  # the call itself reports it
+    code.clear()
+
+
+# A compile process may use this much CPU and memory (beyond what it maps when it starts).
+COMPILE_CPU_S = 2
+COMPILE_MEMORY = 512 * 1024 * 1024
+# Marshalled code larger than this is not kept by the zygote: each call's process compiles that tool.
+MAX_CODE_BLOB = 2 * 1024 * 1024
+
+
+def compile_main(config, channel_fd, entry):
+    """In a compile process: forked and confined like a call's process, but given a tool to compile
+    instead of a job. It sends the tool's code, marshalled, to the zygote, which hands it to the call
+    processes it forks (warm_up) so that each of them does not compile the tool again. No tool code runs
+    here, so what it sends is what the compiler made of the file; the zygote never reads it (it only
+    passes the bytes on), and the server is not involved. Never returns."""
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (COMPILE_CPU_S, COMPILE_CPU_S))
+        budget = mapped_bytes() + COMPILE_MEMORY
+        resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+        load(entry, config)
+        key, code = _compiled[entry]
+        blob = marshal.dumps(code)
+        if len(blob) > MAX_CODE_BLOB:
+            message = {"t": "code", "key": list(key), "blob": None}
+        else:
+            message = {"t": "code", "key": list(key), "blob": base64.b64encode(blob).decode("ascii")}
+    except BaseException as error:
+        message = {"t": "code", "error": _describe(error)}
+    try:
+        arium_proto.send(channel_fd, message)
+    finally:
+        os._exit(0)
 
 
 class VfsError(Exception):
@@ -357,14 +400,14 @@ def _describe(error):
     return "%s: %s" % (name, text) if text else name
 
 
-def serve(config, channel_fd, entries=()):
+def serve(config, channel_fd, entries=(), code=None):
     """Waits for the job, runs the tool and sends one reply; never returns."""
     channel = _Channel(channel_fd, config["max_frame"])
     tools_prefix = config["tools_prefix"]
     reply = None
     sys.stdin, sys.stdout, sys.stderr = _STDIO
     sys.path[0:0] = [config["tools_dir"]]
-    warm_up(entries, config)
+    warm_up(entries, config, {} if code is None else code)
     mapped = mapped_bytes()
     message = arium_proto.read_frame(channel_fd, channel.reader)
     if message is None or message.get("t") != "job":

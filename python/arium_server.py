@@ -17,14 +17,21 @@ VFS data relayed for another call, not even freed memory that once held them —
 server would hold everything the server was relaying at that moment (a tool could walk its frames to
 the server's calls, or read its own memory). The zygote reports each exit of its children.
 
+Neither the server nor the zygote compiles tool code. The zygote forks, once per version of a tool's
+file, a compile process confined like a call's process, which sends back the tool's compiled code
+(marshalled); the zygote hands those bytes to the call processes it forks, so that each of them does
+not compile the tool again (see Zygote.refresh_code).
+
 When a call ends (a reply, a kill from the engine, the server's own deadline, or the process dying)
 the server kills the call's process (PID 1: every process the tool started dies with the namespace)
 and answers the engine only after it has reaped it, so nothing of the call is left running.
 """
 
+import base64
 import gc
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -52,6 +59,8 @@ MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
 FORK_RETRY_S = 0.1
+# How long the zygote waits for a compile process (it forks nothing meanwhile; see Zygote.compile).
+COMPILE_WAIT_S = 2.0
 # Tools a warm process compiles while it waits for its job: the ones called last. Every compile is paid
 # again in every call's process, so compiling each tool the engine knows made a folder with one large
 # tool (2 ms to compile) cost that much CPU per call of any tool.
@@ -307,8 +316,9 @@ class Server:
                 proc.status = message.get("status", 0)
                 self.reaped(proc)
 
-    def child_main(self, child_fd, out_w, err_w, uid, workdir, entries):
-        """In the call's process (forked by the zygote): confine, wait for the job, run it. Never returns."""
+    def child_main(self, child_fd, out_w, err_w, uid, workdir, entries, code, compile_only):
+        """In the call's process (forked by the zygote): confine, wait for the job, run it. Or, in a
+        compile process (`compile_only`), confined the same way: compile entries[0]. Never returns."""
         try:
             signal.set_wakeup_fd(-1)
             arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -335,7 +345,9 @@ class Server:
             except BaseException:
                 pass
             os._exit(2)
-        arium_child.serve(self.config, child_fd, entries)
+        if compile_only:
+            arium_child.compile_main(self.config, child_fd, entries[0])
+        arium_child.serve(self.config, child_fd, entries, code)
 
     # --- one call ------------------------------------------------------------------------------
 
@@ -703,6 +715,8 @@ class Zygote:
         self.config = server.config
         self.sock = sock
         self.server_pid = server_pid
+        # entry -> (file key, marshalled code or None): see refresh_code.
+        self.code = {}
 
     def main(self):
         arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -739,8 +753,10 @@ class Zygote:
         socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
 
     def order(self, order):
+        entries = order.get("entries") or []
+        self.refresh_code(entries, order.get("uid"), order.get("workdir"))
         try:
-            pid, fds = self.fork(order.get("uid"), order.get("workdir"), order.get("entries") or [])
+            pid, fds = self.fork(order.get("uid"), order.get("workdir"), entries)
         except OSError as error:
             self.send({"t": "fork-error", "seq": order["seq"], "message": arium_child._describe(error)})
             return
@@ -755,8 +771,68 @@ class Zygote:
             for fd in fds:
                 os.close(fd)
 
-    def fork(self, uid, workdir, entries):
-        """One call process: its socket and pipes, then, with namespaces, PID 1 of a PID namespace of its own."""
+    def refresh_code(self, entries, uid, workdir):
+        """Keeps the code of the tools the server names (the ones called last), made by compile
+        processes, for the call processes to come (see arium_child.compile_main). A tool whose file
+        changed is compiled again; one that cannot be compiled, or not in time, is kept as None (its
+        call processes compile it, and its call reports why) until its file changes."""
+        for entry in list(self.code):
+            if entry not in entries:
+                del self.code[entry]
+        for entry in entries:
+            try:
+                stat = os.stat(os.path.join(self.config["tools_dir"], entry))
+            except (OSError, ValueError, TypeError):
+                self.code.pop(entry, None)
+                continue
+            key = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
+            known = self.code.get(entry)
+            if known is None or known[0] != key:
+                self.code[entry] = self.compile(entry, key, uid, workdir)
+
+    def compile(self, entry, key, uid, workdir):
+        """(key, marshalled code or None) for one tool, from a compile process forked for it."""
+        try:
+            pid, fds = self.fork(uid, workdir, [entry], compile_only=True)
+        except OSError:
+            return (key, None)
+        sock, out_r, err_r = fds
+        os.close(out_r)
+        os.close(err_r)
+        reader = arium_proto.Reader(arium_child.MAX_CODE_BLOB * 2)
+        message = None
+        deadline = time.monotonic() + COMPILE_WAIT_S
+        try:
+            while message is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([sock], [], [], remaining)[0]:
+                    break
+                data = os.read(sock, 1 << 20)
+                if not data:
+                    break
+                frames = reader.feed(data)
+                message = frames[0] if frames else None
+        except (OSError, arium_proto.FrameError):
+            message = None
+        finally:
+            os.close(sock)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if not isinstance(message, dict) or not isinstance(message.get("blob"), str) or not isinstance(message.get("key"), list):
+            return (key, None)
+        try:
+            return (message["key"], base64.b64decode(message["blob"], validate=True))
+        except ValueError:
+            return (key, None)
+
+    def fork(self, uid, workdir, entries, compile_only=False):
+        """One call process (or compile process): its socket and pipes, then, with namespaces, PID 1 of a PID namespace of its own."""
         parent_sock, child_sock = socket.socketpair()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -782,7 +858,7 @@ class Zygote:
             os.kill(pid, signal.SIGKILL)
             raise error
         if pid == 0:
-            self.server.child_main(child_sock.fileno(), out_w, err_w, uid, workdir, entries)
+            self.server.child_main(child_sock.fileno(), out_w, err_w, uid, workdir, entries, self.code, compile_only)
         os.close(out_w)
         os.close(err_w)
         child_sock.close()

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PythonRunner, type PythonRunnerOptions } from '../runners/python/index.js';
@@ -109,13 +110,39 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     });
 
     it('gives a tool ssl when it imports it, and shows it nothing of the tools compiled ahead for it', async () => {
-      // Warm processes compile the tools called last; a call's process must not reveal which ones.
+      // Warm processes get the code of the tools called last; a call's process must not reveal which ones.
       failed(await engine.call('py.fail', { kind: 'exception' }));
       for (let i = 0; i < 6; i++) {
-        const found = ok<{ ssl: string; compiled: string[] }>(await engine.call('py.echo', { probe: true }));
+        const found = ok<{ ssl: string; compiled: string[]; handed: string[] }>(await engine.call('py.echo', { probe: true }));
         expect(found.ssl).toMatch(/^OpenSSL/);
         expect(found.compiled).toEqual([]);
+        expect(found.handed).toEqual([]);
       }
+    });
+
+    it('runs the new code of a tool edited on disk, not the code compiled ahead for the old file', async () => {
+      const write = (version: number) => {
+        writeFileSync(join(project.dir, 'tools', 'versioned.py'), `def run(input, ctx):\n    return {"version": ${version}}\n`);
+        // Same size, same inode: only the modification time tells the files apart.
+        const at = new Date(Date.now() + version * 1000);
+        utimesSync(join(project.dir, 'tools', 'versioned.py'), at, at);
+      };
+      write(1);
+      writeFileSync(
+        join(project.dir, 'tools', 'versioned.json'),
+        JSON.stringify({
+          id: 'py.versioned',
+          description: 'edited',
+          runner: 'py-runner',
+          entry: 'versioned.py',
+          schema: { type: 'object' },
+          permissions: ['exec.py'],
+        }),
+      );
+      await engine.refresh();
+      for (let i = 0; i < 4; i++) expect(ok(await engine.call('py.versioned', {}))).toEqual({ version: 1 });
+      write(2);
+      for (let i = 0; i < 4; i++) expect(ok(await engine.call('py.versioned', {}))).toEqual({ version: 2 });
     });
 
     it('a call’s process holds nothing of another call running at the same time: not through the server’s objects, not in its memory', async () => {
@@ -221,12 +248,15 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(error.stage).toBe('execution');
     });
 
-    it('reports a syntax error with its line', async () => {
-      const error = failed(await engine.call('py.broken', {}));
-      expect(error.code).toBe('TOOL_ERROR');
-      expect(error.message).toMatch(/SyntaxError/);
-      expect(error.message).toMatch(/line 2/);
-      expect(error.message).not.toContain(project.dir);
+    it('reports a syntax error with its line, on every call', async () => {
+      // The later calls meet a zygote that tried to compile the tool ahead and could not.
+      for (let i = 0; i < 3; i++) {
+        const error = failed(await engine.call('py.broken', {}));
+        expect(error.code).toBe('TOOL_ERROR');
+        expect(error.message).toMatch(/SyntaxError/);
+        expect(error.message).toMatch(/line 2/);
+        expect(error.message).not.toContain(project.dir);
+      }
     });
 
     it('ctx.vfs reads, writes, lists and moves files through the engine', async () => {
