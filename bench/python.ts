@@ -67,7 +67,9 @@ async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Recor
     runners: [new PythonRunner({ isolation })],
   });
   try {
-    await sequential(engine, 50); // start the fork server, warm caches
+    // Start the fork server, and let V8 finish optimizing the engine's hot paths (it is still compiling
+    // them on a background thread, on one of the two cores, for the first few hundred calls).
+    await sequential(engine, 400);
     const cpu0 = machineCpu();
     const seq = await sequential(engine, 400);
     // All the machine's CPU per call (engine, fork server, the call's process, the kernel's work for them).

@@ -29,9 +29,9 @@ export interface PythonRunnerOptions {
   /** Call processes each fork server keeps forked ahead of time. Default 2. */
   warm?: number;
   /**
-   * Fork servers per tools folder. Default 2: right after answering a call a server's zygote forks its
-   * next warm process (about a millisecond of CPU, on a machine that may have two cores), and a call
-   * sent meanwhile goes to the other server.
+   * Fork servers per tools folder. Default 2: calls go to the first one while it has none in flight
+   * (back to back, one server is faster: its processes and code stay in the caches), and to the others
+   * when calls overlap (one server relays every call it runs, on one core).
    */
   servers?: number;
   /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
@@ -170,9 +170,10 @@ export class PythonRunner implements Runner {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
     const toolsDir = tool.toolsDir;
     if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
-    // The least busy running server, and of those the one that answered longest ago (the others' zygotes
-    // may be forking their next warm process right now). A server not started yet (or gone) is started in the
-    // background once another one runs, so the first call never waits for two start-ups.
+    // The least busy running server, and of those the first: back-to-back calls all go to one server,
+    // whose warm processes and code are then the ones in the caches, and the others take calls only
+    // while it has some in flight. A server not started yet (or gone) is started in the background once
+    // another one runs, so the first call never waits for two start-ups.
     let server: ServerProcess | null = null;
     let missing = -1;
     for (let slot = 0; slot < this.#slots; slot++) {
@@ -285,7 +286,7 @@ function serverKey(toolsDir: string, slot: number): string {
   return `${toolsDir}\u0000${slot}`;
 }
 
-/** Lower is better: a server still starting last, then fewer calls in flight, then answered longest ago. */
+/** Lower is better: a server still starting last, then fewer calls in flight (ties go to the first slot). */
 function rank(server: ServerProcess): number {
-  return (server.info === null ? 1e15 : 0) + server.inFlight * 1e12 + server.lastDone;
+  return (server.info === null ? 1e15 : 0) + server.inFlight;
 }
