@@ -4,7 +4,10 @@ It refuses what a tool never needs and what would let it leave its sandbox: new 
 user namespace above all), mounts, ptrace and cross-process memory access, kernel keyrings, bpf,
 perf, userfaultfd, io_uring, module loading and kexec. clone3 answers ENOSYS so the C library falls
 back to clone, whose flags a classic filter can inspect. Any other architecture (a 32-bit syscall
-from a 64-bit process, x32) kills the process.
+from a 64-bit process, x32) kills the process. With `unix_sockets_only` (calls in a network
+namespace without network), socket() and socketpair() refuse every family but AF_UNIX
+(EAFNOSUPPORT): loopback and netlink sockets would otherwise be shared by the calls that run at the
+same time in one fork server's network namespace.
 
 Syscall numbers: Linux arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h.
 """
@@ -41,6 +44,8 @@ ARCHES = {
         "x32_bit": 0x40000000,
         "clone": 56,
         "clone3": 435,
+        "socket": 41,
+        "socketpair": 53,
         "deny": {
             "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
             "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "keyctl": 250, "add_key": 248,
@@ -57,6 +62,8 @@ ARCHES = {
         "x32_bit": None,
         "clone": 220,
         "clone3": 435,
+        "socket": 198,
+        "socketpair": 199,
         "deny": {
             "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
             "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "keyctl": 219, "add_key": 217,
@@ -79,7 +86,10 @@ def _jump(code, k, jt, jf):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def program(machine=None):
+AF_UNIX = 1
+
+
+def program(machine=None, unix_sockets_only=False):
     """The filter for this machine's architecture, or None where it has no table here."""
     arch = ARCHES.get(machine or platform.machine())
     if arch is None:
@@ -94,6 +104,15 @@ def program(machine=None):
         out += [_jump(JGE_K, arch["x32_bit"], 0, 1), _stmt(RET_K, RET_KILL_PROCESS)]
     for number in sorted(arch["deny"].values()):
         out += [_jump(JEQ_K, number, 0, 1), _stmt(RET_K, RET_ERRNO | errno.EPERM)]
+    if unix_sockets_only:
+        for name in ("socket", "socketpair"):
+            out += [
+                _jump(JEQ_K, arch[name], 0, 4),  # not this call: on with the number still loaded
+                _stmt(LD_W_ABS, OFFSET_ARG0_LOW),  # the family
+                _jump(JEQ_K, AF_UNIX, 1, 0),
+                _stmt(RET_K, RET_ERRNO | errno.EAFNOSUPPORT),
+                _stmt(RET_K, RET_ALLOW),
+            ]
     out += [
         _jump(JEQ_K, arch["clone3"], 0, 1),
         _stmt(RET_K, RET_ERRNO | errno.ENOSYS),

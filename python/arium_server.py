@@ -663,6 +663,8 @@ class Server:
         ready = {"t": "ready", "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(), "uid": os.getuid()}
         if self.uid_note:
             ready["uid_note"] = self.uid_note
+        if self.config["namespaces"]:
+            ready["landlock"] = arium_child.landlock_abi()
         self.to_host(ready)
         while self.running:
             timeout = 0.25 if self.calls else None

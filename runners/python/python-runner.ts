@@ -135,6 +135,7 @@ export class PythonRunner implements Runner {
       namespaces: isolation.mode !== 'rlimits',
       strict: this.#options.strict === true,
       uid: this.#uidNote() ?? (privileged() ? 'a uid of its own per call' : 'the engine user (capabilities dropped)'),
+      ...this.#abstractSockets(isolation),
       servers: this.#servers.size,
       server_starts: this.#starts,
       server_crashes: this.#crashes,
@@ -153,6 +154,25 @@ export class PythonRunner implements Runner {
     await Promise.all(servers.map((s) => s.close()));
     for (const dir of this.#workRoots.values()) rmSync(dir, { recursive: true, force: true });
     this.#workRoots.clear();
+  }
+
+  /**
+   * Whether calls running at the same time can reach each other's abstract Unix sockets (loopback and
+   * netlink sockets they cannot open at all), as the running fork servers found the kernel.
+   */
+  #abstractSockets(isolation: Isolation): { abstract_sockets?: string } {
+    if (isolation.mode === 'rlimits') return {};
+    for (const server of this.#servers.values()) {
+      const abi = server.info?.landlock;
+      if (abi === undefined) continue;
+      return {
+        abstract_sockets:
+          abi >= LANDLOCK_SCOPES
+            ? `scoped per call (Landlock ABI ${abi})`
+            : `shared by the calls running at the same time in one fork server (${abi === 0 ? 'no Landlock' : `Landlock ABI ${abi}`}; scoping needs Linux 6.12 or later)`,
+      };
+    }
+    return {};
   }
 
   /** Why calls keep uid 0 (as root), as the running fork servers found it. */
@@ -281,6 +301,9 @@ export class PythonRunner implements Runner {
     );
   }
 }
+
+/** The Landlock ABI that scopes abstract Unix sockets (Linux 6.12). */
+const LANDLOCK_SCOPES = 6;
 
 function serverKey(toolsDir: string, slot: number): string {
   return `${toolsDir}\u0000${slot}`;

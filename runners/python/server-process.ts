@@ -23,6 +23,8 @@ export interface ServerInfo {
   uid: number;
   /** Why calls keep the engine's uid (as root), when they do. */
   uidNote?: string;
+  /** With namespaces: the kernel's Landlock ABI version (0: none); 6 and later scope abstract sockets per call. */
+  landlock?: number;
 }
 
 const MAX_FRAME = 1024 * 1024 * 1024;
@@ -83,6 +85,7 @@ export class ServerProcess {
                 pid: Number(frame.pid),
                 uid: Number(frame.uid),
                 ...(typeof frame.uid_note === 'string' ? { uidNote: frame.uid_note } : {}),
+                ...(typeof frame.landlock === 'number' ? { landlock: frame.landlock } : {}),
               };
               resolve(this.#info);
             } else {
