@@ -49,6 +49,7 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
 # Landlock (include/uapi/linux/landlock.h): its system calls have the same numbers on x86_64 and
 # aarch64 (asm-generic), and scopes came with ABI 6 (Linux 6.12).
 SYS_LANDLOCK_CREATE_RULESET = 444
@@ -278,23 +279,30 @@ def load(entry, config):
 def warm_up(entries, config, code):
     """While waiting for a job: make ready the code of the tools called last (their code only: nothing
     of a tool runs before its call, so a process holds nothing of any tool but the one it is given).
-    `code` is the zygote's: entry -> (key, marshalled code or None), made by compile processes
-    (compile_main); a tool it has no code for is compiled here. Emptied before the job is read."""
+    With namespaces, that is the code the zygote has for them (`code`: entry -> (key, marshalled code
+    or None), made by compile processes, see compile_main): a tool it has none for yet, or could not
+    compile, is compiled at call time, by the call that needs it. Without namespaces (no compile
+    processes) the process compiles them itself, unless a file is too large for that to be worth it
+    for calls of other tools. `code` is emptied before the job is read."""
     for entry in entries:
-        known = code.get(entry)
-        if known is not None and known[1] is not None:
-            try:
-                _compiled[entry] = (tuple(known[0]), marshal.loads(known[1]))
-                continue
-            except BaseException:
-                pass  # compiled here instead
+        if config["namespaces"]:
+            known = code.get(entry)
+            if known is not None and known[1] is not None:
+                try:
+                    _compiled[entry] = (tuple(known[0]), marshal.loads(known[1]))
+                except BaseException:
+                    pass  # compiled at call time instead
+            continue
         try:
-            load(entry, config)
+            if os.stat(os.path.join(config["tools_dir"], entry)).st_size <= WARM_COMPILE_MAX_BYTES:
+                load(entry, config)
         except BaseException:
             pass  # the call itself reports it
     code.clear()
 
 
+# Without namespaces, a warm process compiles ahead only tool files up to this size.
+WARM_COMPILE_MAX_BYTES = 256 * 1024
 # A compile process may use this much CPU and memory (beyond what it maps when it starts).
 COMPILE_CPU_S = 2
 COMPILE_MEMORY = 512 * 1024 * 1024
@@ -309,6 +317,8 @@ def compile_main(config, channel_fd, entry):
     here, so what it sends is what the compiler made of the file; the zygote never reads it (it only
     passes the bytes on), and the server is not involved. Never returns."""
     try:
+        # Not dumpable: no process of the same uid may open its memory (the zygote trusts what it sends).
+        _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
         resource.setrlimit(resource.RLIMIT_CPU, (COMPILE_CPU_S, COMPILE_CPU_S))
         budget = mapped_bytes() + COMPILE_MEMORY
         resource.setrlimit(resource.RLIMIT_AS, (budget, budget))

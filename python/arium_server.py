@@ -17,10 +17,10 @@ VFS data relayed for another call, not even freed memory that once held them —
 server would hold everything the server was relaying at that moment (a tool could walk its frames to
 the server's calls, or read its own memory). The zygote reports each exit of its children.
 
-Neither the server nor the zygote compiles tool code. The zygote forks, once per version of a tool's
-file, a compile process confined like a call's process, which sends back the tool's compiled code
-(marshalled); the zygote hands those bytes to the call processes it forks, so that each of them does
-not compile the tool again (see Zygote.refresh_code).
+Neither the server nor the zygote compiles tool code. With namespaces the zygote forks, once per
+version of a tool's file, a compile process confined like a call's process, which sends back the
+tool's compiled code (marshalled); the zygote hands those bytes to the call processes it forks, so
+that each of them does not compile the tool again (see Zygote.refresh_code).
 
 When a call ends (a reply, a kill from the engine, the server's own deadline, or the process dying)
 the server kills the call's process (PID 1: every process the tool started dies with the namespace)
@@ -719,6 +719,11 @@ class Zygote:
         self.server_pid = server_pid
         # entry -> (file key, marshalled code or None): see refresh_code.
         self.code = {}
+        # Compile processes running: their socket -> what they compile; and their pids, which reap()
+        # does not report to the server.
+        self.compiling = {}
+        self.compile_pids = set()
+        self.selector = None
 
     def main(self):
         arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -733,11 +738,11 @@ class Zygote:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        selector = selectors.DefaultSelector()
-        selector.register(self.sock.fileno(), selectors.EVENT_READ, "orders")
-        selector.register(wake_r, selectors.EVENT_READ, "children")
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock.fileno(), selectors.EVENT_READ, "orders")
+        self.selector.register(wake_r, selectors.EVENT_READ, "children")
         while True:
-            for key, _ in selector.select():
+            for key, _ in self.selector.select(self.compile_timeout()):
                 if key.data == "children":
                     try:
                         while os.read(wake_r, 512):
@@ -745,6 +750,9 @@ class Zygote:
                     except BlockingIOError:
                         pass
                     self.reap()
+                    continue
+                if key.data == "compile":
+                    self.on_compile(key.fd)
                     continue
                 data = self.sock.recv(65536)
                 if not data:
@@ -756,7 +764,7 @@ class Zygote:
 
     def order(self, order):
         entries = order.get("entries") or []
-        self.refresh_code(entries, order.get("uid"), order.get("workdir"))
+        self.refresh_code(entries, order.get("uid"))
         try:
             pid, fds = self.fork(order.get("uid"), order.get("workdir"), entries)
         except OSError as error:
@@ -773,14 +781,20 @@ class Zygote:
             for fd in fds:
                 os.close(fd)
 
-    def refresh_code(self, entries, uid, workdir):
+    def refresh_code(self, entries, uid):
         """Keeps the code of the tools the server names (the ones called last), made by compile
         processes, for the call processes to come (see arium_child.compile_main). A tool whose file
-        changed is compiled again; one that cannot be compiled, or not in time, is kept as None (its
-        call processes compile it, and its call reports why) until its file changes."""
+        changed is compiled again. Compiling never holds up a fork: until a tool's code has come back,
+        the call processes forked compile it themselves. A tool that cannot be compiled, or not within
+        COMPILE_WAIT_S, is kept as None (each call process compiles it, and its call reports why) until
+        its file changes. Only with namespaces: there a compile process shares nothing with the calls
+        (with rlimits only, a call of the same user could reach into it)."""
+        if not self.config["namespaces"]:
+            return
         for entry in list(self.code):
             if entry not in entries:
                 del self.code[entry]
+        compiling = {job["entry"]: job["key"] for job in self.compiling.values()}
         for entry in entries:
             try:
                 stat = os.stat(os.path.join(self.config["tools_dir"], entry))
@@ -789,49 +803,74 @@ class Zygote:
                 continue
             key = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
             known = self.code.get(entry)
-            if known is None or known[0] != key:
-                self.code[entry] = self.compile(entry, key, uid, workdir)
+            if (known is None or known[0] != key) and compiling.get(entry) != key:
+                self.start_compile(entry, key, uid)
 
-    def compile(self, entry, key, uid, workdir):
-        """(key, marshalled code or None) for one tool, from a compile process forked for it."""
+    def start_compile(self, entry, key, uid):
+        """Forks a compile process for one tool; its answer arrives in on_compile."""
         try:
-            pid, fds = self.fork(uid, workdir, [entry], compile_only=True)
+            pid, fds = self.fork(uid, None, [entry], compile_only=True)
         except OSError:
-            return (key, None)
+            self.code[entry] = (key, None)
+            return
         sock, out_r, err_r = fds
         os.close(out_r)
         os.close(err_r)
-        reader = arium_proto.Reader(arium_child.MAX_CODE_BLOB * 2)
-        message = None
-        deadline = time.monotonic() + COMPILE_WAIT_S
-        try:
-            while message is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not select.select([sock], [], [], remaining)[0]:
-                    break
+        os.set_blocking(sock, False)
+        self.compiling[sock] = {
+            "entry": entry,
+            "key": key,
+            "pid": pid,
+            "reader": arium_proto.Reader(arium_child.MAX_CODE_BLOB * 2),
+            "deadline": time.monotonic() + COMPILE_WAIT_S,
+        }
+        self.compile_pids.add(pid)
+        self.selector.register(sock, selectors.EVENT_READ, "compile")
+
+    def on_compile(self, sock):
+        """Reads what a compile process sent; ends it once its one frame is whole, or it closed or broke it."""
+        job = self.compiling.get(sock)
+        while job is not None:
+            try:
                 data = os.read(sock, 1 << 20)
-                if not data:
-                    break
-                frames = reader.feed(data)
-                message = frames[0] if frames else None
-        except (OSError, arium_proto.FrameError):
-            message = None
-        finally:
-            os.close(sock)
-            try:
-                os.kill(pid, signal.SIGKILL)
+            except BlockingIOError:
+                return  # more to come
             except OSError:
-                pass
+                data = b""
             try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-        if not isinstance(message, dict) or not isinstance(message.get("blob"), str) or not isinstance(message.get("key"), list):
-            return (key, None)
+                frames = job["reader"].feed(data) if data else None
+            except arium_proto.FrameError:
+                frames = None
+            if frames != []:
+                self.end_compile(sock, frames[0] if frames else None)
+                return
+
+    def end_compile(self, sock, message):
+        """Keeps what a compile process sent (or None when it sent nothing usable) and kills it."""
+        job = self.compiling.pop(sock)
+        self.selector.unregister(sock)
+        os.close(sock)
         try:
-            return (message["key"], base64.b64decode(message["blob"], validate=True))
-        except ValueError:
-            return (key, None)
+            os.kill(job["pid"], signal.SIGKILL)  # reaped in reap()
+        except OSError:
+            pass
+        code = None
+        if isinstance(message, dict) and isinstance(message.get("blob"), str) and isinstance(message.get("key"), list):
+            try:
+                code = (message["key"], base64.b64decode(message["blob"], validate=True))
+            except ValueError:
+                code = None
+        self.code[job["entry"]] = code or (job["key"], None)
+
+    def compile_timeout(self):
+        """Seconds until the next compile process's deadline (None: none runs); ends those past it."""
+        now = time.monotonic()
+        for sock, job in list(self.compiling.items()):
+            if job["deadline"] <= now:
+                self.end_compile(sock, None)
+        if not self.compiling:
+            return None
+        return max(0.0, min(job["deadline"] for job in self.compiling.values()) - now)
 
     def fork(self, uid, workdir, entries, compile_only=False):
         """One call process (or compile process): its socket and pipes, then, with namespaces, PID 1 of a PID namespace of its own."""
@@ -874,6 +913,14 @@ class Zygote:
                 return
             if pid == 0:
                 return
+            if pid in self.compile_pids:
+                self.compile_pids.discard(pid)
+                for sock, job in list(self.compiling.items()):
+                    if job["pid"] == pid:
+                        self.on_compile(sock)  # what it sent before it died: all of it is readable now
+                        if sock in self.compiling:
+                            self.end_compile(sock, None)
+                continue
             self.send({"t": "exit", "pid": pid, "status": status})
 
 
