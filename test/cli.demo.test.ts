@@ -80,7 +80,16 @@ describe('arium doctor', () => {
     const r = await cli(['doctor', ...P, '--json']);
     expect(r.code).toBe(0);
     const report = parseJson(r);
-    expect(report.checks.map((c: Json) => c.name)).toEqual(['node', 'project p', 'isolated-vm', 'python', 'bubblewrap', 'user namespaces']);
+    expect(report.checks.map((c: Json) => c.name)).toEqual([
+      'node',
+      'project p',
+      'isolated-vm',
+      'python',
+      'bubblewrap',
+      'user namespaces',
+      'landlock',
+    ]);
+    expect(report.checks[6].detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
     expect(report.checks[0]).toMatchObject({ name: 'node', ok: true });
     expect(report.ok).toBe(report.checks.every((c: Json) => c.ok));
     for (const c of report.checks) if (!c.ok) expect(c.fix).toEqual(expect.any(String));

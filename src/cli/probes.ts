@@ -134,3 +134,29 @@ export async function checkUserNamespaces(): Promise<Check> {
         : 'allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)',
   };
 }
+
+/**
+ * Landlock scopes (Linux 6.12+): the Python sandbox gives each call's process abstract Unix sockets of
+ * its own with them. Asked through the Python interpreter, which makes the same system call the
+ * sandbox does (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION: the ABI version).
+ */
+export async function checkLandlock(python: string | undefined, pythonOk: boolean): Promise<Check> {
+  const name = 'landlock';
+  const consequence = 'Python calls running at the same time in one fork server can reach each other’s abstract Unix sockets';
+  if (!pythonOk) return { name, ok: false, detail: 'not checked: no usable Python (see above)', fix: 'fix the Python check first' };
+  const script =
+    'import ctypes, platform\n' +
+    "if platform.machine() not in ('x86_64', 'aarch64'): print(-2)\n" +
+    'else: print(ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))';
+  const r = await run(python ?? 'python3', ['-I', '-S', '-c', script]);
+  const abi = r.code === 0 ? Number.parseInt(r.stdout.trim(), 10) : Number.NaN;
+  if (abi >= 6) return { name, ok: true, detail: `ABI ${abi}: each Python call has abstract Unix sockets of its own` };
+  const why = Number.isNaN(abi)
+    ? `could not ask (${r.error ?? firstLine(r.stderr)})`
+    : abi === -2
+      ? 'no Landlock system call numbers for this architecture here'
+      : abi > 0
+        ? `ABI ${abi}, scopes need ABI 6`
+        : 'not enabled in this kernel';
+  return { name, ok: false, detail: `${why}: ${consequence}`, fix: 'Linux 6.12 or later with Landlock among its security modules (lsm=…,landlock)' };
+}

@@ -4,7 +4,7 @@ import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
 import { table } from '../format.js';
 import { EXIT } from '../io.js';
-import { type Check, checkBwrap, checkIsolatedVm, checkNode, checkPython, checkUserNamespaces } from '../probes.js';
+import { type Check, checkBwrap, checkIsolatedVm, checkLandlock, checkNode, checkPython, checkUserNamespaces } from '../probes.js';
 
 /** A runner's status() may wait on a sandbox process; doctor reports a hang instead of hanging. */
 const STATUS_TIMEOUT_MS = 15_000;
@@ -49,7 +49,8 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   // The project is opened first: its arium.json may name the Python interpreter to probe.
   const project = await projectStatus(ctx);
   const probes = await Promise.all([checkIsolatedVm(), checkPython(project.python), checkBwrap(), checkUserNamespaces()]);
-  const checks = [checkNode(), project.check, ...probes];
+  const landlock = await checkLandlock(project.python, probes[1].ok);
+  const checks = [checkNode(), project.check, ...probes, landlock];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
 }
 
@@ -83,7 +84,7 @@ async function run(ctx: Context): Promise<number> {
 export const doctorSpec: CommandSpec = {
   name: 'doctor',
   usage: 'arium doctor',
-  summary: 'what this machine offers: Node, isolated-vm, Python, bubblewrap, user namespaces, the runners',
+  summary: 'what this machine offers: Node, isolated-vm, Python, bubblewrap, user namespaces, Landlock, the runners',
   details: `Each check runs the real thing in a child process with a timeout (isolated-vm under
 node --no-node-snapshot, python3 -c ..., a trial bwrap sandbox, unshare -Ur true), then opens the
 project and prints each runner's status. A failed check prints how to fix it.
