@@ -31,7 +31,6 @@ import base64
 import gc
 import json
 import os
-import select
 import selectors
 import shutil
 import signal
@@ -59,11 +58,12 @@ MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
 FORK_RETRY_S = 0.1
-# How long the zygote waits for a compile process (it forks nothing meanwhile; see Zygote.compile).
+# How long a compile process may take before the zygote kills it (its tool is then compiled by each of
+# its calls, until its file changes; see Zygote.refresh_code).
 COMPILE_WAIT_S = 2.0
-# Tools a warm process compiles while it waits for its job: the ones called last. Every compile is paid
-# again in every call's process, so compiling each tool the engine knows made a folder with one large
-# tool (2 ms to compile) cost that much CPU per call of any tool.
+# Tools whose code a warm process makes ready while it waits for its job: the ones called last. Any
+# more, and every call's process would pay for tools it is not given (without namespaces it compiles
+# them itself: a folder with one large tool, 2 ms to compile, cost that much CPU per call of any tool).
 WARM_COMPILED = 2
 
 
@@ -811,8 +811,7 @@ class Zygote:
         try:
             pid, fds = self.fork(uid, None, [entry], compile_only=True)
         except OSError:
-            self.code[entry] = (key, None)
-            return
+            return  # out of processes or memory for now: tried again with the next order
         sock, out_r, err_r = fds
         os.close(out_r)
         os.close(err_r)

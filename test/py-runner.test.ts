@@ -523,6 +523,7 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
     expect(data.groups).toEqual([]);
     expect(data.status.CapEff).toBe('0000000000000000');
     expect(data.status.CapPrm).toBe('0000000000000000');
+    expect(data.status.CapBnd).toBe('0000000000000000');
     expect(data.status.NoNewPrivs).toBe('1');
     expect(data.status.Seccomp).toBe('2');
     expect(data.unshare_user[0]).toBe(-1);
