@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,6 +19,20 @@ if (bwrap !== null && process.env.CI) throw new Error(`CI must test the full Pyt
 const asRoot = process.getuid?.() === 0;
 const modes = [...(bwrap === null ? (['bubblewrap'] as const) : []), ...(unshare === null ? (['unshare'] as const) : []), 'rlimits'] as const;
 const namespaced = modes.filter((m) => m !== 'rlimits');
+
+/** A cgroup (v1) pids hierarchy this test process may make groups in, to make a zygote's forks fail for real. */
+const PIDS_ROOT = '/sys/fs/cgroup/pids';
+const pidsCgroup = ((): string | null => {
+  const probe = join(PIDS_ROOT, `arium-probe-${process.pid}`);
+  try {
+    mkdirSync(probe);
+    rmdirSync(probe);
+    return null;
+  } catch (error) {
+    return `no writable cgroup pids hierarchy at ${PIDS_ROOT} (${(error as NodeJS.ErrnoException).code})`;
+  }
+})();
+if (pidsCgroup) console.log(`py-runner: the fork-failure test is skipped: ${pidsCgroup}`);
 
 function ok<T>(result: ToolResult): T {
   if (!result.ok) throw new Error(`expected success, got ${JSON.stringify(result.error)}`);
@@ -43,10 +57,12 @@ function processesWith(needle: string): number[] {
 }
 
 /**
- * The fork servers' zygotes below this test process: processes running the server script whose parent
- * (the server) runs it too and whose grandparent does not (a call process's grandparent is the server).
+ * The fork servers' zygotes below this test process. Every process of a fork server runs the server
+ * script: the server (with unshare, below the process that made its namespaces and waits for it), its
+ * zygote, and the call processes the zygote forks. The zygote is the one that many steps below the
+ * first process running the script.
  */
-function zygotes(): Set<number> {
+function zygotes(mode: 'bubblewrap' | 'unshare' | 'rlimits'): Set<number> {
   const rows = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,args='], { encoding: 'utf8' })
     .trim()
     .split('\n')
@@ -61,10 +77,16 @@ function zygotes(): Set<number> {
     for (let row = byPid.get(pid); row; row = byPid.get(row.ppid)) if (row.ppid === process.pid) return true;
     return false;
   };
+  const depth = mode === 'unshare' ? 2 : 1;
   const found = new Set<number>();
   for (const row of rows) {
-    const parent = byPid.get(row.ppid);
-    if (row.server && parent?.server && !byPid.get(parent.ppid)?.server && mine(row.pid)) found.add(row.pid);
+    let top = row;
+    let steps = 0;
+    while (byPid.get(top.ppid)?.server) {
+      top = byPid.get(top.ppid) as typeof row;
+      steps++;
+    }
+    if (row.server && steps === depth && mine(row.pid)) found.add(row.pid);
   }
   return found;
 }
@@ -162,10 +184,10 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     });
 
     it('a killed zygote fails the call running then (its process dies with it), and the runner replaces the server', async () => {
-      const before = zygotes();
+      const before = zygotes(mode);
       await withOneServer(project, { isolation: mode }, async (single) => {
         ok(await single.call('py.echo', { i: 0 }));
-        const fresh = [...zygotes()].filter((pid) => !before.has(pid));
+        const fresh = [...zygotes(mode)].filter((pid) => !before.has(pid));
         expect(fresh).toHaveLength(1);
         const running = single.call('py.attack', { attack: 'hold', seconds: 0.5 });
         await sleep(100);
@@ -177,6 +199,45 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       });
     });
 
+    it.runIf(pidsCgroup === null)(
+      'when its zygote cannot fork (a real cgroup pids limit), calls fail at once with BUSY, and run again once it can',
+      async () => {
+        const group = join(PIDS_ROOT, `arium-test-${randomUUID()}`);
+        const before = zygotes(mode);
+        mkdirSync(group);
+        try {
+          await withOneServer(project, { isolation: mode }, async (single) => {
+            ok(await single.call('py.echo', { i: 0 }));
+            const zygote = [...zygotes(mode)].filter((pid) => !before.has(pid))[0] as number;
+            writeFileSync(join(group, 'pids.max'), '1');
+            writeFileSync(join(group, 'cgroup.procs'), String(zygote));
+            // The processes forked ahead run the next calls; after them every fork fails.
+            let busy: ErrorInfo | null = null;
+            for (let i = 0; i < 6 && busy === null; i++) {
+              const result = await single.call('py.echo', { i });
+              if (!result.ok) busy = result.error;
+            }
+            expect(busy).toMatchObject({ code: 'BUSY', retryable: true, stage: 'execution' });
+            expect(busy?.message).toMatch(/no call process could be started \(.*Resource temporarily unavailable.*\); retry/);
+            writeFileSync(join(group, 'pids.max'), 'max');
+            await sleep(300); // the server orders forks again 100 ms after a failure
+            for (let i = 0; i < 3; i++) expect(ok(await single.call('py.echo', { i }))).toMatchObject({ input: { i } });
+            writeFileSync(join(PIDS_ROOT, 'cgroup.procs'), String(zygote));
+          });
+        } finally {
+          // Empty once the engine is closed (its processes are gone, or were moved back above).
+          for (let i = 0; i < 50; i++) {
+            try {
+              rmdirSync(group);
+              break;
+            } catch {
+              await sleep(20);
+            }
+          }
+        }
+      },
+    );
+
     it(`a SysV shared memory segment a call leaves is ${mode === 'rlimits' ? 'still there (no IPC namespace without namespaces)' : 'gone with it'}`, async () => {
       const key = 0x41520000 + Math.floor(Math.random() * 0xffff);
       expect(ok(await engine.call('py.attack', { attack: 'ipc-leave', key }))).toEqual({ created: true });
@@ -187,10 +248,10 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       'runs calls that wait for their process, and drops one cancelled while it waits without the server being killed for it',
       async () => {
         // No process forked ahead: every call waits for the zygote. A stopped zygote keeps a call waiting.
-        const before = zygotes();
+        const before = zygotes(mode);
         await withOneServer(project, { isolation: mode, warm: 0 }, async (single) => {
           for (let i = 0; i < 3; i++) expect(ok(await single.call('py.echo', { i }))).toMatchObject({ input: { i } });
-          const [zygote] = [...zygotes()].filter((pid) => !before.has(pid));
+          const [zygote] = [...zygotes(mode)].filter((pid) => !before.has(pid));
           process.kill(zygote as number, 'SIGSTOP');
           const cancel = new AbortController();
           const waiting = single.call('py.echo', { i: 'never' }, { signal: cancel.signal });
@@ -201,7 +262,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
           await sleep(3_500);
           process.kill(zygote as number, 'SIGCONT');
           expect(ok(await single.call('py.echo', { i: 4 }))).toMatchObject({ input: { i: 4 } });
-          expect(zygotes().has(zygote as number)).toBe(true);
+          expect(zygotes(mode).has(zygote as number)).toBe(true);
         });
       },
     );
