@@ -262,8 +262,11 @@ _LANDLOCK = None
 def load(entry, config):
     """Compiles a tool's module here, in the confined process (never in the server); cached while the file is unchanged."""
     path = os.path.join(config["tools_dir"], entry)
-    with open(path, "rb") as handle:
+    # Not blocking: a FIFO put where the file was would hold the open until a writer came.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
         stat = os.fstat(handle.fileno())
+        if stat.st_mode & 0o170000 != 0o100000:
+            raise ValueError("%s is not a regular file" % entry)
         key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         cached = _compiled.get(entry)
         if cached and cached[0] == key:

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -307,6 +307,32 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       const error = failed(await engine.call('py.fail', { kind }));
       expect(error.code).toBe(code);
       expect(error.stage).toBe('execution');
+    });
+
+    it('a tool file replaced by a FIFO after it loaded fails its call at once, as not a regular file (it would hold the open)', async () => {
+      const file = join(project.dir, 'tools', 'piped.py');
+      writeFileSync(file, 'def run(input, ctx):\n    return {}\n');
+      writeFileSync(
+        join(project.dir, 'tools', 'piped.json'),
+        JSON.stringify({
+          id: 'py.piped',
+          description: 'replaced by a FIFO',
+          runner: 'py-runner',
+          entry: 'piped.py',
+          schema: { type: 'object' },
+          permissions: ['exec.py'],
+          limits: { timeout_ms: 3000 },
+        }),
+      );
+      await engine.refresh();
+      ok(await engine.call('py.piped', {}));
+      rmSync(file);
+      execFileSync('mkfifo', [file]);
+      for (let i = 0; i < 2; i++) {
+        const error = failed(await engine.call('py.piped', {}));
+        expect(error.code).toBe('TOOL_ERROR');
+        expect(error.message).toContain('piped.py is not a regular file');
+      }
     });
 
     it('reports a syntax error with its line, on every call', async () => {
