@@ -1,6 +1,10 @@
+import { execFileSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/index.js';
 import { dataOf, errorOf, jsEngine } from './support/js-engine.js';
+import { definition, openEngine, TRIVIAL_JS, tempProject } from './support/project.js';
 
 // The tool contract of the JS runner (DESIGN.md §7, issue 3): modules, ctx, logs, outputs and errors,
 // over the real tools in fixtures/js/project.
@@ -13,6 +17,32 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await engine.close();
+});
+
+describe('a tool file replaced by a FIFO after it loaded', () => {
+  it('fails its calls at once as not a regular file (reading it would hold the sandbox), and other calls go on', async () => {
+    const project = tempProject({
+      'piped.json': definition({ id: 'piped', entry: 'piped.js', limits: { timeout_ms: 3000 } }),
+      'piped.js': TRIVIAL_JS,
+      'other.json': definition({ id: 'other', entry: 'other.js' }),
+      'other.js': TRIVIAL_JS,
+    });
+    const own = await openEngine(project);
+    try {
+      expect(dataOf(await own.call('piped', { a: 1 }))).toEqual({ a: 1 });
+      rmSync(join(project.tools, 'piped.js'));
+      execFileSync('mkfifo', [join(project.tools, 'piped.js')]);
+      for (let i = 0; i < 2; i++) {
+        const error = errorOf(await own.call('piped', {}));
+        expect(error.code).toBe('TOOL_ERROR');
+        expect(error.message).toContain('piped.js is not a regular file');
+      }
+      expect(dataOf(await own.call('other', { b: 2 }))).toEqual({ b: 2 });
+    } finally {
+      await own.close();
+      project.remove();
+    }
+  });
 });
 
 describe('modules', () => {

@@ -1,4 +1,4 @@
-import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, extname, isAbsolute, relative, resolve, sep } from 'node:path';
 
@@ -132,13 +132,20 @@ export class ModuleLoader {
 
   #source(path, name) {
     let text;
+    let fd = -1;
     try {
-      const size = statSync(path).size;
-      if (size > MAX_FILE_BYTES) throw new LoadError(`${name} is ${size} bytes, over the limit of ${MAX_FILE_BYTES} for a module`);
-      text = readFileSync(path, 'utf8');
+      // Opened without blocking, and read only if it is a regular file: a FIFO put where the file was
+      // would otherwise hold this process's one thread, and with it every call, until a writer came.
+      fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+      const info = fstatSync(fd);
+      if (!info.isFile()) throw new LoadError(`${name} is not a regular file`);
+      if (info.size > MAX_FILE_BYTES) throw new LoadError(`${name} is ${info.size} bytes, over the limit of ${MAX_FILE_BYTES} for a module`);
+      text = readFileSync(fd, 'utf8');
     } catch (error) {
       if (error instanceof LoadError) throw error;
       throw new LoadError(`${name} could not be read (${error?.code ?? 'error'})`);
+    } finally {
+      if (fd >= 0) closeSync(fd);
     }
     const ext = extname(path).toLowerCase();
     return ext === '.ts' || ext === '.mts' ? this.#transpile(text, name) : text;
