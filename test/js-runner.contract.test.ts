@@ -45,6 +45,41 @@ describe('a tool file replaced by a FIFO after it loaded', () => {
   });
 });
 
+describe('a tool with more source than is compiled on the sandbox’s own thread (256 KB)', () => {
+  it('is compiled on its isolate’s thread: it runs, again and again, imports its files, and a syntax error names its file', async () => {
+    // 300 KB of functions: compiled and linked asynchronously, off the thread that serves the other calls.
+    const filler = Array.from({ length: 8000 }, (_, i) => `export function f${i}(x) { return x + ${i}; }`).join('\n');
+    expect(filler.length).toBeGreaterThan(256 * 1024); // ASYNC_COMPILE_CHARS in runners/js/worker/link.mjs
+    const project = tempProject({
+      'big.json': definition({ id: 'big', entry: 'big.js' }),
+      'big.js': `import { twice } from './lib.js';\n${filler}\nexport default function run(input) { return { n: twice(f7999(input.n)) }; }\n`,
+      'lib.js': 'export const twice = (x) => 2 * x;\n',
+      'bad.json': definition({ id: 'bad', entry: 'bad.js' }),
+      'bad.js': `${filler}\nexport default function run( {\n`,
+      'small.json': definition({ id: 'small', entry: 'small.js' }),
+      'small.js': TRIVIAL_JS,
+    });
+    const own = await openEngine(project);
+    try {
+      const calls = await Promise.all([
+        own.call('big', { n: 1 }),
+        own.call('small', { s: 1 }),
+        own.call('big', { n: 2 }),
+        own.call('small', { s: 2 }),
+      ]);
+      expect(calls.map((r) => dataOf(r))).toEqual([{ n: 16000 }, { s: 1 }, { n: 16002 }, { s: 2 }]);
+      // Later calls run in contexts the pool linked ahead for it, asynchronously too.
+      for (let i = 0; i < 8; i++) expect(dataOf(await own.call('big', { n: i }))).toEqual({ n: 2 * (i + 7999) });
+      const error = errorOf(await own.call('bad', {}));
+      expect(error.code).toBe('TOOL_ERROR');
+      expect(error.message).toMatch(/^SyntaxError in tools\/bad\.js: /);
+    } finally {
+      await own.close();
+      project.remove();
+    }
+  });
+});
+
 describe('modules', () => {
   it('runs a synchronous default export', async () => {
     const result = await engine.call('reverse', { text: 'arium' });

@@ -1,4 +1,4 @@
-import { linkSync, release } from './link.mjs';
+import { link, release } from './link.mjs';
 import { LoadError } from './loader.mjs';
 import { SETUP_FILENAME } from './setup-script.mjs';
 
@@ -93,15 +93,18 @@ export class CallRun {
     let graph;
     let generated;
     try {
-      graph = loader.graph(msg.tool.entry, msg.tool.root);
+      graph = await loader.graph(msg.tool.entry, msg.tool.root);
       generated = loader.generated();
     } catch (error) {
+      if (this.#ended) return;
       if (error instanceof LoadError) {
         const details = error.intrusion ? { phase: 'load', intrusion: error.intrusion } : { phase: 'load' };
         return this.#end(failure('TOOL_ERROR', error.message, { details }));
       }
       return this.#end(failure('INTERNAL', `The tool's modules could not be loaded: ${error?.message ?? error}`));
     }
+    // Stopped (deadline, cancel) while its modules loaded: already answered and cleaned up.
+    if (this.#ended) return;
     // Compiling runs on this process's thread, where V8 running out of memory would stop the thread for
     // good; code that could not fit the isolate's limit is refused before it gets there.
     if (graph.bytes * CODE_TO_HEAP > msg.limits.memory_mb * 1024 * 1024) {
@@ -129,7 +132,7 @@ export class CallRun {
     pool.hint(msg.limits.memory_mb, graph, generated);
     let main;
     try {
-      // No tool code has run in this context yet, so these synchronous steps run only the prelude and V8's linker.
+      // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
       const info = {
         tool: msg.info.tool,
         runId: msg.info.runId,
@@ -142,7 +145,15 @@ export class CallRun {
         release(context.linked);
         context.linked = null;
       }
-      context.linked ??= linkSync(slot.isolate, context.context, graph, generated);
+      if (!context.linked) {
+        const linked = await link(slot.isolate, context.context, graph, generated);
+        if (this.#ended) {
+          // Stopped while a large graph was compiled: the context and its isolate are gone already.
+          release(linked);
+          return;
+        }
+        context.linked = linked;
+      }
       main = context.linked.main;
     } catch (error) {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));

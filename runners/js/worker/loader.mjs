@@ -1,6 +1,7 @@
 import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, extname, isAbsolute, relative, resolve, sep } from 'node:path';
+import { ASYNC_COMPILE_CHARS } from './link.mjs';
 
 /**
  * Loads a tool's module graph: its entry and every file it imports, all of them inside the tools folder.
@@ -49,6 +50,8 @@ function stamp(path) {
 export class ModuleLoader {
   #compiler;
   #graphs = new Map();
+  /** Loads under way: entry -> { root, promise }. */
+  #loading = new Map();
   #typescript = null;
   #typescriptPath;
   #generated = null;
@@ -62,13 +65,24 @@ export class ModuleLoader {
     this.#typescriptPath = typescriptPath;
   }
 
-  /** The graph of the tool whose entry is `entry` (real path) inside `root` (real path of the tools folder). */
-  graph(entry, root) {
+  /**
+   * The graph of the tool whose entry is `entry` (real path) inside `root` (real path of the tools
+   * folder). A large module is parsed on the compiler isolate's own thread (see ASYNC_COMPILE_CHARS),
+   * so this process's thread goes on serving other calls meanwhile; calls that want a graph being
+   * loaded wait for that one load.
+   */
+  async graph(entry, root) {
     const known = this.#graphs.get(entry);
     if (known && known.root === root && known.files.every((f) => stamp(f.path) === f.stamp)) return known;
-    if (known) this.#release(known);
-    this.#graphs.delete(entry);
-    const graph = this.#load(entry, root);
+    const pending = this.#loading.get(entry);
+    if (pending && pending.root === root) return pending.promise;
+    const promise = this.#load(entry, root).finally(() => {
+      if (this.#loading.get(entry)?.promise === promise) this.#loading.delete(entry);
+    });
+    this.#loading.set(entry, { root, promise });
+    const graph = await promise;
+    const old = this.#graphs.get(entry);
+    if (old && old !== graph) this.#release(old);
     this.#graphs.set(entry, graph);
     return graph;
   }
@@ -97,7 +111,7 @@ export class ModuleLoader {
     for (const mod of graph.modules.values()) mod.cachedData?.release();
   }
 
-  #load(entry, root) {
+  async #load(entry, root) {
     const modules = new Map();
     const files = [];
     const queue = [entry];
@@ -112,7 +126,11 @@ export class ModuleLoader {
       const source = this.#source(path, name);
       let compiled;
       try {
-        compiled = this.#compiler.compileModuleSync(source, { filename: name, produceCachedData: true });
+        const options = { filename: name, produceCachedData: true };
+        compiled =
+          source.length > ASYNC_COMPILE_CHARS
+            ? await this.#compiler.compileModule(source, options)
+            : this.#compiler.compileModuleSync(source, options);
       } catch (error) {
         throw new LoadError(`${error?.name ?? 'SyntaxError'} in ${name}: ${error?.message ?? String(error)}`);
       }

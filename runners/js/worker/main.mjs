@@ -97,11 +97,9 @@ function serve(ivm) {
       case 'prepare':
         if (draining) break;
         pool.warm(msg.memoryMb);
-        try {
-          loader.graph(msg.tool.entry, msg.tool.root);
-        } catch {
+        loader.graph(msg.tool.entry, msg.tool.root).catch(() => {
           // Reported by the call itself, with the tool's own message.
-        }
+        });
         break;
       case 'forget':
         loader.forget(msg.entry);

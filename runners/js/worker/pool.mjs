@@ -1,4 +1,4 @@
-import { linkSync, release } from './link.mjs';
+import { link, release } from './link.mjs';
 import { HOST_GLOBALS, SETUP_FILENAME } from './setup-script.mjs';
 
 /**
@@ -209,7 +209,7 @@ export class IsolatePool {
     const hint = this.#hints.get(slot.memoryMb);
     if (hint && !slot.leased) {
       try {
-        warm.linked = linkSync(slot.isolate, context, hint.graph, hint.generated);
+        warm.linked = await link(slot.isolate, context, hint.graph, hint.generated);
       } catch {
         // Linked at call time instead, where the error is reported.
       }
