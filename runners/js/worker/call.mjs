@@ -105,8 +105,8 @@ export class CallRun {
     }
     // Stopped (deadline, cancel) while its modules loaded: already answered and cleaned up.
     if (this.#ended) return;
-    // Compiling runs on this process's thread, where V8 running out of memory would stop the thread for
-    // good; code that could not fit the isolate's limit is refused before it gets there.
+    // V8 running out of memory while it compiles would stop this process's thread (or, for a large
+    // graph, the isolate's) for good; code that could not fit the isolate's limit is refused before.
     if (graph.bytes * CODE_TO_HEAP > msg.limits.memory_mb * 1024 * 1024) {
       const mb = msg.limits.memory_mb;
       return this.#end(
