@@ -46,10 +46,11 @@ describe('a tool file replaced by a FIFO after it loaded', () => {
 });
 
 describe('a tool with more source than is compiled on the sandbox’s own thread (256 KB)', () => {
-  it('is compiled on its isolate’s thread: it runs, again and again, imports its files, and a syntax error names its file', async () => {
+  it('is compiled (and, as TypeScript, transpiled) on isolate threads: it runs, again and again, imports its files, and an error names its file', async () => {
     // 300 KB of functions: compiled and linked asynchronously, off the thread that serves the other calls.
     const filler = Array.from({ length: 8000 }, (_, i) => `export function f${i}(x) { return x + ${i}; }`).join('\n');
     expect(filler.length).toBeGreaterThan(256 * 1024); // ASYNC_COMPILE_CHARS in runners/js/worker/link.mjs
+    const typedFiller = Array.from({ length: 8000 }, (_, i) => `export function g${i}(x: number): number { return x + ${i}; }`).join('\n');
     const project = tempProject({
       'big.json': definition({ id: 'big', entry: 'big.js' }),
       'big.js': `import { twice } from './lib.js';\n${filler}\nexport default function run(input) { return { n: twice(f7999(input.n)) }; }\n`,
@@ -58,6 +59,11 @@ describe('a tool with more source than is compiled on the sandbox’s own thread
       'bad.js': `${filler}\nexport default function run( {\n`,
       'small.json': definition({ id: 'small', entry: 'small.js' }),
       'small.js': TRIVIAL_JS,
+      // TypeScript as large is transpiled in an isolate of its own, on that isolate's thread.
+      'typed.json': definition({ id: 'typed', entry: 'typed.ts' }),
+      'typed.ts': `${typedFiller}\nexport default function run(input: { n: number }): { n: number } { return { n: g7999(input.n) }; }\n`,
+      'mistyped.json': definition({ id: 'mistyped', entry: 'mistyped.ts' }),
+      'mistyped.ts': `${typedFiller}\nexport default function run(input: { n: number ): number { return 1; }\n`,
     });
     const own = await openEngine(project);
     try {
@@ -73,6 +79,11 @@ describe('a tool with more source than is compiled on the sandbox’s own thread
       const error = errorOf(await own.call('bad', {}));
       expect(error.code).toBe('TOOL_ERROR');
       expect(error.message).toMatch(/^SyntaxError in tools\/bad\.js: /);
+      const typed = await Promise.all([own.call('typed', { n: 1 }), own.call('small', { s: 3 })]);
+      expect(typed.map((r) => dataOf(r))).toEqual([{ n: 8000 }, { s: 3 }]);
+      const mistyped = errorOf(await own.call('mistyped', {}));
+      expect(mistyped.code).toBe('TOOL_ERROR');
+      expect(mistyped.message).toMatch(/^TypeScript error in tools\/mistyped\.ts:8001:\d+: ';' expected\.$/);
     } finally {
       await own.close();
       project.remove();

@@ -54,7 +54,7 @@ function serve(ivm) {
   const calls = new Map();
   let draining = false;
   const compiler = new ivm.Isolate({ memoryLimit: 512 });
-  const loader = new ModuleLoader(compiler, config.typescriptDir);
+  const loader = new ModuleLoader(ivm, compiler, config.typescriptDir);
   const logCap = config.logCap ?? 256 * 1024;
   const pool = new IsolatePool(ivm, setupSource(), {
     maxIsolates: config.maxIsolates ?? 16,
