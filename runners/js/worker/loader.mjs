@@ -15,11 +15,6 @@ import { ASYNC_COMPILE_CHARS } from './link.mjs';
 const EXTENSIONS = new Set(['.js', '.mjs', '.ts', '.mts']);
 const MAX_FILE_BYTES = 8 * 1024 * 1024;
 const MAX_MODULES = 1000;
-/**
- * Two generated modules start a call in a single isolate task. "arium:main" imports "arium:start" first
- * (so it is evaluated before any tool code), then the tool; its body runs once the tool's module has
- * finished evaluating, top-level await included, and hands the tool's exports to the prelude.
- */
 /** Heap for the isolate that transpiles a large TypeScript file (see #transpileElsewhere). */
 const TRANSPILE_MEMORY_MB = 1024;
 /** transpileModule as #transpile calls it, run inside that isolate: [true, code] or [false, ":line:col message"]. */
@@ -36,6 +31,11 @@ const TRANSPILE_IN_ISOLATE = `(function (text, name) {
   return [false, (where ? ':' + (where.line + 1) + ':' + (where.character + 1) : '') + ': ' + ts.flattenDiagnosticMessageText(first.messageText, '\\n')];
 })`;
 
+/**
+ * Two generated modules start a call in a single isolate task. "arium:main" imports "arium:start" first
+ * (so it is evaluated before any tool code), then the tool; its body runs once the tool's module has
+ * finished evaluating, top-level await included, and hands the tool's exports to the prelude.
+ */
 export const GENERATED = Object.freeze({
   main: "import { start } from 'arium:start';\nimport * as tool from 'arium:entry';\nstart(tool);\n",
   start: 'const start = globalThis.__ariumStart;\ndelete globalThis.__ariumStart;\nexport { start };\n',
