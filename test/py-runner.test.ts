@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PythonRunner, type PythonRunnerOptions } from '../runners/python/index.js';
 import { bwrapProblem, unshareProblem } from '../runners/python/isolation.js';
 import type { Engine, ErrorInfo, SecurityEvent, ToolResult } from '../src/index.js';
-import { copyFixtureProject, openEngine, type TempProject } from './support/project.js';
+import { copyFixtureProject, definition, openEngine, type TempProject } from './support/project.js';
 
 // The Python runner, end to end: every test runs real tool files from fixtures/python/tools through
 // the engine: with bubblewrap, with the same sandbox built by the fork server itself (unshare), and
@@ -152,14 +152,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       write(1);
       writeFileSync(
         join(project.dir, 'tools', 'versioned.json'),
-        JSON.stringify({
-          id: 'py.versioned',
-          description: 'edited',
-          runner: 'py-runner',
-          entry: 'versioned.py',
-          schema: { type: 'object' },
-          permissions: ['exec.py'],
-        }),
+        definition({ id: 'py.versioned', runner: 'py-runner', entry: 'versioned.py', permissions: ['exec.py'] }),
       );
       await engine.refresh();
       for (let i = 0; i < 4; i++) expect(ok(await engine.call('py.versioned', {}))).toEqual({ version: 1 });
@@ -314,15 +307,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       writeFileSync(file, 'def run(input, ctx):\n    return {}\n');
       writeFileSync(
         join(project.dir, 'tools', 'piped.json'),
-        JSON.stringify({
-          id: 'py.piped',
-          description: 'replaced by a FIFO',
-          runner: 'py-runner',
-          entry: 'piped.py',
-          schema: { type: 'object' },
-          permissions: ['exec.py'],
-          limits: { timeout_ms: 3000 },
-        }),
+        definition({ id: 'py.piped', runner: 'py-runner', entry: 'piped.py', permissions: ['exec.py'], limits: { timeout_ms: 3000 } }),
       );
       await engine.refresh();
       ok(await engine.call('py.piped', {}));

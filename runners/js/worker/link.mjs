@@ -43,33 +43,35 @@ export const ASYNC_COMPILE_CHARS = 256 * 1024;
 /** linkSync, but a large graph's modules are compiled on the isolate's thread (see ASYNC_COMPILE_CHARS). */
 export async function link(isolate, context, graph, generated) {
   if (graph.bytes <= ASYNC_COMPILE_CHARS) return linkSync(isolate, context, graph, generated);
-  const compiled = new Map();
-  const linked = { graph, main: null, modules: [] };
+  const items = plan(graph, generated);
+  const modules = [];
   try {
-    for (const item of plan(graph, generated)) {
-      const module = await isolate.compileModule(item.source, options(item));
-      linked.modules.push(module);
-      compiled.set(item.key, module);
-    }
-    linked.main = compiled.get('arium:main');
-    linked.main.instantiateSync(context, resolver(graph, compiled));
-    return linked;
+    for (const item of items) modules.push(await isolate.compileModule(item.source, options(item)));
   } catch (error) {
-    release(linked);
+    release({ modules });
     throw error;
   }
+  return instantiate(context, graph, items, modules);
 }
 
 /** { graph, main, modules }: `modules` must be released when the context is. */
 export function linkSync(isolate, context, graph, generated) {
-  const compiled = new Map();
-  const linked = { graph, main: null, modules: [] };
+  const items = plan(graph, generated);
+  const modules = [];
   try {
-    for (const item of plan(graph, generated)) {
-      const module = isolate.compileModuleSync(item.source, options(item));
-      linked.modules.push(module);
-      compiled.set(item.key, module);
-    }
+    for (const item of items) modules.push(isolate.compileModuleSync(item.source, options(item)));
+  } catch (error) {
+    release({ modules });
+    throw error;
+  }
+  return instantiate(context, graph, items, modules);
+}
+
+/** Links the compiled modules (one per plan item, in order) in the context. */
+function instantiate(context, graph, items, modules) {
+  const linked = { graph, main: null, modules };
+  try {
+    const compiled = new Map(items.map((item, i) => [item.key, modules[i]]));
     linked.main = compiled.get('arium:main');
     linked.main.instantiateSync(context, resolver(graph, compiled));
     return linked;
