@@ -279,6 +279,10 @@ def load(entry, config):
     return code
 
 
+# Without namespaces, a warm process compiles ahead only tool files up to this size.
+WARM_COMPILE_MAX_BYTES = 256 * 1024
+
+
 def warm_up(entries, config, code):
     """While waiting for a job: make ready the code of the tools called last (their code only: nothing
     of a tool runs before its call, so a process holds nothing of any tool but the one it is given).
@@ -304,8 +308,6 @@ def warm_up(entries, config, code):
     code.clear()
 
 
-# Without namespaces, a warm process compiles ahead only tool files up to this size.
-WARM_COMPILE_MAX_BYTES = 256 * 1024
 # A compile process may use this much CPU and memory (beyond what it maps when it starts).
 COMPILE_CPU_S = 2
 COMPILE_MEMORY = 512 * 1024 * 1024
@@ -317,7 +319,7 @@ def compile_main(config, channel_fd, entry):
     """In a compile process: forked and confined like a call's process, but given a tool to compile
     instead of a job. It sends the tool's code, marshalled, to the zygote, which hands it to the call
     processes it forks (warm_up) so that each of them does not compile the tool again. No tool code runs
-    here, so what it sends is what the compiler made of the file; the zygote never reads it (it only
+    here, so what it sends is what the compiler made of the file; the zygote never unmarshals it (it only
     passes the bytes on), and the server is not involved. Never returns."""
     try:
         # Not dumpable: no process of the same uid may open its memory (the zygote trusts what it sends).
@@ -458,14 +460,14 @@ def _describe(error):
     return "%s: %s" % (name, text) if text else name
 
 
-def serve(config, channel_fd, entries=(), code=None):
+def serve(config, channel_fd, entries, code):
     """Waits for the job, runs the tool and sends one reply; never returns."""
     channel = _Channel(channel_fd, config["max_frame"])
     tools_prefix = config["tools_prefix"]
     reply = None
     sys.stdin, sys.stdout, sys.stderr = _STDIO
     sys.path[0:0] = [config["tools_dir"]]
-    warm_up(entries, config, {} if code is None else code)
+    warm_up(entries, config, code)
     mapped = mapped_bytes()
     message = arium_proto.read_frame(channel_fd, channel.reader)
     if message is None or message.get("t") != "job":

@@ -367,8 +367,7 @@ class Server:
         if not self.ordered:
             why = self.warm_error or "every sandbox uid is in use"
             for job in self.queue:
-                failure = {"code": "BUSY", "message": "no call process could be started (%s); retry" % why}
-                self.to_host({"t": "done", "id": job["id"], "logs": [], "dropped": 0, "failure": failure})
+                self.answer_unstarted(job["id"], "BUSY", "no call process could be started (%s); retry" % why)
             self.queue.clear()
 
     def unqueue(self, job_id):
@@ -377,9 +376,12 @@ class Server:
         for job in self.queue:
             if job["id"] == job_id:
                 self.queue.remove(job)
-                failure = {"code": "CANCELLED", "message": "the call was stopped before it started"}
-                self.to_host({"t": "done", "id": job_id, "logs": [], "dropped": 0, "killed": "engine", "failure": failure})
+                self.answer_unstarted(job_id, "CANCELLED", "the call was stopped before it started", killed="engine")
                 return
+
+    def answer_unstarted(self, job_id, code, message, **extra):
+        """The answer for a job that never had a process: no logs, only the failure."""
+        self.to_host({"t": "done", "id": job_id, "logs": [], "dropped": 0, **extra, "failure": {"code": code, "message": message}})
 
     def run_job(self, job, proc):
         call = Call(job, proc)
@@ -853,13 +855,13 @@ class Zygote:
             os.kill(job["pid"], signal.SIGKILL)  # reaped in reap()
         except OSError:
             pass
-        code = None
+        code = (job["key"], None)
         if isinstance(message, dict) and isinstance(message.get("blob"), str) and isinstance(message.get("key"), list):
             try:
                 code = (message["key"], base64.b64decode(message["blob"], validate=True))
             except ValueError:
-                code = None
-        self.code[job["entry"]] = code or (job["key"], None)
+                pass  # kept as None: its calls compile it
+        self.code[job["entry"]] = code
 
     def compile_timeout(self):
         """Seconds until the next compile process's deadline (None: none runs); ends those past it."""
@@ -896,6 +898,10 @@ class Zygote:
             # Back to our own namespace for the next order; without it the next unshare would fail.
             error = OSError(arium_child.ctypes.get_errno(), "setns back to the zygote's PID namespace")
             os.kill(pid, signal.SIGKILL)
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            parent_sock.close()
+            child_sock.close()
             raise error
         if pid == 0:
             self.server.child_main(child_sock.fileno(), out_w, err_w, uid, workdir, entries, self.code, compile_only)
@@ -924,8 +930,6 @@ class Zygote:
 
 
 def main():
-    import json
-
     config = json.loads(sys.argv[1])
     # The engine ends the server by closing fd 3; signals from a terminal do not.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
