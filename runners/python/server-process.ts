@@ -124,12 +124,6 @@ export class ServerProcess {
     return this.#child.pid;
   }
 
-  /**
-   * When this server last answered a call (performance.now()). Right after answering, a fork server's
-   * zygote forks its next warm process, so a runner with two servers sends the next call to the other one.
-   */
-  lastDone = 0;
-
   get inFlight(): number {
     return this.#calls.size;
   }
@@ -240,7 +234,6 @@ export class ServerProcess {
     const pending = this.#calls.get(id);
     if (!pending) return;
     this.#calls.delete(id);
-    this.lastDone = performance.now();
     if (pending.stopTimer) clearTimeout(pending.stopTimer);
     pending.ctx.signal.removeEventListener('abort', pending.onAbort);
     this.#idle();
