@@ -62,6 +62,8 @@ describe('a tool with more source than is compiled on the sandbox’s own thread
       // TypeScript as large is transpiled in an isolate of its own, on that isolate's thread.
       'typed.json': definition({ id: 'typed', entry: 'typed.ts' }),
       'typed.ts': `${typedFiller}\nexport default function run(input: { n: number }): { n: number } { return { n: g7999(input.n) }; }\n`,
+      'mistyped-small.json': definition({ id: 'mistyped-small', entry: 'mistyped-small.ts' }),
+      'mistyped-small.ts': 'export default function run(input: { n: number ): number { return 1; }\n',
       'mistyped.json': definition({ id: 'mistyped', entry: 'mistyped.ts' }),
       'mistyped.ts': `${typedFiller}\nexport default function run(input: { n: number ): number { return 1; }\n`,
     });
@@ -84,6 +86,10 @@ describe('a tool with more source than is compiled on the sandbox’s own thread
       const mistyped = errorOf(await own.call('mistyped', {}));
       expect(mistyped.code).toBe('TOOL_ERROR');
       expect(mistyped.message).toMatch(/^TypeScript error in tools\/mistyped\.ts:8001:\d+: ';' expected\.$/);
+      // The same error in a small file, transpiled in this process, reads the same way.
+      const small = errorOf(await own.call('mistyped-small', {}));
+      expect(small.code).toBe('TOOL_ERROR');
+      expect(small.message).toMatch(/^TypeScript error in tools\/mistyped-small\.ts:1:\d+: ';' expected\.$/);
     } finally {
       await own.close();
       project.remove();

@@ -17,8 +17,12 @@ const MAX_FILE_BYTES = 8 * 1024 * 1024;
 const MAX_MODULES = 1000;
 /** Heap for the isolate that transpiles a large TypeScript file (see #transpileElsewhere). */
 const TRANSPILE_MEMORY_MB = 1024;
-/** transpileModule as #transpile calls it, run inside that isolate: [true, code] or [false, ":line:col message"]. */
-const TRANSPILE_IN_ISOLATE = `(function (text, name) {
+/**
+ * transpileModule with the sandbox's options: [true, code], or [false, ":line:col: message"] for the
+ * first error. Runs in this process for small files and, as its source text, inside the isolate that
+ * transpiles large ones (#transpileElsewhere), so it uses nothing but its arguments.
+ */
+function transpileWith(ts, text, name) {
   const out = ts.transpileModule(text, {
     fileName: name,
     reportDiagnostics: true,
@@ -28,8 +32,8 @@ const TRANSPILE_IN_ISOLATE = `(function (text, name) {
   if (errors.length === 0) return [true, out.outputText];
   const first = errors[0];
   const where = first.file && first.start !== undefined ? first.file.getLineAndCharacterOfPosition(first.start) : null;
-  return [false, (where ? ':' + (where.line + 1) + ':' + (where.character + 1) : '') + ': ' + ts.flattenDiagnosticMessageText(first.messageText, '\\n')];
-})`;
+  return [false, `${where ? `:${where.line + 1}:${where.character + 1}` : ''}: ${ts.flattenDiagnosticMessageText(first.messageText, '\n')}`];
+}
 
 /**
  * Two generated modules start a call in a single isolate task. "arium:main" imports "arium:start" first
@@ -242,7 +246,7 @@ export class ModuleLoader {
       // typescript.js is a CommonJS module: it gets a module object, and a require that has nothing.
       const wrapped = `(function () { const module = { exports: {} }; const exports = module.exports; const require = (id) => { throw new Error('no ' + id); };\n${readFileSync(file, 'utf8')}\n;globalThis.ts = module.exports; })();`;
       await (await isolate.compileScript(wrapped, { filename: 'typescript.js' })).run(context);
-      const transpile = await context.eval(TRANSPILE_IN_ISOLATE, { reference: true });
+      const transpile = await context.eval(`(${transpileWith}).bind(null, globalThis.ts)`, { reference: true });
       const [ok, out] = await transpile.apply(undefined, [text, name], { arguments: { copy: true }, result: { copy: true } });
       if (!ok) throw new LoadError(`TypeScript error in ${name}${out}`);
       return out;
@@ -266,19 +270,8 @@ export class ModuleLoader {
         throw new LoadError(`${name} is TypeScript, but the "typescript" package is not installed; run \`npm install typescript\``);
       }
     }
-    const ts = this.#typescript;
-    const out = ts.transpileModule(text, {
-      fileName: name,
-      reportDiagnostics: true,
-      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, isolatedModules: true, sourceMap: false },
-    });
-    const errors = (out.diagnostics ?? []).filter((d) => d.category === ts.DiagnosticCategory.Error);
-    if (errors.length > 0) {
-      const first = errors[0];
-      const where = first.file && first.start !== undefined ? first.file.getLineAndCharacterOfPosition(first.start) : null;
-      const at = where ? `:${where.line + 1}:${where.character + 1}` : '';
-      throw new LoadError(`TypeScript error in ${name}${at}: ${ts.flattenDiagnosticMessageText(first.messageText, '\n')}`);
-    }
-    return out.outputText;
+    const [ok, out] = transpileWith(this.#typescript, text, name);
+    if (!ok) throw new LoadError(`TypeScript error in ${name}${out}`);
+    return out;
   }
 }
