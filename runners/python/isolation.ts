@@ -22,6 +22,9 @@ export interface Isolation {
   reason?: string;
 }
 
+/** The Landlock ABI that scopes abstract Unix sockets (Linux 6.12): calls get their own with it (python/arium_child.py). */
+export const LANDLOCK_SCOPES = 6;
+
 const TRIAL_TIMEOUT_MS = 10_000;
 let bwrapTrial: Promise<string | null> | null = null;
 

@@ -5,7 +5,17 @@ import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
-import { bwrapCommand, bwrapProblem, describe, type Isolation, privileged, processesOfThisUser, sandboxLayout, unshareProblem } from './isolation.js';
+import {
+  bwrapCommand,
+  bwrapProblem,
+  describe,
+  type Isolation,
+  LANDLOCK_SCOPES,
+  privileged,
+  processesOfThisUser,
+  sandboxLayout,
+  unshareProblem,
+} from './isolation.js';
 import { ServerProcess } from './server-process.js';
 
 export interface PythonRunnerOptions {
@@ -301,9 +311,6 @@ export class PythonRunner implements Runner {
     );
   }
 }
-
-/** The Landlock ABI that scopes abstract Unix sockets (Linux 6.12). */
-const LANDLOCK_SCOPES = 6;
 
 function serverKey(toolsDir: string, slot: number): string {
   return `${toolsDir}\u0000${slot}`;

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
+import { LANDLOCK_SCOPES } from '../../runners/python/isolation.js';
 
 /**
  * What `arium doctor` asks the machine. Each probe runs a real command in a child process with a
@@ -150,13 +151,13 @@ export async function checkLandlock(python: string | undefined, pythonOk: boolea
     'else: print(ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))';
   const r = await run(python ?? 'python3', ['-I', '-S', '-c', script]);
   const abi = r.code === 0 ? Number.parseInt(r.stdout.trim(), 10) : Number.NaN;
-  if (abi >= 6) return { name, ok: true, detail: `ABI ${abi}: each Python call has abstract Unix sockets of its own` };
+  if (abi >= LANDLOCK_SCOPES) return { name, ok: true, detail: `ABI ${abi}: each Python call has abstract Unix sockets of its own` };
   const why = Number.isNaN(abi)
     ? `could not ask (${r.error ?? firstLine(r.stderr)})`
     : abi === -2
       ? 'no Landlock system call numbers for this architecture here'
       : abi > 0
-        ? `ABI ${abi}, scopes need ABI 6`
+        ? `ABI ${abi}, scopes need ABI ${LANDLOCK_SCOPES}`
         : 'not enabled in this kernel';
   return { name, ok: false, detail: `${why}: ${consequence}`, fix: 'Linux 6.12 or later with Landlock among its security modules (lsm=…,landlock)' };
 }
