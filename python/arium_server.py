@@ -53,7 +53,7 @@ VFS_OPS = {"read", "write", "list", "stat", "exists", "delete", "mkdir", "move"}
 LOG_LEVELS = {"log", "info", "warn", "error"}
 # After the engine's deadline has passed, how long the server waits before killing the call itself.
 DEADLINE_GRACE_S = 1.0
-# Above any descriptor the server holds (os.closerange uses close_range(2) where the kernel has it).
+# Above any descriptor the server holds (arium_child.close_from closes up to it in one system call).
 MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
@@ -325,9 +325,9 @@ class Server:
             # Every descriptor but its own three: others' sockets and pipes, the engine's channel.
             low = 3
             for fd in sorted({child_fd, out_w, err_w}):
-                os.closerange(low, fd)
+                arium_child.close_from(low, fd)
                 low = fd + 1
-            os.closerange(low, MAX_FD)
+            arium_child.close_from(low, MAX_FD)
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out_w, 1)

@@ -633,6 +633,23 @@ describe('Python runner availability', () => {
     }
   });
 
+  it('an interpreter older than the harness needs is a clear UNAVAILABLE naming both versions', async () => {
+    const project = copyFixtureProject('python');
+    // Answers the engine's probe as a Python 3.8 would (3.8 has no socket.send_fds, which the server needs).
+    const fake = join(project.dir, 'python3.8');
+    const facts = { executable: fake, version: '3.8.18', roots: [project.dir], stdlib: project.dir };
+    writeFileSync(fake, `#!/bin/sh\necho '${JSON.stringify(facts)}'\n`, { mode: 0o755 });
+    const engine = await openEngine(project, { runners: [new PythonRunner({ python: fake })] });
+    try {
+      const error = failed(await engine.call('py.echo', {}));
+      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.message).toMatch(/is Python 3\.8\.18; Python tools need 3\.9 or later/);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+
   it('strict refuses to run Python tools without namespace isolation', async () => {
     const project = copyFixtureProject('python');
     const engine = await openEngine(project, { runners: [new PythonRunner({ isolation: 'rlimits', strict: true })] });

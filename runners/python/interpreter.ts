@@ -32,7 +32,8 @@ const PROBE = [
   ' "roots": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "stdlib": sysconfig.get_paths()["stdlib"]}))',
 ].join('\n');
 const PROBE_TIMEOUT_MS = 15_000;
-const MIN_MINOR = 8;
+/** The oldest Python 3 the harness runs on: it passes descriptors with socket.send_fds and watches processes through os.pidfd_open (3.9). */
+export const MIN_PYTHON_MINOR = 9;
 
 const found = new Map<string, Promise<Interpreter>>();
 
@@ -62,14 +63,14 @@ function probe(requested: string, path: string): Promise<Interpreter> {
             : code === 'EACCES'
               ? `${requested} is not executable`
               : `${requested} failed: ${(stderr || error.message).trim().split('\n').pop()}`;
-        reject(new InterpreterError(`${why}. Install Python 3.${MIN_MINOR} or later, or set "python" in the project's arium.json`));
+        reject(new InterpreterError(`${why}. Install Python 3.${MIN_PYTHON_MINOR} or later, or set "python" in the project's arium.json`));
         return;
       }
       try {
         const facts = JSON.parse(stdout) as { executable: string; version: string; roots: string[]; stdlib: string };
         const [major = 0, minor = 0] = facts.version.split('.').map(Number);
-        if (major !== 3 || minor < MIN_MINOR) {
-          reject(new InterpreterError(`${requested} is Python ${facts.version}; Python tools need 3.${MIN_MINOR} or later`));
+        if (major !== 3 || minor < MIN_PYTHON_MINOR) {
+          reject(new InterpreterError(`${requested} is Python ${facts.version}; Python tools need 3.${MIN_PYTHON_MINOR} or later`));
           return;
         }
         if (!facts.executable || !isAbsolute(facts.executable)) {

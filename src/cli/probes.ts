@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
+import { MIN_PYTHON_MINOR } from '../../runners/python/interpreter.js';
 import { LANDLOCK_SCOPES } from '../../runners/python/isolation.js';
 
 /**
@@ -89,14 +90,21 @@ export async function checkPython(configured: string | undefined): Promise<Check
       name: 'python',
       ok: false,
       detail: `${bin}: ${r.error ?? firstLine(r.stderr)}`,
-      fix: configured ? `fix "python" in arium.json (now ${configured})` : 'install python3 (3.8 or later), or set "python" in arium.json',
+      fix: configured
+        ? `fix "python" in arium.json (now ${configured})`
+        : `install python3 (3.${MIN_PYTHON_MINOR} or later), or set "python" in arium.json`,
     };
   }
   const [exe = '', version = '0.0.0'] = r.stdout.trim().split('\n');
   const [major = 0, minor = 0] = version.split('.').map(Number);
-  const ok = major === 3 && minor >= 8;
+  const ok = major === 3 && minor >= MIN_PYTHON_MINOR;
   const behind = exe !== bin ? ` (what ${bin} runs)` : '';
-  return { name: 'python', ok, detail: `${version} at ${exe}${behind}`, ...(ok ? {} : { fix: 'Python tools need Python 3.8 or later' }) };
+  return {
+    name: 'python',
+    ok,
+    detail: `${version} at ${exe}${behind}`,
+    ...(ok ? {} : { fix: `Python tools need Python 3.${MIN_PYTHON_MINOR} or later` }),
+  };
 }
 
 export async function checkBwrap(): Promise<Check> {
