@@ -12,6 +12,33 @@ function python(body: string): unknown {
   return JSON.parse(execFileSync(interpreter.executable, ['-I', '-S', '-c', script], { encoding: 'utf8', timeout: 20_000 }));
 }
 
+/** Python: forks with the bare fork; the child runs `child` (which sets `out`) and sends `out` back. */
+const FORK_HELPER = `
+def in_child(child, hooks=True):
+    r, w = os.pipe()
+    pid = arium_server._bare_fork()
+    assert pid >= 0
+    if pid == 0:
+        try:
+            if hooks:
+                arium_server.after_bare_fork()
+            out = child()
+        except BaseException as error:
+            out = {"error": repr(error)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+`;
+
 describe('the harness', () => {
   it('a call process closes the descriptors it must not keep: exactly the range asked, wide ranges in one system call', () => {
     const out = python(`
@@ -36,5 +63,64 @@ print(json.dumps({"low": low, "narrow": after_narrow, "wide": after_wide, "left"
     expect(out.narrow).toEqual(range(2, 5));
     expect(out.wide).toEqual([...range(2, 5), ...range(10, 80)]);
     expect(out.left).toEqual([out.low]);
+  });
+});
+
+// The zygote forks call processes with fork(2) itself, without CPython's fork hooks, when it has one
+// thread (arium_server.bare_fork_problem): when that is allowed, and that a child forked so draws
+// random numbers of its own and can still use threads and fork.
+describe('the zygote forks without CPython fork hooks only where nothing needs them', () => {
+  it('allows it with one thread, refuses it with two and says why', () => {
+    const out = python(`
+import threading
+alone = arium_server.bare_fork_problem()
+stop = threading.Event()
+thread = threading.Thread(target=stop.wait)
+thread.start()
+crowded = arium_server.bare_fork_problem()
+stop.set()
+thread.join()
+print(json.dumps([alone, crowded, sys.version_info[:2] >= (3, 9) and sys.version_info[:2] <= (3, 13)]))
+`) as [string | null, string | null, boolean];
+    const [alone, crowded, supported] = out;
+    if (supported) expect(alone).toBeNull();
+    else expect(alone).toMatch(/not CPython/);
+    expect(crowded).toBe(supported ? '2 threads' : alone);
+  });
+
+  it('a child forked so draws random numbers of its own (without the reseed it repeats the parent)', () => {
+    const out = python(`${FORK_HELPER}
+import random
+draw = lambda: [random.getrandbits(64) for _ in range(4)]
+a = in_child(draw)
+b = in_child(draw)
+unseeded = in_child(draw, hooks=False)
+print(json.dumps({"a": a, "b": b, "unseeded": unseeded, "parent": draw()}))
+`) as Record<string, number[]>;
+    expect(out.a).not.toEqual(out.b);
+    expect(out.a).not.toEqual(out.parent);
+    expect(out.b).not.toEqual(out.parent);
+    // The control: a child that skips after_bare_fork draws exactly what the parent draws next.
+    expect(out.unseeded).toEqual(out.parent);
+  });
+
+  it('a child forked so can start and join threads, fork, and reap its own child', () => {
+    const out = python(`${FORK_HELPER}
+import threading
+def child():
+    seen = []
+    threads = [threading.Thread(target=seen.append, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    _, status = os.waitpid(pid, 0)
+    return {"seen": sorted(seen), "grandchild_exit": os.WEXITSTATUS(status), "main": threading.current_thread() is threading.main_thread()}
+print(json.dumps(in_child(child)))
+`);
+    expect(out).toEqual({ seen: [0, 1, 2], grandchild_exit: 7, main: true });
   });
 });
