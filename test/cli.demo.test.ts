@@ -104,8 +104,12 @@ describe('arium doctor', () => {
     expect(missing.checks[1]).toMatchObject({ name: 'project nope', ok: false, fix: expect.stringContaining('arium init nope') });
     expect(missing.engine).toBeNull();
     writeFileSync(join(ws.workspace, 'p', 'arium.json'), JSON.stringify({ python: '/no/such/python3' }));
-    const python = parseJson(await cli(['doctor', ...P, '--json'])).checks.find((c: Json) => c.name === 'python');
+    const checks = parseJson(await cli(['doctor', ...P, '--json'])).checks;
+    const python = checks.find((c: Json) => c.name === 'python');
     expect(python).toMatchObject({ ok: false, detail: '/no/such/python3: not found on PATH', fix: expect.stringContaining('arium.json') });
+    // The landlock check asks through the interpreter the python check found: without one it says so.
+    const landlock = checks.find((c: Json) => c.name === 'landlock');
+    expect(landlock).toMatchObject({ ok: false, detail: expect.stringContaining('not checked'), fix: 'fix the Python check first' });
   });
 });
 

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
-import { MIN_PYTHON_MINOR } from '../../runners/python/interpreter.js';
+import { harnessDir, MIN_PYTHON_MINOR } from '../../runners/python/interpreter.js';
 import { LANDLOCK_SCOPES } from '../../runners/python/isolation.js';
 
 /**
@@ -82,7 +82,7 @@ export async function checkIsolatedVm(): Promise<Check> {
 }
 
 /** The interpreter's real path: `python3` is often a shim (pyenv, asdf) that re-executes the real one. */
-export async function checkPython(configured: string | undefined): Promise<Check> {
+export async function checkPython(configured: string | undefined): Promise<Check & { executable?: string }> {
   const bin = configured ?? 'python3';
   const r = await run(bin, ['-c', 'import sys; print(sys.executable); print("%d.%d.%d" % sys.version_info[:3])']);
   if (r.code !== 0) {
@@ -99,12 +99,9 @@ export async function checkPython(configured: string | undefined): Promise<Check
   const [major = 0, minor = 0] = version.split('.').map(Number);
   const ok = major === 3 && minor >= MIN_PYTHON_MINOR;
   const behind = exe !== bin ? ` (what ${bin} runs)` : '';
-  return {
-    name: 'python',
-    ok,
-    detail: `${version} at ${exe}${behind}`,
-    ...(ok ? {} : { fix: `Python tools need Python 3.${MIN_PYTHON_MINOR} or later` }),
-  };
+  const detail = `${version} at ${exe}${behind}`;
+  if (!ok) return { name: 'python', ok, detail, fix: `Python tools need Python 3.${MIN_PYTHON_MINOR} or later` };
+  return { name: 'python', ok, detail, executable: exe };
 }
 
 export async function checkBwrap(): Promise<Check> {
@@ -146,18 +143,20 @@ export async function checkUserNamespaces(): Promise<Check> {
 
 /**
  * Landlock scopes (Linux 6.12+): the Python sandbox gives each call's process abstract Unix sockets of
- * its own with them. Asked through the Python interpreter, which makes the same system call the
- * sandbox does (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION: the ABI version).
+ * its own with them. Asked through the harness itself (arium_child.landlock_abi, the system call the
+ * sandbox makes), run by the interpreter checkPython found (its real executable, not a shim).
  */
-export async function checkLandlock(python: string | undefined, pythonOk: boolean): Promise<Check> {
+export async function checkLandlock(python: string | undefined): Promise<Check> {
   const name = 'landlock';
   const consequence = 'Python calls running at the same time in one fork server can reach each other’s abstract Unix sockets';
-  if (!pythonOk) return { name, ok: false, detail: 'not checked: no usable Python (see above)', fix: 'fix the Python check first' };
-  const script =
-    'import ctypes, platform\n' +
-    "if platform.machine() not in ('x86_64', 'aarch64'): print(-2)\n" +
-    'else: print(ctypes.CDLL(None, use_errno=True).syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))';
-  const r = await run(python ?? 'python3', ['-I', '-S', '-c', script]);
+  if (!python) return { name, ok: false, detail: 'not checked: no usable Python (see above)', fix: 'fix the Python check first' };
+  const script = [
+    'import platform, sys',
+    `sys.path.insert(0, ${JSON.stringify(harnessDir())})`,
+    'import arium_child',
+    'print(arium_child.landlock_abi() if platform.machine() in arium_child.LANDLOCK_MACHINES else -2)',
+  ].join('\n');
+  const r = await run(python, ['-I', '-S', '-c', script]);
   const abi = r.code === 0 ? Number.parseInt(r.stdout.trim(), 10) : Number.NaN;
   if (abi >= LANDLOCK_SCOPES) return { name, ok: true, detail: `ABI ${abi}: each Python call has abstract Unix sockets of its own` };
   const why = Number.isNaN(abi)

@@ -49,7 +49,7 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   // The project is opened first: its arium.json may name the Python interpreter to probe.
   const project = await projectStatus(ctx);
   const probes = await Promise.all([checkIsolatedVm(), checkPython(project.python), checkBwrap(), checkUserNamespaces()]);
-  const landlock = await checkLandlock(project.python, probes[1].ok);
+  const landlock = await checkLandlock(probes[1].executable);
   const checks = [checkNode(), project.check, ...probes, landlock];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
 }
