@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -10,7 +10,9 @@ import { cpuPerOp, machineCpu, median, threadCpu } from './stats.js';
 /**
  * JS tools through the whole engine (validation, permissions, a fresh isolated-vm context per call in
  * the sandbox process, output checks), against baselines measured in the same run: `node:vm`
- * runInNewContext per call (no security boundary), spawning `node` per call, and raw isolated-vm.
+ * runInNewContext per call (no security boundary), spawning `node` per call, raw isolated-vm, and the
+ * floor of the runner's architecture (bench/js-floor.ts: the same sandbox process and fresh contexts
+ * made ahead, with none of the engine's work).
  * `node --no-node-snapshot dist/bench/run.js js` runs this suite; `node dist/bench/js.js` runs it alone.
  */
 
@@ -119,8 +121,47 @@ function baselines(): Baselines {
   };
 }
 
+/**
+ * The architecture's floor (bench/js-floor.ts): a fresh context per call, made ahead, in a sandbox
+ * process reached over the IPC channel — and the same in-process — with none of the engine's work.
+ */
+async function floor(): Promise<{ floor_median_ms: number; floor_machine_cpu_ms: number; floor_in_process_median_ms: number }> {
+  const script = join(here, 'js-floor.js');
+  const child = fork(script, ['serve'], { execArgv: ['--no-node-snapshot'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  try {
+    await new Promise((resolve) => child.once('message', resolve));
+    const pending = new Map<number, (out: unknown) => void>();
+    child.on('message', (message: { id: number; out: unknown }) => {
+      pending.get(message.id)?.(message.out);
+      pending.delete(message.id);
+    });
+    let id = 0;
+    const call = (input: unknown) =>
+      new Promise<unknown>((resolve) => {
+        pending.set(++id, resolve);
+        child.send({ id, input });
+      });
+    const input = { text: 'hello' };
+    for (let i = 0; i < 3000; i++) await call(input);
+    const times: number[] = [];
+    const cpu0 = machineCpu();
+    for (let i = 0; i < 5000; i++) {
+      const t0 = performance.now();
+      const out = (await call(input)) as { text?: string };
+      times.push(performance.now() - t0);
+      if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
+    }
+    const cpu = (machineCpu() - cpu0) / 5000;
+    const local = JSON.parse(execFileSync(process.execPath, ['--no-node-snapshot', script, 'local'], { encoding: 'utf8' })) as { median_ms: number };
+    return { floor_median_ms: ms(median(times)), floor_machine_cpu_ms: ms(cpu), floor_in_process_median_ms: ms(local.median_ms) };
+  } finally {
+    child.kill('SIGKILL');
+  }
+}
+
 export async function benchJs(): Promise<Record<string, unknown>> {
   const base = baselines();
+  const architecture = await floor();
   const engine = await createEngine({ workspace: join(root, 'fixtures', 'js'), project: 'project', watch: false, persist: false });
   try {
     await ready(engine);
@@ -154,7 +195,10 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       typescript_tool_median_ms: ms(median(typescript.times)),
       one_vfs_write_tool_median_ms: ms(median(vfs.times)),
       ...(await coldTool()),
+      ...architecture,
       ratio_warm_to_node_vm: ms(warmMedian / base.node_vm_per_call_ms),
+      ratio_floor_to_node_vm: ms(architecture.floor_median_ms / base.node_vm_per_call_ms),
+      ratio_warm_to_floor: ms(warmMedian / architecture.floor_median_ms),
       ratio_spawn_to_warm: Math.round(base.spawn_per_call_ms / warmMedian),
     };
   } finally {
