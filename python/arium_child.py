@@ -159,6 +159,9 @@ def prepare_zygote(config):
         _LANDLOCK = (attr, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
 
 
+_CLOSE_RANGE = platform.machine() in CLOSE_RANGE_MACHINES
+
+
 def close_from(low, high):
     """Closes descriptors low to high - 1. For a wide range one close_range(2) where the kernel has
     it: os.closerange makes that call itself only from CPython 3.10 on; before, it closes each number
@@ -167,9 +170,6 @@ def close_from(low, high):
         if libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(low), ctypes.c_uint(high - 1), ctypes.c_uint(0)) == 0:
             return
     os.closerange(low, high)
-
-
-_CLOSE_RANGE = platform.machine() in CLOSE_RANGE_MACHINES
 
 
 def landlock_abi():
