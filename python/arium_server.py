@@ -99,8 +99,10 @@ def bare_fork_problem():
     a call's process that does little else pays for: with threading and logging loaded, about 180
     pages written in the child (each a copy-on-write fault), and twice the CPU of a child that exits
     at once (1.0 against 0.5 ms, 400 forks of a process holding what the server holds). random, the
-    one handler whose effect a tool could see, is reseeded in the child (after_bare_fork). Limited to
-    the CPython versions the runner's tests were run with; anything else forks through os.fork."""
+    one handler whose effect a tool could see, is reseeded in the child (after_bare_fork); what else
+    differs is cosmetic (threading.main_thread().native_id keeps the zygote's thread id, while
+    threading.get_native_id() asks the kernel). Limited to the CPython versions the runner's tests
+    were run with; anything else forks through os.fork."""
     if sys.implementation.name != "cpython" or not ((3, 9) <= sys.version_info[:2] <= (3, 13)):
         return "not CPython 3.9-3.13"
     if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
