@@ -160,6 +160,32 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       for (let i = 0; i < 4; i++) expect(ok(await engine.call('py.versioned', {}))).toEqual({ version: 2 });
     });
 
+    it.runIf(mode !== 'rlimits')(
+      'with no time to wait for compile processes, each call compiles its tool: results, edits and errors as before, and the zygote carries on',
+      async () => {
+        // compileWaitMs 0: the zygote gives up on every compile process before it can answer (its
+        // deadline has passed at the first look), so this runs the path of a compile that takes too long.
+        const before = zygotes(mode);
+        await withOneServer(project, { isolation: mode, compileWaitMs: 0 }, async (single) => {
+          for (let i = 0; i < 4; i++) expect(ok<{ input: unknown }>(await single.call('py.echo', { i })).input).toEqual({ i });
+          const ours = [...zygotes(mode)].filter((pid) => !before.has(pid));
+          expect(ours).toHaveLength(1);
+          writeFileSync(join(project.dir, 'tools', 'slowcompiled.py'), 'def run(input, ctx):\n    return {"v": 1}\n');
+          writeFileSync(
+            join(project.dir, 'tools', 'slowcompiled.json'),
+            definition({ id: 'py.slowcompiled', runner: 'py-runner', entry: 'slowcompiled.py', permissions: ['exec.py'] }),
+          );
+          await single.refresh();
+          for (let i = 0; i < 3; i++) expect(ok(await single.call('py.slowcompiled', {}))).toEqual({ v: 1 });
+          writeFileSync(join(project.dir, 'tools', 'slowcompiled.py'), 'def run(input, ctx):\n    return {"v": 22}\n');
+          for (let i = 0; i < 3; i++) expect(ok(await single.call('py.slowcompiled', {}))).toEqual({ v: 22 });
+          for (let i = 0; i < 2; i++) expect(failed(await single.call('py.broken', {})).message).toMatch(/SyntaxError.*line 2|line 2.*SyntaxError/s);
+          // The same zygote served every call: giving up on its compile processes did not break it.
+          expect([...zygotes(mode)].filter((pid) => !before.has(pid))).toEqual(ours);
+        });
+      },
+    );
+
     it('a call’s process holds nothing of another call running at the same time: not through the server’s objects, not in its memory', async () => {
       // One fork server, so both calls go through the same one; the victim's job is in it while the
       // attacker's processes are forked.

@@ -46,6 +46,11 @@ export interface PythonRunnerOptions {
   servers?: number;
   /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
   logBytes?: number;
+  /**
+   * How long a fork server waits for a tool's code compiled ahead (with namespaces) before it stops
+   * waiting and lets each call of that tool compile it, until the file changes. Default 2000 ms.
+   */
+  compileWaitMs?: number;
 }
 
 /** The first of the uids calls get when the engine runs as root (one per running call, so RLIMIT_NPROC is per call). */
@@ -271,6 +276,7 @@ export class PythonRunner implements Runner {
       max_frame: 256 * 1024 * 1024,
       // Call processes forked ahead of time, so a call does not wait for a fork.
       warm: this.#options.warm ?? 2,
+      compile_wait_s: (this.#options.compileWaitMs ?? 2000) / 1000,
       stdlib: interpreter.stdlib,
       ...(isolation.mode === 'unshare' && workRoot ? { unshare: { layout: sandboxLayout(paths), root: workRoot } } : {}),
     };
