@@ -125,7 +125,12 @@ function baselines(): Baselines {
  * The architecture's floor (bench/js-floor.ts): a fresh context per call, made ahead, in a sandbox
  * process reached over the IPC channel — and the same in-process — with none of the engine's work.
  */
-async function floor(): Promise<{ floor_median_ms: number; floor_machine_cpu_ms: number; floor_in_process_median_ms: number }> {
+async function floor(): Promise<{
+  floor_median_ms: number;
+  floor_machine_cpu_ms: number;
+  floor_cpu_us_by_thread: Record<string, unknown>;
+  floor_in_process_median_ms: number;
+}> {
   const script = join(here, 'js-floor.js');
   const child = fork(script, ['serve'], { execArgv: ['--no-node-snapshot'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   try {
@@ -144,6 +149,8 @@ async function floor(): Promise<{ floor_median_ms: number; floor_machine_cpu_ms:
     const input = { text: 'hello' };
     for (let i = 0; i < 3000; i++) await call(input);
     const times: number[] = [];
+    const childPid = child.pid as number;
+    const threads0 = { caller: threadCpu(process.pid), sandbox: threadCpu(childPid) };
     const cpu0 = machineCpu();
     for (let i = 0; i < 5000; i++) {
       const t0 = performance.now();
@@ -152,8 +159,18 @@ async function floor(): Promise<{ floor_median_ms: number; floor_machine_cpu_ms:
       if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
     }
     const cpu = (machineCpu() - cpu0) / 5000;
+    // The same split as the engine's figure: the calling process, the sandbox's main thread and its isolate threads.
+    const byThread = {
+      caller: cpuPerOp(threads0.caller, threadCpu(process.pid), 5000),
+      sandbox: cpuPerOp(threads0.sandbox, threadCpu(childPid), 5000),
+    };
     const local = JSON.parse(execFileSync(process.execPath, ['--no-node-snapshot', script, 'local'], { encoding: 'utf8' })) as { median_ms: number };
-    return { floor_median_ms: ms(median(times)), floor_machine_cpu_ms: ms(cpu), floor_in_process_median_ms: ms(local.median_ms) };
+    return {
+      floor_median_ms: ms(median(times)),
+      floor_machine_cpu_ms: ms(cpu),
+      floor_cpu_us_by_thread: byThread,
+      floor_in_process_median_ms: ms(local.median_ms),
+    };
   } finally {
     child.kill('SIGKILL');
   }
