@@ -50,17 +50,18 @@ SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
-# Landlock (include/uapi/linux/landlock.h): its system calls have the same numbers on x86_64 and
-# aarch64 (asm-generic), and scopes came with ABI 6 (Linux 6.12).
+# System calls made by number (Python has no wrapper for them): the numbers are the same on x86_64
+# and aarch64 (asm-generic); elsewhere they are not made (KNOWN_SYSCALLS).
+SYSCALL_MACHINES = ("x86_64", "aarch64")
+KNOWN_SYSCALLS = platform.machine() in SYSCALL_MACHINES
+# close_range(2), Linux 5.9.
+SYS_CLOSE_RANGE = 436
+# Landlock (include/uapi/linux/landlock.h); scopes came with ABI 6 (Linux 6.12).
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_RESTRICT_SELF = 446
-LANDLOCK_MACHINES = ("x86_64", "aarch64")
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_ABI_SCOPES = 6
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 0x1
-# close_range(2) (Linux 5.9), the same number on x86_64 and aarch64 (asm-generic).
-SYS_CLOSE_RANGE = 436
-CLOSE_RANGE_MACHINES = ("x86_64", "aarch64")
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 MAX_SOURCE = 4 * 1024 * 1024
@@ -159,22 +160,20 @@ def prepare_zygote(config):
         _LANDLOCK = (attr, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
 
 
-_CLOSE_RANGE = platform.machine() in CLOSE_RANGE_MACHINES
-
-
 def close_from(low, high):
-    """Closes descriptors low to high - 1. For a wide range one close_range(2) where the kernel has
-    it: os.closerange makes that call itself only from CPython 3.10 on; before, it closes each number
-    in turn (a million system calls, half a second of CPU, in every call's process)."""
-    if high - low > 64 and _CLOSE_RANGE:
-        if libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(low), ctypes.c_uint(high - 1), ctypes.c_uint(0)) == 0:
-            return
+    """Closes descriptors low to high - 1 with one close_range(2) where the kernel has it:
+    os.closerange makes that call itself only from CPython 3.10 on; before, it closes each number in
+    turn (a million system calls, half a second of CPU, in every call's process)."""
+    if high <= low:
+        return
+    if KNOWN_SYSCALLS and libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(low), ctypes.c_uint(high - 1), ctypes.c_uint(0)) == 0:
+        return
     os.closerange(low, high)
 
 
 def landlock_abi():
     """The Landlock ABI version this kernel offers; 0 without Landlock."""
-    if platform.machine() not in LANDLOCK_MACHINES:
+    if not KNOWN_SYSCALLS:
         return 0
     version = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
     return max(version, 0)

@@ -151,12 +151,13 @@ export async function checkLandlock(python: string | undefined): Promise<Check> 
   const consequence = 'Python calls running at the same time in one fork server can reach each other’s abstract Unix sockets';
   if (!python) return { name, ok: false, detail: 'not checked: no usable Python (see above)', fix: 'fix the Python check first' };
   const script = [
-    'import platform, sys',
+    'import sys',
     `sys.path.insert(0, ${JSON.stringify(harnessDir())})`,
     'import arium_child',
-    'print(arium_child.landlock_abi() if platform.machine() in arium_child.LANDLOCK_MACHINES else -2)',
+    'print(arium_child.landlock_abi() if arium_child.KNOWN_SYSCALLS else -2)',
   ].join('\n');
-  const r = await run(python, ['-I', '-S', '-c', script]);
+  // -B: asking must not write bytecode into the harness's folder.
+  const r = await run(python, ['-I', '-S', '-B', '-c', script]);
   const abi = r.code === 0 ? Number.parseInt(r.stdout.trim(), 10) : Number.NaN;
   if (abi >= LANDLOCK_SCOPES) return { name, ok: true, detail: `ABI ${abi}: each Python call has abstract Unix sockets of its own` };
   const why = Number.isNaN(abi)
