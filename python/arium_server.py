@@ -89,6 +89,11 @@ def preload_asyncio(no_network):
             sys.modules["ssl"] = saved
 
 
+# The CPython versions whose fork hooks bare_fork_problem was checked against (the runner's tests ran
+# with each), first and last.
+BARE_FORK_PYTHONS = ((3, 9), (3, 13))
+
+
 def bare_fork_problem():
     """Why the zygote must fork through os.fork, or None when it may call fork(2) directly.
 
@@ -99,12 +104,12 @@ def bare_fork_problem():
     a call's process that does little else pays for: with threading and logging loaded, about 180
     pages written in the child (each a copy-on-write fault), and twice the CPU of a child that exits
     at once (1.0 against 0.5 ms, 400 forks of a process holding what the server holds). random, the
-    one handler whose effect a tool could see, is reseeded in the child (after_bare_fork); what else
+    one handler whose effect a tool could see, is reseeded in the child (bare_fork); what else
     differs is cosmetic (threading.main_thread().native_id keeps the zygote's thread id, while
     threading.get_native_id() asks the kernel). Limited to the CPython versions the runner's tests
     were run with; anything else forks through os.fork."""
-    if sys.implementation.name != "cpython" or not ((3, 9) <= sys.version_info[:2] <= (3, 13)):
-        return "not CPython 3.9-3.13"
+    if sys.implementation.name != "cpython" or not (BARE_FORK_PYTHONS[0] <= sys.version_info[:2] <= BARE_FORK_PYTHONS[1]):
+        return "not CPython %d.%d-%d.%d" % (BARE_FORK_PYTHONS[0] + BARE_FORK_PYTHONS[1])
     if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
         return "a free-threaded build"
     try:
@@ -117,14 +122,22 @@ def bare_fork_problem():
 
 
 # A PyDLL function keeps the GIL while it runs, so the child's one thread holds it, as after os.fork.
-_bare_fork = arium_child.ctypes.PyDLL(None, use_errno=True).fork
+_fork = arium_child.ctypes.PyDLL(None, use_errno=True).fork
 
 
-def after_bare_fork():
-    """In a child forked without CPython's hooks: what of them a tool could notice (see bare_fork_problem)."""
-    random = sys.modules.get("random")
-    if random is not None:
-        random.seed()  # otherwise every call's process would draw the zygote's sequence
+def bare_fork(reseed=True):
+    """fork(2) without CPython's hooks (only where bare_fork_problem finds none needed). The child
+    reseeds random, the one hook whose effect a tool could see (`reseed` is for the test that shows
+    why). A failure raises the OSError os.fork would."""
+    pid = _fork()
+    if pid < 0:
+        code = arium_child.ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    if pid == 0 and reseed:
+        random = sys.modules.get("random")
+        if random is not None:
+            random.seed()  # otherwise every call's process would draw the zygote's sequence
+    return pid
 
 
 class Proc:
@@ -924,7 +937,7 @@ class Zygote:
             if namespaces and arium_child.libc.unshare(CLONE_NEWPID) != 0:
                 raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
             try:
-                pid = self.fork_process()
+                pid = bare_fork() if self.bare_fork else os.fork()
             except BaseException:
                 if namespaces:
                     arium_child.libc.setns(self.server.pidns, CLONE_NEWPID)
@@ -950,18 +963,6 @@ class Zygote:
         os.close(err_w)
         child_sock.close()
         return pid, [parent_sock.detach(), out_r, err_r]
-
-    def fork_process(self):
-        """fork(2), bare where nothing needs CPython's fork hooks (see bare_fork_problem)."""
-        if not self.bare_fork:
-            return os.fork()
-        pid = _bare_fork()
-        if pid < 0:
-            code = arium_child.ctypes.get_errno()
-            raise OSError(code, os.strerror(code))  # as os.fork words it
-        if pid == 0:
-            after_bare_fork()
-        return pid
 
     def reap(self):
         while True:

@@ -9,19 +9,17 @@ const interpreter = await findInterpreter(undefined, process.cwd());
 /** Runs `body` (Python, after the harness is importable) and returns what it printed as JSON. */
 function python(body: string): unknown {
   const script = ['import json, os, sys', `sys.path.insert(0, ${JSON.stringify(harnessDir())})`, 'import arium_server', body].join('\n');
-  return JSON.parse(execFileSync(interpreter.executable, ['-I', '-S', '-c', script], { encoding: 'utf8', timeout: 20_000 }));
+  // -B, as the fork server runs: no bytecode written into the harness's folder.
+  return JSON.parse(execFileSync(interpreter.executable, ['-I', '-S', '-B', '-c', script], { encoding: 'utf8', timeout: 20_000 }));
 }
 
-/** Python: forks with the bare fork; the child runs `child` (which sets `out`) and sends `out` back. */
+/** Python: forks with the zygote's bare fork; the child runs `child` and sends what it returns back. */
 const FORK_HELPER = `
-def in_child(child, hooks=True):
+def in_child(child, reseed=True):
     r, w = os.pipe()
-    pid = arium_server._bare_fork()
-    assert pid >= 0
+    pid = arium_server.bare_fork(reseed)
     if pid == 0:
         try:
-            if hooks:
-                arium_server.after_bare_fork()
             out = child()
         except BaseException as error:
             out = {"error": repr(error)}
@@ -80,7 +78,8 @@ thread.start()
 crowded = arium_server.bare_fork_problem()
 stop.set()
 thread.join()
-print(json.dumps([alone, crowded, sys.version_info[:2] >= (3, 9) and sys.version_info[:2] <= (3, 13)]))
+first, last = arium_server.BARE_FORK_PYTHONS
+print(json.dumps([alone, crowded, first <= sys.version_info[:2] <= last]))
 `) as [string | null, string | null, boolean];
     const [alone, crowded, supported] = out;
     if (supported) expect(alone).toBeNull();
@@ -94,13 +93,13 @@ import random
 draw = lambda: [random.getrandbits(64) for _ in range(4)]
 a = in_child(draw)
 b = in_child(draw)
-unseeded = in_child(draw, hooks=False)
+unseeded = in_child(draw, reseed=False)
 print(json.dumps({"a": a, "b": b, "unseeded": unseeded, "parent": draw()}))
 `) as Record<string, number[]>;
     expect(out.a).not.toEqual(out.b);
     expect(out.a).not.toEqual(out.parent);
     expect(out.b).not.toEqual(out.parent);
-    // The control: a child that skips after_bare_fork draws exactly what the parent draws next.
+    // The control: a child that skips the reseed draws exactly what the parent draws next.
     expect(out.unseeded).toEqual(out.parent);
   });
 
