@@ -58,9 +58,6 @@ MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
 FORK_RETRY_S = 0.1
-# How long a compile process may take before the zygote kills it (its tool is then compiled by each of
-# its calls, until its file changes; see Zygote.refresh_code). The engine may set another (compile_wait_s).
-COMPILE_WAIT_S = 2.0
 # Tools whose code a warm process makes ready while it waits for its job: the ones called last. Any
 # more, and every call's process would pay for tools it is not given (without namespaces it compiles
 # them itself: a folder with one large tool, 2 ms to compile, cost that much CPU per call of any tool).
@@ -841,10 +838,10 @@ class Zygote:
         processes, for the call processes to come (see arium_child.compile_main). A tool whose file
         changed is compiled again. Compiling never holds up a fork: until a tool's code has come back,
         the call processes forked compile it themselves. A tool that cannot be compiled, or not within
-        the compile wait (compile_wait_s, default COMPILE_WAIT_S), is kept as None (each call process
-        compiles it, and its call reports why) until its file changes. Only with namespaces: there a
-        compile process shares nothing with the calls (with rlimits only, a call of the same user could
-        reach into it)."""
+        the engine's compile wait (config compile_wait_s; the zygote then kills the compile process), is
+        kept as None (each call process compiles it, and its call reports why) until its file changes.
+        Only with namespaces: there a compile process shares nothing with the calls (with rlimits only,
+        a call of the same user could reach into it)."""
         if not self.config["namespaces"]:
             return
         for entry in list(self.code):
@@ -877,7 +874,7 @@ class Zygote:
             "key": key,
             "pid": pid,
             "reader": arium_proto.Reader(arium_child.MAX_CODE_BLOB * 2),
-            "deadline": time.monotonic() + self.config.get("compile_wait_s", COMPILE_WAIT_S),
+            "deadline": time.monotonic() + self.config["compile_wait_s"],
         }
         self.compile_pids.add(pid)
         self.selector.register(sock, selectors.EVENT_READ, "compile")

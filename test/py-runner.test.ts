@@ -677,6 +677,18 @@ describe('Python runner availability', () => {
     }
   });
 
+  it('a numeric option that is not a finite number of at least 0 is refused when the runner is made, naming it', () => {
+    for (const [options, shown] of [
+      [{ compileWaitMs: Number.NaN }, 'compileWaitMs must be a finite number of at least 0; got NaN'],
+      [{ warm: -1 }, 'warm must be a finite number of at least 0; got -1'],
+      [{ tmpMb: Number.POSITIVE_INFINITY }, 'tmpMb must be a finite number of at least 0; got Infinity'],
+      [{ processes: '32' as unknown as number }, 'processes must be a finite number of at least 0; got 32'],
+    ] as const) {
+      expect(() => new PythonRunner(options)).toThrow(new RangeError(`PythonRunner option ${shown}`));
+    }
+    expect(() => new PythonRunner({ compileWaitMs: 0, warm: 0, servers: 1 })).not.toThrow();
+  });
+
   it('strict refuses to run Python tools without namespace isolation', async () => {
     const project = copyFixtureProject('python');
     const engine = await openEngine(project, { runners: [new PythonRunner({ isolation: 'rlimits', strict: true })] });

@@ -53,6 +53,10 @@ export interface PythonRunnerOptions {
   compileWaitMs?: number;
 }
 
+/** The numeric options: each must be a finite number, at least 0 (a size, a count, a wait in ms). */
+const NUMERIC_OPTIONS = ['tmpMb', 'tmpInodes', 'openFiles', 'fileMb', 'processes', 'warm', 'servers', 'logBytes', 'compileWaitMs'] as const;
+const DEFAULT_COMPILE_WAIT_MS = 2000;
+
 /** The first of the uids calls get when the engine runs as root (one per running call, so RLIMIT_NPROC is per call). */
 const UID_BASE = 1_700_000_000;
 const UID_SLOTS = 1024;
@@ -81,6 +85,15 @@ export class PythonRunner implements Runner {
   #closed = false;
 
   constructor(options: PythonRunnerOptions = {}) {
+    // Checked here, once: the fork server would take what it is given (JSON turns a NaN into null: a
+    // NaN compileWaitMs crashed the zygote at its first compile, and every other call failed as
+    // UNAVAILABLE while the server was replaced again and again).
+    for (const name of NUMERIC_OPTIONS) {
+      const value = options[name];
+      if (value !== undefined && (typeof value !== 'number' || !Number.isFinite(value) || value < 0)) {
+        throw new RangeError(`PythonRunner option ${name} must be a finite number of at least 0; got ${String(value)}`);
+      }
+    }
     this.#options = options;
   }
 
@@ -276,7 +289,7 @@ export class PythonRunner implements Runner {
       max_frame: 256 * 1024 * 1024,
       // Call processes forked ahead of time, so a call does not wait for a fork.
       warm: this.#options.warm ?? 2,
-      compile_wait_s: (this.#options.compileWaitMs ?? 2000) / 1000,
+      compile_wait_s: (this.#options.compileWaitMs ?? DEFAULT_COMPILE_WAIT_MS) / 1000,
       stdlib: interpreter.stdlib,
       ...(isolation.mode === 'unshare' && workRoot ? { unshare: { layout: sandboxLayout(paths), root: workRoot } } : {}),
     };
