@@ -2,6 +2,7 @@ import { execFileSync, fork } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runInNewContext } from 'node:vm';
 import { createEngine, type Engine } from '../src/index.js';
@@ -12,7 +13,9 @@ import { cpuPerOp, machineCpu, median, threadCpu } from './stats.js';
  * the sandbox process, output checks), against baselines measured in the same run: `node:vm`
  * runInNewContext per call (no security boundary), spawning `node` per call, raw isolated-vm, and the
  * floor of the runner's architecture (bench/js-floor.ts: the same sandbox process and fresh contexts
- * made ahead, with none of the engine's work).
+ * made ahead, with none of the engine's work). Calls are timed back to back (each starts when the last
+ * ended: the machine is saturated, so work done ahead competes with the call for the 2 cores) and
+ * paced (a gap before each call, as in an agent loop: see `paced`).
  * `node --no-node-snapshot dist/bench/run.js js` runs this suite; `node dist/bench/js.js` runs it alone.
  */
 
@@ -121,66 +124,121 @@ function baselines(): Baselines {
   };
 }
 
+interface FloorProcess {
+  call(input: unknown): Promise<unknown>;
+  pid: number;
+  close(): void;
+}
+
+/** The floor's sandbox process (bench/js-floor.ts `serve`), answering calls over the IPC channel. */
+async function floorProcess(): Promise<FloorProcess> {
+  const child = fork(join(here, 'js-floor.js'), ['serve'], { execArgv: ['--no-node-snapshot'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  await new Promise((resolve) => child.once('message', resolve));
+  const pending = new Map<number, (out: unknown) => void>();
+  child.on('message', (message: { id: number; out: unknown }) => {
+    pending.get(message.id)?.(message.out);
+    pending.delete(message.id);
+  });
+  let id = 0;
+  return {
+    call: (input) =>
+      new Promise<unknown>((resolve) => {
+        pending.set(++id, resolve);
+        child.send({ id, input });
+      }),
+    pid: child.pid as number,
+    close: () => child.kill('SIGKILL'),
+  };
+}
+
 /**
  * The architecture's floor (bench/js-floor.ts): a fresh context per call, made ahead, in a sandbox
  * process reached over the IPC channel — and the same in-process — with none of the engine's work.
  */
-async function floor(): Promise<{
+async function floor(sandbox: FloorProcess): Promise<{
   floor_median_ms: number;
   floor_machine_cpu_ms: number;
   floor_cpu_us_by_thread: Record<string, unknown>;
   floor_in_process_median_ms: number;
 }> {
-  const script = join(here, 'js-floor.js');
-  const child = fork(script, ['serve'], { execArgv: ['--no-node-snapshot'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-  try {
-    await new Promise((resolve) => child.once('message', resolve));
-    const pending = new Map<number, (out: unknown) => void>();
-    child.on('message', (message: { id: number; out: unknown }) => {
-      pending.get(message.id)?.(message.out);
-      pending.delete(message.id);
-    });
-    let id = 0;
-    const call = (input: unknown) =>
-      new Promise<unknown>((resolve) => {
-        pending.set(++id, resolve);
-        child.send({ id, input });
-      });
-    const input = { text: 'hello' };
-    for (let i = 0; i < 3000; i++) await call(input);
-    const times: number[] = [];
-    const childPid = child.pid as number;
-    const threads0 = { caller: threadCpu(process.pid), sandbox: threadCpu(childPid) };
-    const cpu0 = machineCpu();
-    for (let i = 0; i < 5000; i++) {
-      const t0 = performance.now();
-      const out = (await call(input)) as { text?: string };
-      times.push(performance.now() - t0);
-      if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
-    }
-    const cpu = (machineCpu() - cpu0) / 5000;
-    // The same split as the engine's figure: the calling process, the sandbox's main thread and its isolate threads.
-    const byThread = {
-      caller: cpuPerOp(threads0.caller, threadCpu(process.pid), 5000),
-      sandbox: cpuPerOp(threads0.sandbox, threadCpu(childPid), 5000),
-    };
-    const local = JSON.parse(execFileSync(process.execPath, ['--no-node-snapshot', script, 'local'], { encoding: 'utf8' })) as { median_ms: number };
-    return {
-      floor_median_ms: ms(median(times)),
-      floor_machine_cpu_ms: ms(cpu),
-      floor_cpu_us_by_thread: byThread,
-      floor_in_process_median_ms: ms(local.median_ms),
-    };
-  } finally {
-    child.kill('SIGKILL');
+  const input = { text: 'hello' };
+  for (let i = 0; i < 3000; i++) await sandbox.call(input);
+  const times: number[] = [];
+  const threads0 = { caller: threadCpu(process.pid), sandbox: threadCpu(sandbox.pid) };
+  const cpu0 = machineCpu();
+  for (let i = 0; i < 5000; i++) {
+    const t0 = performance.now();
+    const out = (await sandbox.call(input)) as { text?: string };
+    times.push(performance.now() - t0);
+    if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
   }
+  const cpu = (machineCpu() - cpu0) / 5000;
+  // The same split as the engine's figure: the calling process, the sandbox's main thread and its isolate threads.
+  const byThread = {
+    caller: cpuPerOp(threads0.caller, threadCpu(process.pid), 5000),
+    sandbox: cpuPerOp(threads0.sandbox, threadCpu(sandbox.pid), 5000),
+  };
+  const local = JSON.parse(execFileSync(process.execPath, ['--no-node-snapshot', join(here, 'js-floor.js'), 'local'], { encoding: 'utf8' })) as {
+    median_ms: number;
+  };
+  return {
+    floor_median_ms: ms(median(times)),
+    floor_machine_cpu_ms: ms(cpu),
+    floor_cpu_us_by_thread: byThread,
+    floor_in_process_median_ms: ms(local.median_ms),
+  };
+}
+
+/** Gaps between calls for the paced figures (ms), and how many rounds each. */
+const PACED: ReadonlyArray<{ gapMs: number; rounds: number }> = [
+  { gapMs: 2, rounds: 800 },
+  { gapMs: 20, rounds: 300 },
+];
+
+/**
+ * Calls that do not follow each other at once, as in an agent loop (a model's step between two tool
+ * calls): each call comes `gapMs` after the last one ended, so warm pools are full again and the
+ * processes and threads a call crosses are idle (asleep) when it starts. In every round the engine, a
+ * `node:vm` runInNewContext and the floor each make one call, in the same conditions.
+ */
+async function paced(engine: Engine, sandbox: FloorProcess): Promise<Record<string, number>> {
+  const input = { text: 'hello' };
+  const out: Record<string, number> = {};
+  for (const { gapMs, rounds } of PACED) {
+    const times = { engine: [] as number[], vm: [] as number[], floor: [] as number[] };
+    for (let i = 0; i < rounds; i++) {
+      await sleep(gapMs);
+      let t0 = performance.now();
+      const result = await engine.call('reverse', input);
+      times.engine.push(performance.now() - t0);
+      if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
+      await sleep(gapMs);
+      t0 = performance.now();
+      runInNewContext(`${REVERSE}(input)`, { input });
+      times.vm.push(performance.now() - t0);
+      await sleep(gapMs);
+      t0 = performance.now();
+      await sandbox.call(input);
+      times.floor.push(performance.now() - t0);
+    }
+    const e = median(times.engine);
+    const v = median(times.vm);
+    const f = median(times.floor);
+    out[`paced_${gapMs}ms_warm_call_median_ms`] = ms(e);
+    out[`paced_${gapMs}ms_node_vm_median_ms`] = ms(v);
+    out[`paced_${gapMs}ms_floor_median_ms`] = ms(f);
+    out[`paced_${gapMs}ms_ratio_warm_to_node_vm`] = ms(e / v);
+    out[`paced_${gapMs}ms_ratio_floor_to_node_vm`] = ms(f / v);
+  }
+  return out;
 }
 
 export async function benchJs(): Promise<Record<string, unknown>> {
   const base = baselines();
-  const architecture = await floor();
+  const sandbox = await floorProcess();
   const engine = await createEngine({ workspace: join(root, 'fixtures', 'js'), project: 'project', watch: false, persist: false });
   try {
+    const architecture = await floor(sandbox);
     await ready(engine);
     const input = { text: 'hello' };
     await latencies(engine, 'reverse', input, 3000);
@@ -198,6 +256,7 @@ export async function benchJs(): Promise<Record<string, unknown>> {
     const vfs = await latencies(engine, 'notes', { steps: [{ op: 'write', args: ['/b.txt', 'x'] }] }, 2000);
     const inFlight4 = await concurrent(engine, 4, 3);
     const warmMedian = median(sequential.times);
+    const spaced = await paced(engine, sandbox);
     return {
       ...base,
       warm_call_median_ms: ms(warmMedian),
@@ -217,8 +276,10 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       ratio_floor_to_node_vm: ms(architecture.floor_median_ms / base.node_vm_per_call_ms),
       ratio_warm_to_floor: ms(warmMedian / architecture.floor_median_ms),
       ratio_spawn_to_warm: Math.round(base.spawn_per_call_ms / warmMedian),
+      ...spaced,
     };
   } finally {
+    sandbox.close();
     await engine.close();
   }
 }
