@@ -57,12 +57,16 @@ function processesWith(needle: string): number[] {
 }
 
 /**
- * The fork servers' zygotes below this test process. Every process of a fork server runs the server
- * script: the server (with unshare, below the process that made its namespaces and waits for it), its
- * zygote, and the call processes the zygote forks. The zygote is the one that many steps below the
- * first process running the script.
+ * The zygote of the one fork server `engine` runs, found below the process the runner started for it
+ * (status `server_pids`: bwrap, unshare or Python itself). Every process of a fork server runs the
+ * server script: the server (with unshare, below the process that made its namespaces and waits for
+ * it), its zygote, and the call processes the zygote forks. The zygote is the one that many steps
+ * below the first process running the script.
  */
-function zygotes(mode: 'bubblewrap' | 'unshare' | 'rlimits'): Set<number> {
+async function zygoteOf(engine: Engine, mode: 'bubblewrap' | 'unshare' | 'rlimits'): Promise<number> {
+  const roots = (await engine.status()).runners['py-runner']?.server_pids as number[];
+  expect(roots).toHaveLength(1);
+  const root = roots[0] as number;
   const rows = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,args='], { encoding: 'utf8' })
     .trim()
     .split('\n')
@@ -73,12 +77,12 @@ function zygotes(mode: 'bubblewrap' | 'unshare' | 'rlimits'): Set<number> {
       server: !String(f[2]).includes('bwrap') && f.slice(2).join(' ').includes('arium_server.py'),
     }));
   const byPid = new Map(rows.map((row) => [row.pid, row]));
-  const mine = (pid: number): boolean => {
-    for (let row = byPid.get(pid); row; row = byPid.get(row.ppid)) if (row.ppid === process.pid) return true;
+  const below = (pid: number): boolean => {
+    for (let row = byPid.get(pid); row; row = byPid.get(row.ppid)) if (row.ppid === root) return true;
     return false;
   };
   const depth = mode === 'unshare' ? 2 : 1;
-  const found = new Set<number>();
+  const found: number[] = [];
   for (const row of rows) {
     let top = row;
     let steps = 0;
@@ -86,9 +90,10 @@ function zygotes(mode: 'bubblewrap' | 'unshare' | 'rlimits'): Set<number> {
       top = byPid.get(top.ppid) as typeof row;
       steps++;
     }
-    if (row.server && steps === depth && mine(row.pid)) found.add(row.pid);
+    if (row.server && steps === depth && below(row.pid)) found.push(row.pid);
   }
-  return found;
+  expect(found).toHaveLength(1);
+  return found[0] as number;
 }
 
 /** An engine on `project` whose Python tools go through one fork server (so every call meets the same one), closed after `body`. */
@@ -204,14 +209,12 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     });
 
     it('a killed zygote fails the call running then (its process dies with it), and the runner replaces the server', async () => {
-      const before = zygotes(mode);
       await withOneServer(project, { isolation: mode }, async (single) => {
         ok(await single.call('py.echo', { i: 0 }));
-        const fresh = [...zygotes(mode)].filter((pid) => !before.has(pid));
-        expect(fresh).toHaveLength(1);
+        const zygote = await zygoteOf(single, mode);
         const running = single.call('py.attack', { attack: 'hold', seconds: 0.5 });
         await sleep(100);
-        process.kill(fresh[0] as number, 'SIGKILL');
+        process.kill(zygote, 'SIGKILL');
         const error = failed(await running);
         expect(error.code).toBe('UNAVAILABLE');
         expect(error.retryable).toBe(true);
@@ -223,12 +226,11 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       'when its zygote cannot fork (a real cgroup pids limit), calls fail at once with BUSY, and run again once it can',
       async () => {
         const group = join(PIDS_ROOT, `arium-test-${randomUUID()}`);
-        const before = zygotes(mode);
         mkdirSync(group);
         try {
           await withOneServer(project, { isolation: mode }, async (single) => {
             ok(await single.call('py.echo', { i: 0 }));
-            const zygote = [...zygotes(mode)].filter((pid) => !before.has(pid))[0] as number;
+            const zygote = await zygoteOf(single, mode);
             writeFileSync(join(group, 'pids.max'), '1');
             writeFileSync(join(group, 'cgroup.procs'), String(zygote));
             // The processes forked ahead run the next calls; after them every fork fails.
@@ -268,11 +270,10 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       'runs calls that wait for their process, and drops one cancelled while it waits without the server being killed for it',
       async () => {
         // No process forked ahead: every call waits for the zygote. A stopped zygote keeps a call waiting.
-        const before = zygotes(mode);
         await withOneServer(project, { isolation: mode, warm: 0 }, async (single) => {
           for (let i = 0; i < 3; i++) expect(ok(await single.call('py.echo', { i }))).toMatchObject({ input: { i } });
-          const [zygote] = [...zygotes(mode)].filter((pid) => !before.has(pid));
-          process.kill(zygote as number, 'SIGSTOP');
+          const zygote = await zygoteOf(single, mode);
+          process.kill(zygote, 'SIGSTOP');
           const cancel = new AbortController();
           const waiting = single.call('py.echo', { i: 'never' }, { signal: cancel.signal });
           await sleep(100);
@@ -280,9 +281,10 @@ describe.each(modes)('Python runner (%s)', (mode) => {
           expect(failed(await waiting).code).toBe('CANCELLED');
           // Past the 3 s the engine gives a server to answer for a call it stopped.
           await sleep(3_500);
-          process.kill(zygote as number, 'SIGCONT');
+          process.kill(zygote, 'SIGCONT');
           expect(ok(await single.call('py.echo', { i: 4 }))).toMatchObject({ input: { i: 4 } });
-          expect(zygotes(mode).has(zygote as number)).toBe(true);
+          // The same zygote served the call: the server was not replaced.
+          expect(await zygoteOf(single, mode)).toBe(zygote);
         });
       },
     );

@@ -165,6 +165,8 @@ export class PythonRunner implements Runner {
       uid: this.#uidNote() ?? (privileged() ? 'a uid of its own per call' : 'the engine user (capabilities dropped)'),
       ...this.#abstractSockets(isolation),
       servers: this.#servers.size,
+      // Host pids of the processes the runner started for its servers (bwrap, unshare or Python itself).
+      server_pids: [...this.#servers.values()].flatMap((server) => (server.pid === undefined ? [] : [server.pid])),
       server_starts: this.#starts,
       server_crashes: this.#crashes,
       last_problem: this.#lastProblem,
