@@ -178,11 +178,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   ]);
   for (const runner of options.runners ?? []) runners.set(runner.name, runner);
 
-  const toolsPath = join(projectDir, 'tools');
-  const toolsDir = existsSync(toolsPath) ? realpathSync(toolsPath) : null;
+  const realProject = realpathSync(projectDir);
   const registry = new Registry({
-    projectDir: realpathSync(projectDir),
-    toolsDir,
+    projectDir: realProject,
+    toolsPath: join(realProject, 'tools'),
     builtins: builtin.tools(),
     limits: registryLimits,
     onRetired: (tools) => {

@@ -1,4 +1,4 @@
-import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, RegistryChangeEvent, Runner } from '../src/index.js';
@@ -144,5 +144,85 @@ describe('hot reload of the tools folder', () => {
     const event = await handover;
     expect(event.problems).toEqual([]);
     expect(engine.tool('demo.echo')).toMatchObject({ description: 'the duplicate', source: 'tools/zz-echo.json' });
+  });
+});
+
+describe('the tools folder itself', () => {
+  /** A project with no tools folder yet, watched. */
+  async function bare(watch: boolean): Promise<{ project: TempProject; engine: Engine }> {
+    const project = tempProject();
+    rmSync(project.tools, { recursive: true });
+    return { project, engine: await openEngine(project, { watch }) };
+  }
+
+  it('picks up a tools folder made after the engine started, and its tools run', async () => {
+    const { project, engine } = await bare(true);
+    try {
+      expect(engine.problems()).toEqual([]);
+      const seen = nextEvent(engine, 'registry', (e) => e.added.includes('demo.late'), WAIT_MS);
+      // Made with its files already in it (as a rename would), then a file added afterwards.
+      const staged = join(project.dir, '.staging');
+      mkdirSync(staged);
+      writeFileSync(join(staged, 'tool.js'), TRIVIAL_JS);
+      writeFileSync(join(staged, 'late.json'), definition({ id: 'demo.late' }));
+      renameSync(staged, project.tools);
+      await seen;
+      expect(await engine.call('demo.late', { x: 1 })).toMatchObject({ ok: true, data: { x: 1 } });
+      const later = nextEvent(engine, 'registry', (e) => e.added.includes('demo.later'), WAIT_MS);
+      project.write('later.json', definition({ id: 'demo.later' }));
+      await later;
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+
+  it('drops the tools of a removed tools folder without a problem, and takes them back when it returns', async () => {
+    const { project, engine } = await bare(true);
+    try {
+      const added = nextEvent(engine, 'registry', (e) => e.added.includes('demo.echo'), WAIT_MS);
+      project.write('tool.js', TRIVIAL_JS);
+      project.write('echo.json', definition({ id: 'demo.echo' }));
+      await added;
+      const removed = nextEvent(engine, 'registry', (e) => e.removed.includes('demo.echo'), WAIT_MS);
+      rmSync(project.tools, { recursive: true });
+      expect((await removed).problems).toEqual([]);
+      expect(engine.tool('demo.echo')).toBeUndefined();
+      const back = nextEvent(engine, 'registry', (e) => e.added.includes('demo.echo'), WAIT_MS);
+      project.write('tool.js', TRIVIAL_JS);
+      project.write('echo.json', definition({ id: 'demo.echo' }));
+      await back;
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+
+  it('says so when tools is a file, not a folder', async () => {
+    const { project, engine } = await bare(true);
+    try {
+      const seen = nextEvent(engine, 'registry', (e) => e.problems.some((p) => p.file === 'tools'), WAIT_MS);
+      writeFileSync(project.tools, '{}');
+      expect((await seen).problems).toEqual([
+        { file: 'tools', message: 'tools is not a folder: tool definitions go in a folder named tools in the project' },
+      ]);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+
+  it('without watching, refresh() finds a tools folder made after the start', async () => {
+    const { project, engine } = await bare(false);
+    try {
+      project.write('tool.js', TRIVIAL_JS);
+      project.write('late.json', definition({ id: 'demo.late' }));
+      expect(engine.tool('demo.late')).toBeUndefined();
+      await engine.refresh();
+      expect(engine.tool('demo.late')?.source).toBe('tools/late.json');
+    } finally {
+      await engine.close();
+      project.remove();
+    }
   });
 });

@@ -1,4 +1,4 @@
-import { readdir, stat } from 'node:fs/promises';
+import { readdir, realpath, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type FSWatcher, watch } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem } from '../events.js';
@@ -18,9 +18,14 @@ interface FileState {
 }
 
 export interface RegistryOptions {
+  /** The project folder, resolved with realpath. */
   projectDir: string;
-  /** The tools folder, resolved with realpath. Null when the project has none. */
-  toolsDir: string | null;
+  /**
+   * Where the tools folder is (`<project>/tools`), as given: it may not exist yet, or be a link. Each
+   * scan resolves it with realpath, so a folder made (or a link pointed elsewhere) while the engine
+   * runs is picked up.
+   */
+  toolsPath: string;
   builtins: readonly Tool[];
   limits: RegistryLimits;
   onChange: (event: RegistryChangeEvent) => void;
@@ -42,7 +47,13 @@ export class Registry {
   readonly #files = new Map<string, FileState>();
   #tools = new Map<string, Tool>();
   #problems: RegistryProblem[] = [];
+  /** The tools folder as the last scan resolved it; null when there is none. */
+  #toolsDir: string | null = null;
+  /** Watches the tools folder (when there is one) and, from `watch()` on, the project folder for the tools folder itself. */
   #watcher: FSWatcher | null = null;
+  #watchedDir: string | null = null;
+  #projectWatcher: FSWatcher | null = null;
+  #watching = false;
   #timer: NodeJS.Timeout | null = null;
   #settle: NodeJS.Timeout | null = null;
   #settleForce = false;
@@ -91,12 +102,41 @@ export class Registry {
     do {
       this.#rescanRequested = false;
       await this.#scan();
+      await this.#watchToolsDir();
     } while (this.#rescanRequested && !this.#closed);
   }
 
+  /**
+   * Watches for changes from now on: the tools folder's files, and the project folder for the tools
+   * folder itself (made, removed or replaced while the engine runs).
+   */
   async watch(): Promise<void> {
-    const dir = this.#options.toolsDir;
-    if (!dir || this.#watcher || this.#closed) return;
+    if (this.#watching || this.#closed) return;
+    this.#watching = true;
+    const { projectDir, toolsPath } = this.#options;
+    const project = watch(projectDir, {
+      ignoreInitial: true,
+      depth: 0,
+      // Only the tools entry matters here; its contents are the tools watcher's.
+      ignored: (path: string) => path !== projectDir && path !== toolsPath,
+    });
+    const changed = () => this.#schedule(true);
+    project.on('addDir', changed).on('unlinkDir', changed).on('add', changed).on('unlink', changed);
+    project.on('error', changed);
+    this.#projectWatcher = project;
+    await new Promise<void>((resolve) => project.once('ready', () => resolve()));
+    await this.#watchToolsDir();
+  }
+
+  /** Keeps the tools watcher on the folder the last scan resolved (none when there is no folder). */
+  async #watchToolsDir(): Promise<void> {
+    const dir = this.#toolsDir;
+    if (!this.#watching || this.#closed || dir === this.#watchedDir) return;
+    const old = this.#watcher;
+    this.#watcher = null;
+    this.#watchedDir = dir;
+    await old?.close();
+    if (!dir) return;
     const watcher = watch(dir, {
       ignoreInitial: true,
       depth: 8,
@@ -108,6 +148,8 @@ export class Registry {
     watcher.on('error', () => this.#schedule(true));
     this.#watcher = watcher;
     await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+    // Files added while the watcher got ready were not reported: one more pass finds them.
+    this.#schedule(false);
   }
 
   /** `force`: tool code (not a definition) changed, so every definition is read again. */
@@ -140,16 +182,19 @@ export class Registry {
     this.#closed = true;
     if (this.#timer) clearTimeout(this.#timer);
     if (this.#settle) clearTimeout(this.#settle);
-    await this.#watcher?.close();
-    this.#watcher = null;
     await this.#scanning;
+    await Promise.all([this.#watcher?.close(), this.#projectWatcher?.close()]);
+    this.#watcher = null;
+    this.#projectWatcher = null;
   }
 
   async #scan(): Promise<void> {
-    const { toolsDir, projectDir, limits } = this.#options;
+    const { projectDir, limits } = this.#options;
     const problems: RegistryProblem[] = [];
     const seen = new Set<string>();
     let names: string[] = [];
+    const toolsDir = await this.#resolveToolsDir(problems);
+    this.#toolsDir = toolsDir;
     if (toolsDir) {
       try {
         const entries = await readdir(toolsDir, { withFileTypes: true });
@@ -224,6 +269,21 @@ export class Registry {
       next.set(id, tool);
     }
     this.#publish(next, problems);
+  }
+
+  /** The tools folder's real path; null (no tools, no problem) when the project has none. */
+  async #resolveToolsDir(problems: RegistryProblem[]): Promise<string | null> {
+    try {
+      const real = await realpath(this.#options.toolsPath);
+      if ((await stat(real)).isDirectory()) return real;
+      problems.push({ file: 'tools', message: 'tools is not a folder: tool definitions go in a folder named tools in the project' });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') {
+        problems.push({ file: 'tools/', message: `the tools folder could not be read: ${(error as Error).message}` });
+      }
+    }
+    return null;
   }
 
   #publish(next: Map<string, Tool>, problems: RegistryProblem[]): void {
