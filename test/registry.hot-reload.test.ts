@@ -148,16 +148,21 @@ describe('hot reload of the tools folder', () => {
 });
 
 describe('the tools folder itself', () => {
-  /** A project with no tools folder yet, watched. */
-  async function bare(watch: boolean): Promise<{ project: TempProject; engine: Engine }> {
+  /** Runs `body` with an engine on a project that has no tools folder yet; closes and removes both after. */
+  async function bare(watch: boolean, body: (project: TempProject, engine: Engine) => Promise<void>): Promise<void> {
     const project = tempProject();
     rmSync(project.tools, { recursive: true });
-    return { project, engine: await openEngine(project, { watch }) };
+    const engine = await openEngine(project, { watch });
+    try {
+      await body(project, engine);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
   }
 
   it('picks up a tools folder made after the engine started, and its tools run', async () => {
-    const { project, engine } = await bare(true);
-    try {
+    await bare(true, async (project, engine) => {
       expect(engine.problems()).toEqual([]);
       const seen = nextEvent(engine, 'registry', (e) => e.added.includes('demo.late'), WAIT_MS);
       // Made with its files already in it (as a rename would), then a file added afterwards.
@@ -171,15 +176,11 @@ describe('the tools folder itself', () => {
       const later = nextEvent(engine, 'registry', (e) => e.added.includes('demo.later'), WAIT_MS);
       project.write('later.json', definition({ id: 'demo.later' }));
       await later;
-    } finally {
-      await engine.close();
-      project.remove();
-    }
+    });
   });
 
   it('drops the tools of a removed tools folder without a problem, and takes them back when it returns', async () => {
-    const { project, engine } = await bare(true);
-    try {
+    await bare(true, async (project, engine) => {
       const added = nextEvent(engine, 'registry', (e) => e.added.includes('demo.echo'), WAIT_MS);
       project.write('tool.js', TRIVIAL_JS);
       project.write('echo.json', definition({ id: 'demo.echo' }));
@@ -192,37 +193,26 @@ describe('the tools folder itself', () => {
       project.write('tool.js', TRIVIAL_JS);
       project.write('echo.json', definition({ id: 'demo.echo' }));
       await back;
-    } finally {
-      await engine.close();
-      project.remove();
-    }
+    });
   });
 
   it('says so when tools is a file, not a folder', async () => {
-    const { project, engine } = await bare(true);
-    try {
+    await bare(true, async (project, engine) => {
       const seen = nextEvent(engine, 'registry', (e) => e.problems.some((p) => p.file === 'tools'), WAIT_MS);
       writeFileSync(project.tools, '{}');
       expect((await seen).problems).toEqual([
         { file: 'tools', message: 'tools is not a folder: tool definitions go in a folder named tools in the project' },
       ]);
-    } finally {
-      await engine.close();
-      project.remove();
-    }
+    });
   });
 
   it('without watching, refresh() finds a tools folder made after the start', async () => {
-    const { project, engine } = await bare(false);
-    try {
+    await bare(false, async (project, engine) => {
       project.write('tool.js', TRIVIAL_JS);
       project.write('late.json', definition({ id: 'demo.late' }));
       expect(engine.tool('demo.late')).toBeUndefined();
       await engine.refresh();
       expect(engine.tool('demo.late')?.source).toBe('tools/late.json');
-    } finally {
-      await engine.close();
-      project.remove();
-    }
+    });
   });
 });
