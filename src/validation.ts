@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Script } from 'node:vm';
 import AjvModule, { type ErrorObject, type Options, type ValidateFunction } from 'ajv';
 import Ajv2019Module from 'ajv/dist/2019.js';
 import Ajv2020Module from 'ajv/dist/2020.js';
@@ -55,9 +56,49 @@ const OPTIONS: Options = {
   // Compiled schemas are kept by our cache, not registered by $id: two tools may reuse one $id.
   addUsedSchema: false,
   validateFormats: true,
-  // ajv has no time limit of its own: the dispatcher's input size and depth checks bound its work.
+  // ajv has no time limit of its own: the dispatcher's input size and depth checks bound its work,
+  // except for regular expressions (see PATTERN_CHECK_MS).
   logger: false,
 };
+
+/**
+ * How long checking one value against a schema with `pattern` or `patternProperties` may take. Those
+ * regular expressions come from the tool's author and run, in V8's backtracking engine, on values a
+ * model wrote: `^(a+)+$` against 30 a's and a b takes about 45 s here, and on the engine's thread that
+ * would hold every call. Such a check is run under V8's own interruption (a `node:vm` script with a
+ * timeout), which costs about 60 µs per check, so schemas without regular expressions skip it.
+ */
+export const PATTERN_CHECK_MS = 1000;
+
+const RUN = Symbol.for('arium.validation.bounded');
+const bounded = new Script('globalThis[Symbol.for("arium.validation.bounded")]()', { filename: 'arium:validation' });
+
+const STOPPED = Symbol('stopped');
+
+/** Runs `check` and stops it if it takes over `ms`: returns STOPPED then. */
+function withinTime<T>(check: () => T, ms: number): T | typeof STOPPED {
+  const slot = globalThis as unknown as Record<symbol, unknown>;
+  slot[RUN] = check;
+  try {
+    return bounded.runInThisContext({ timeout: ms }) as T;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') return STOPPED;
+    throw error;
+  } finally {
+    delete slot[RUN];
+  }
+}
+
+/** Whether a schema has a regular expression of its author's anywhere (`pattern`, `patternProperties`). */
+function usesPatterns(value: unknown, depth = 0): boolean {
+  if (typeof value !== 'object' || value === null || depth > 64) return false;
+  if (Array.isArray(value)) return value.some((v) => usesPatterns(v, depth + 1));
+  for (const [key, v] of Object.entries(value)) {
+    if ((key === 'pattern' && typeof v === 'string') || (key === 'patternProperties' && typeof v === 'object')) return true;
+    if (usesPatterns(v, depth + 1)) return true;
+  }
+  return false;
+}
 
 const instances = new Map<Draft, InstanceType<AjvClass>>();
 
@@ -118,11 +159,24 @@ export function compileSchema(schema: unknown): Validator {
     const pointer = keyword === undefined ? undefined : findKey(copy, keyword, '');
     throw new SchemaError(message, pointer === undefined ? { cause: error } : { cause: error, pointer });
   }
-  const validator = Object.assign((value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? [])), { draft });
+  const check = (value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? []));
+  const bound = (value: unknown) => {
+    const outcome = withinTime(() => check(value), PATTERN_CHECK_MS);
+    return outcome === STOPPED ? [tooSlow()] : outcome;
+  };
+  const validator = Object.assign(usesPatterns(copy) ? bound : check, { draft });
   if (compiled.size >= MAX_CACHED) compiled.delete(compiled.keys().next().value as string);
   compiled.set(key, validator);
   return validator;
 }
+
+/** What a check stopped by PATTERN_CHECK_MS reports: one violation, at the value itself. */
+const tooSlow = (): Violation => ({
+  pointer: '',
+  keyword: 'pattern',
+  params: { timeout_ms: PATTERN_CHECK_MS },
+  message: `could not be checked within ${PATTERN_CHECK_MS} ms: a "pattern" of the schema backtracks too much on this value (catastrophic backtracking); the schema's author should simplify the pattern or bound the string with maxLength`,
+});
 
 /** Pointer to the first property named `key` in a JSON value (depth first), if any. */
 function findKey(value: unknown, key: string, at: string, depth = 0): string | undefined {

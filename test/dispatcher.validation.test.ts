@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it, test } from 'vitest';
 import { callerCode, HOSTILE_IDS, HOSTILE_INPUTS } from '../fixtures/inputs/hostile.js';
 import type { Engine, ErrResult, ToolErrorEvent, ToolInvocationEvent, ToolResult } from '../src/index.js';
-import { compileSchema } from '../src/validation.js';
+import { compileSchema, PATTERN_CHECK_MS } from '../src/validation.js';
 import { definition, FakeRunner, openEngine, recordEvents, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 const FORM_SCHEMA = {
@@ -25,6 +25,12 @@ const DRAFT07_SCHEMA = {
   dependencies: { card: ['billing'] },
 };
 
+/** A pattern that backtracks exponentially on a run of a's that does not end the way it wants. */
+const BACKTRACKING = '^(a+)+$';
+const BACKTRACKING_SCHEMA = { type: 'object', properties: { s: { type: 'string', pattern: BACKTRACKING } } };
+/** Without a bound, checking this takes V8 days (doubling with each a: 30 of them took 45 s here). */
+const HOSTILE_STRING = `${'a'.repeat(48)}!`;
+
 let project: TempProject;
 let engine: Engine;
 let fake: FakeRunner;
@@ -35,11 +41,17 @@ beforeAll(async () => {
     'echo.json': definition({ id: 'any.echo' }),
     'form.json': definition({ id: 'form.strict', schema: FORM_SCHEMA }),
     'form07.json': definition({ id: 'form.draft07', schema: DRAFT07_SCHEMA }),
+    'pattern.json': definition({ id: 'slow.pattern', schema: BACKTRACKING_SCHEMA }),
+    'props.json': definition({ id: 'slow.props', schema: { type: 'object', patternProperties: { [BACKTRACKING]: { type: 'number' } } } }),
+    'out.json': definition({ id: 'slow.output', output_schema: BACKTRACKING_SCHEMA }),
   });
   fake = new FakeRunner({
     'any.echo': (ctx) => ctx.input,
     'form.strict': () => ({ ok: true }),
     'form.draft07': () => ({ ok: true }),
+    'slow.pattern': () => ({ ok: true }),
+    'slow.props': () => ({ ok: true }),
+    'slow.output': (ctx) => ctx.input,
   });
   engine = await openEngine(project, { runners: [fake] });
 });
@@ -241,5 +253,33 @@ describe('schema validation', () => {
     schema.properties.n.type = 'string';
     expect(validate({ n: 1 })).toBeNull();
     expect(validate({ n: 'one' })).toEqual([expect.objectContaining({ pointer: '/n', keyword: 'type' })]);
+  });
+});
+
+describe("a schema's regular expressions", () => {
+  it('are checked as usual when they are quick', async () => {
+    expect((await engine.call('slow.pattern', { s: 'aaaa' })).ok).toBe(true);
+    const error = failed(await engine.call('slow.pattern', { s: 'aab' }));
+    expect(error.details?.violations).toEqual([expect.objectContaining({ pointer: '/s', keyword: 'pattern' })]);
+  });
+
+  it('cannot hold the engine: a catastrophically backtracking pattern ends as INVALID_INPUT, and the engine goes on', async () => {
+    const runs = fake.started.filter((id) => id === 'slow.pattern').length;
+    const error = failed(await engine.call('slow.pattern', { s: HOSTILE_STRING }));
+    expect([error.stage, error.code, error.retryable]).toEqual(['validation', 'INVALID_INPUT', false]);
+    expect(error.details?.violations).toEqual([
+      expect.objectContaining({ pointer: '', keyword: 'pattern', params: { timeout_ms: PATTERN_CHECK_MS } }),
+    ]);
+    expect(error.message).toContain('backtracks too much');
+    // The tool never ran.
+    expect(fake.started.filter((id) => id === 'slow.pattern')).toHaveLength(runs);
+    expect((await engine.call('slow.pattern', { s: 'aaaa' })).ok).toBe(true);
+  });
+
+  it('in patternProperties, and in an output_schema, too', async () => {
+    const props = failed(await engine.call('slow.props', { [HOSTILE_STRING]: 1 }));
+    expect([props.code, props.message]).toEqual(['INVALID_INPUT', expect.stringContaining('backtracks too much')]);
+    const output = failed(await engine.call('slow.output', { s: HOSTILE_STRING }));
+    expect([output.code, output.message]).toEqual(['INVALID_OUTPUT', expect.stringContaining('backtracks too much')]);
   });
 });
