@@ -12,6 +12,10 @@ import { median } from './stats.js';
  *   the runner's sandbox process does;
  * - `local`: the same calls in this process (no process between caller and isolate); prints one JSON
  *   line with the median.
+ *
+ * With `reuse` after the mode, every call runs in one long-lived context per isolate instead: no clean
+ * global scope, so not something the runner may do — it shows what a design that reuses contexts
+ * (a frozen realm) could reach at best.
  */
 
 interface Reference {
@@ -56,9 +60,15 @@ async function fill(slot: Slot): Promise<void> {
   slot.filling = false;
 }
 
+const reuse = process.argv[3] === 'reuse';
+const kept = reuse ? await Promise.all(slots.map(make)) : [];
+
 let next = 0;
 async function call(input: unknown): Promise<unknown> {
-  const slot = slots[next++ % slots.length] as Slot;
+  const index = next++ % slots.length;
+  if (reuse)
+    return (kept[index] as Awaited<ReturnType<typeof make>>).fn.apply(undefined, [input], { arguments: { copy: true }, result: { copy: true } });
+  const slot = slots[index] as Slot;
   const warm = slot.warm.shift() ?? (await make(slot));
   const out = await warm.fn.apply(undefined, [input], { arguments: { copy: true }, result: { copy: true } });
   warm.fn.release();
@@ -67,7 +77,7 @@ async function call(input: unknown): Promise<unknown> {
   return out;
 }
 
-for (const slot of slots) await fill(slot);
+if (!reuse) for (const slot of slots) await fill(slot);
 
 if (process.argv[2] === 'local') {
   const input = { text: 'hello' };

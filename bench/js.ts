@@ -130,9 +130,12 @@ interface FloorProcess {
   close(): void;
 }
 
-/** The floor's sandbox process (bench/js-floor.ts `serve`), answering calls over the IPC channel. */
-async function floorProcess(): Promise<FloorProcess> {
-  const child = fork(join(here, 'js-floor.js'), ['serve'], { execArgv: ['--no-node-snapshot'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+/** The floor's sandbox process (bench/js-floor.ts `serve`, `reuse`d contexts or not), answering calls over the IPC channel. */
+async function floorProcess(reuse = false): Promise<FloorProcess> {
+  const child = fork(join(here, 'js-floor.js'), ['serve', ...(reuse ? ['reuse'] : [])], {
+    execArgv: ['--no-node-snapshot'],
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
   await new Promise((resolve) => child.once('message', resolve));
   const pending = new Map<number, (out: unknown) => void>();
   child.on('message', (message: { id: number; out: unknown }) => {
@@ -195,47 +198,55 @@ const PACED: ReadonlyArray<{ gapMs: number; rounds: number }> = [
   { gapMs: 20, rounds: 300 },
 ];
 
+/** One kind of call the paced rounds time: its name in the results, and how to make one. */
+type Participant = [name: string, call: () => unknown];
+
 /**
  * Calls that do not follow each other at once, as in an agent loop (a model's step between two tool
  * calls): each call comes `gapMs` after the last one ended, so warm pools are full again and the
- * processes and threads a call crosses are idle (asleep) when it starts. In every round the engine, a
- * `node:vm` runInNewContext and the floor each make one call, in the same conditions.
+ * processes and threads a call crosses are idle (asleep) when it starts. In every round each
+ * participant (the engine, a `node:vm` runInNewContext, the floors) makes one call, in the same
+ * conditions; ratios are to `node:vm`, the first participant.
  */
-async function paced(engine: Engine, sandbox: FloorProcess): Promise<Record<string, number>> {
-  const input = { text: 'hello' };
+async function paced(participants: Participant[]): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
   for (const { gapMs, rounds } of PACED) {
-    const times = { engine: [] as number[], vm: [] as number[], floor: [] as number[] };
+    const times = participants.map(() => [] as number[]);
     for (let i = 0; i < rounds; i++) {
-      await sleep(gapMs);
-      let t0 = performance.now();
-      const result = await engine.call('reverse', input);
-      times.engine.push(performance.now() - t0);
-      if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
-      await sleep(gapMs);
-      t0 = performance.now();
-      runInNewContext(`${REVERSE}(input)`, { input });
-      times.vm.push(performance.now() - t0);
-      await sleep(gapMs);
-      t0 = performance.now();
-      await sandbox.call(input);
-      times.floor.push(performance.now() - t0);
+      for (const [p, [, call]] of participants.entries()) {
+        await sleep(gapMs);
+        const t0 = performance.now();
+        await call();
+        times[p]?.push(performance.now() - t0);
+      }
     }
-    const e = median(times.engine);
-    const v = median(times.vm);
-    const f = median(times.floor);
-    out[`paced_${gapMs}ms_warm_call_median_ms`] = ms(e);
-    out[`paced_${gapMs}ms_node_vm_median_ms`] = ms(v);
-    out[`paced_${gapMs}ms_floor_median_ms`] = ms(f);
-    out[`paced_${gapMs}ms_ratio_warm_to_node_vm`] = ms(e / v);
-    out[`paced_${gapMs}ms_ratio_floor_to_node_vm`] = ms(f / v);
+    const medians = times.map((t) => median(t));
+    const base = medians[0] as number;
+    for (const [p, [name]] of participants.entries()) {
+      out[`paced_${gapMs}ms_${name}_median_ms`] = ms(medians[p] as number);
+      if (p > 0) out[`paced_${gapMs}ms_ratio_${name}_to_node_vm`] = ms((medians[p] as number) / base);
+    }
   }
   return out;
+}
+
+/** The floor with one long-lived context per isolate (bench/js-floor.ts `reuse`): calls back to back. */
+async function reusedFloor(sandbox: FloorProcess): Promise<number> {
+  const input = { text: 'hello' };
+  for (let i = 0; i < 3000; i++) await sandbox.call(input);
+  const times: number[] = [];
+  for (let i = 0; i < 5000; i++) {
+    const t0 = performance.now();
+    await sandbox.call(input);
+    times.push(performance.now() - t0);
+  }
+  return median(times);
 }
 
 export async function benchJs(): Promise<Record<string, unknown>> {
   const base = baselines();
   const sandbox = await floorProcess();
+  const reused = await floorProcess(true);
   const engine = await createEngine({ workspace: join(root, 'fixtures', 'js'), project: 'project', watch: false, persist: false });
   try {
     const architecture = await floor(sandbox);
@@ -256,7 +267,19 @@ export async function benchJs(): Promise<Record<string, unknown>> {
     const vfs = await latencies(engine, 'notes', { steps: [{ op: 'write', args: ['/b.txt', 'x'] }] }, 2000);
     const inFlight4 = await concurrent(engine, 4, 3);
     const warmMedian = median(sequential.times);
-    const spaced = await paced(engine, sandbox);
+    const reusedMedian = await reusedFloor(reused);
+    const spaced = await paced([
+      ['node_vm', () => runInNewContext(`${REVERSE}(input)`, { input })],
+      [
+        'warm_call',
+        async () => {
+          const result = await engine.call('reverse', input);
+          if (!result.ok) throw new Error(`bench call failed: ${result.error.message}`);
+        },
+      ],
+      ['floor', () => sandbox.call(input)],
+      ['reused_context_floor', () => reused.call(input)],
+    ]);
     return {
       ...base,
       warm_call_median_ms: ms(warmMedian),
@@ -276,10 +299,14 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       ratio_floor_to_node_vm: ms(architecture.floor_median_ms / base.node_vm_per_call_ms),
       ratio_warm_to_floor: ms(warmMedian / architecture.floor_median_ms),
       ratio_spawn_to_warm: Math.round(base.spawn_per_call_ms / warmMedian),
+      // Not a clean global scope per call: what reusing contexts could reach at best (bench/js-floor.ts).
+      reused_context_floor_median_ms: ms(reusedMedian),
+      ratio_reused_context_floor_to_node_vm: ms(reusedMedian / base.node_vm_per_call_ms),
       ...spaced,
     };
   } finally {
     sandbox.close();
+    reused.close();
     await engine.close();
   }
 }
