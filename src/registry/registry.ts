@@ -49,11 +49,15 @@ export class Registry {
   #problems: RegistryProblem[] = [];
   /** The tools folder as the last scan resolved it; null when there is none. */
   #toolsDir: string | null = null;
-  /** Watches the tools folder (when there is one) and, from `watch()` on, the project folder for the tools folder itself. */
+  /** Watches the tools folder's files, from `watch()` on, while there is a tools folder. */
   #watcher: FSWatcher | null = null;
+  /** The folder #watcher watches. */
   #watchedDir: string | null = null;
+  /** Watches the project folder for the tools folder itself, from `watch()` on. */
   #projectWatcher: FSWatcher | null = null;
   #watching = false;
+  /** Moves of #watcher, one after the other (a scan and `watch()` may ask at once). */
+  #watcherMoves: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout | null = null;
   #settle: NodeJS.Timeout | null = null;
   #settleForce = false;
@@ -129,7 +133,17 @@ export class Registry {
   }
 
   /** Keeps the tools watcher on the folder the last scan resolved (none when there is no folder). */
-  async #watchToolsDir(): Promise<void> {
+  #watchToolsDir(): Promise<void> {
+    this.#watcherMoves = this.#watcherMoves
+      .then(() => this.#moveWatcher())
+      .catch(() => {
+        // Could not watch the folder now: the next scan tries again.
+        this.#watchedDir = null;
+      });
+    return this.#watcherMoves;
+  }
+
+  async #moveWatcher(): Promise<void> {
     const dir = this.#toolsDir;
     if (!this.#watching || this.#closed || dir === this.#watchedDir) return;
     const old = this.#watcher;
@@ -183,6 +197,7 @@ export class Registry {
     if (this.#timer) clearTimeout(this.#timer);
     if (this.#settle) clearTimeout(this.#settle);
     await this.#scanning;
+    await this.#watcherMoves;
     await Promise.all([this.#watcher?.close(), this.#projectWatcher?.close()]);
     this.#watcher = null;
     this.#projectWatcher = null;
