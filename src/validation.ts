@@ -70,8 +70,10 @@ const OPTIONS: Options = {
  */
 export const PATTERN_CHECK_MS = 1000;
 
-const RUN = Symbol.for('arium.validation.bounded');
-const bounded = new Script('globalThis[Symbol.for("arium.validation.bounded")]()', { filename: 'arium:validation' });
+/** Where the bounded script finds the check to run (a global the script and withinTime both name). */
+const RUN_KEY = 'arium.validation.bounded';
+const RUN = Symbol.for(RUN_KEY);
+const bounded = new Script(`globalThis[Symbol.for(${JSON.stringify(RUN_KEY)})]()`, { filename: 'arium:validation' });
 
 const STOPPED = Symbol('stopped');
 
