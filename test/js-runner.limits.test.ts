@@ -58,6 +58,9 @@ describe('memory', () => {
     'wasm-module-memory',
     'wasm-instances',
     'wasm-async',
+    'resizable-array-buffers',
+    'growable-shared-array-buffers',
+    'resizable-by-other-routes',
   ];
 
   it.each(bombs)('%s ends with MEMORY_LIMIT', async (kind) => {
@@ -69,6 +72,17 @@ describe('memory', () => {
     const error = errorOf(await hostile.call('memory', { kind: 'wasm-no-maximum' }));
     expect(error).toMatchObject({ code: 'TOOL_ERROR' });
     expect(error.message).toContain('must declare a maximum');
+  });
+
+  it('charges a resizable buffer its maximum: within the limit it works as in Node, over it the tool may catch the refusal', async () => {
+    expect(dataOf(await hostile.call('memory', { kind: 'resizable-within-limit' }))).toEqual({
+      resizable: true,
+      byteLength: 1 << 19,
+      maxByteLength: 1 << 20,
+      refused: true,
+      subclass: true,
+      same: [true, true, true, true],
+    });
   });
 
   it('lets a tool catch a refused ArrayBuffer and go on within its limit', async () => {

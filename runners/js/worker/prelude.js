@@ -1,6 +1,6 @@
 // In-isolate code: runs first in every fresh context, before any tool code. This file is a function of
 // the helpers in values.js that returns `install`; the worker (setup-script.mjs) composes it with
-// values.js and wasm-guard.js into one strict-mode script, so it has no directive of its own.
+// values.js and memory-guard.js into one strict-mode script, so it has no directive of its own.
 //
 // Tool code shares this context and may replace any global or prototype once it runs, so everything
 // here that runs after tool code uses only what it captured at the top: intrinsics are called through
@@ -8,9 +8,10 @@
 // written with `defineProperty` (an assignment could reach a setter a tool put on a prototype).
 // Strict mode keeps `caller`/`arguments` and CallSite#getFunction/getThis from exposing these frames.
 //
-// Nothing defined here reaches tool code except the `ctx` object, `console` and the WebAssembly
-// wrappers (see wasm-guard.js), all frozen strict functions. The two host callbacks given to
-// `install` are plain functions made by isolated-vm; they copy their arguments and return nothing.
+// Nothing defined here reaches tool code except the `ctx` object, `console`, and the WebAssembly,
+// ArrayBuffer and SharedArrayBuffer wrappers (see memory-guard.js), all strict functions. The two
+// host callbacks given to `install` are plain functions made by isolated-vm; they copy their
+// arguments and return nothing.
 (values) => {
   const { show, describe, checkOutput, clip } = values;
   const R = Reflect;
@@ -54,7 +55,7 @@
    * isolate (ignored-mode isolated-vm callbacks: they copy their arguments and return nothing); `serial`
    * tells the worker which context speaks, so a context whose call has ended is not heard.
    */
-  return function install(hostSend, hostDone, memoryMb, logCap, serial, guardWasm) {
+  return function install(hostSend, hostDone, memoryMb, logCap, serial, guardMemory) {
     // Fixed arity, no spread: spreading would use Array.prototype[Symbol.iterator], which tools can replace.
     const send = (op, rid, a, b) => hostSend(serial, op, rid, a, b);
     const done = (kind, a, b, c) => hostDone(serial, kind, a, b, c);
@@ -145,7 +146,7 @@
       move: (from, to, options) => request('move', [from, to, options]),
     });
 
-    if (guardWasm) guardWasm((reason) => finish(3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
+    guardMemory((reason) => finish(3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
 
     const succeed = (value, outputBytes) => {
       const outcome = value === undefined ? null : value;
@@ -160,9 +161,11 @@
       try {
         rangeError = thrown !== null && typeof thrown === 'object' && getProto(thrown) === RangeErrorProto;
       } catch {}
-      // A wasm memory that cannot grow has reached its maximum, which the guard kept within the limit.
+      // A wasm memory that cannot grow has reached its maximum, which the guard kept within the limit;
+      // the guard refuses a resizable buffer over the budget with V8's words and the reason after them.
       const growFailed = call(strSlice, message, 0, 25) === 'WebAssembly.Memory.grow()';
-      if (rangeError && (growFailed || call(setHas, ALLOCATION_FAILURES, message))) finish(3, message, message);
+      const bufferRefused = call(strSlice, message, 0, 31) === 'Array buffer allocation failed:';
+      if (rangeError && (growFailed || bufferRefused || call(setHas, ALLOCATION_FAILURES, message))) finish(3, message, message);
       else finish(1, name, message, stack);
     };
 

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 
 /**
- * The script every fresh context runs before any tool code: wasm-guard.js, values.js and prelude.js,
+ * The script every fresh context runs before any tool code: memory-guard.js, values.js and prelude.js,
  * each a single expression, wrapped in one strict-mode function. The worker first sets three globals on the fresh
  * context (the host callbacks and the context's settings); the script takes them off the global object
  * before anything else runs, installs the prelude, and evaluates to the context's entry function (see
@@ -18,11 +18,11 @@ export function setupSource() {
     'const G = globalThis;',
     `const host = [G.${HOST_GLOBALS.send}, G.${HOST_GLOBALS.done}, G.${HOST_GLOBALS.config}];`,
     `delete G.${HOST_GLOBALS.send}; delete G.${HOST_GLOBALS.done}; delete G.${HOST_GLOBALS.config};`,
-    `const guardWasm = ${read('./wasm-guard.js')};`,
+    `const guardMemory = ${read('./memory-guard.js')};`,
     `const values = ${read('./values.js')};`,
     `const install = (${read('./prelude.js')})(values);`,
     "const config = host[2].split(',').map(Number);",
-    'return install(host[0], host[1], config[0], config[1], config[2], guardWasm);',
+    'return install(host[0], host[1], config[0], config[1], config[2], guardMemory);',
     '})();',
   ].join('\n');
 }

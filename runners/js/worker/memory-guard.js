@@ -1,20 +1,25 @@
-// In-isolate code: evaluates to `guardWasm(onExceeded, memoryMb)`, which the prelude calls once per
+// In-isolate code: evaluates to `guardMemory(onExceeded, memoryMb)`, which the prelude calls once per
 // context before any tool code runs. Like prelude.js it is one expression, wrapped by the worker in a
 // strict-mode script.
 //
-// Why: isolated-vm's `memoryLimit` counts the V8 heap and ArrayBuffers, but not WebAssembly memories,
-// which V8 allocates on its own (a module can grow one to 4 GB). This guard charges every memory
+// Why: isolated-vm's `memoryLimit` counts the V8 heap and ArrayBuffers, but not the memory V8 reserves
+// for growing later, outside that count: WebAssembly memories (a module can grow one to 4 GB) and
+// resizable ArrayBuffers and growable SharedArrayBuffers (`new ArrayBuffer(1, { maxByteLength })`,
+// then `resize()`: measured, 32 MB isolates held 1 GB this way). This guard charges every such memory
 // against the call's budget (`memory_mb`) at the moment it could come into existence, at its largest
 // possible size, so that growing it later (from JS or from inside wasm) can never exceed the budget:
 // - `new WebAssembly.Memory(d)`: charged `d.maximum` pages (a missing maximum becomes what is left);
 // - a module's own memories: a module must declare a maximum for each, charged per instance;
-// - each compiled module is charged 4x its size for its machine code (V8 keeps it outside the heap).
-// Exceeding the budget ends the call with MEMORY_LIMIT (the tool cannot catch it), like the heap limit.
-// Async compilation runs synchronously here: a background compile finishing after the call has ended
-// would resume tool code inside the next call on this isolate.
+// - each compiled module is charged 4x its size for its machine code (V8 keeps it outside the heap);
+// - `new ArrayBuffer(n, { maxByteLength })` and the same for SharedArrayBuffer: charged maxByteLength.
+// Exceeding the budget with wasm ends the call with MEMORY_LIMIT (the tool cannot catch it), like the
+// heap limit; a resizable buffer over the budget is refused like a plain ArrayBuffer that cannot be
+// allocated, with a RangeError the tool may catch (MEMORY_LIMIT if it does not). Charges are never
+// given back within a call. Async compilation runs synchronously here: a background compile finishing
+// after the call has ended would resume tool code inside the next call on this isolate.
 (() => {
   const W = typeof WebAssembly === 'object' && WebAssembly !== null ? WebAssembly : null;
-  if (W === null) return () => {};
+  const G = globalThis;
   const R = Reflect;
   const construct = R.construct;
   const defineProp = R.defineProperty;
@@ -22,10 +27,15 @@
   const getDesc = R.getOwnPropertyDescriptor;
   const getProto = R.getPrototypeOf;
   const apply = R.apply;
-  const OrigModule = W.Module;
-  const OrigInstance = W.Instance;
-  const OrigMemory = W.Memory;
-  const CompileError = W.CompileError;
+  const ownKeys = R.ownKeys;
+  const OrigModule = W?.Module;
+  const OrigInstance = W?.Instance;
+  const OrigMemory = W?.Memory;
+  const CompileError = W?.CompileError;
+  const OrigArrayBuffer = ArrayBuffer;
+  const OrigSharedArrayBuffer = typeof SharedArrayBuffer === 'function' ? SharedArrayBuffer : null;
+  const mathTrunc = Math.trunc;
+  const numberIsNaN = Number.isNaN;
   const CPromise = Promise;
   const CU8 = Uint8Array;
   const CTypeError = TypeError;
@@ -128,8 +138,57 @@
     return need;
   }
 
-  return function guardWasm(onExceeded, memoryMb) {
+  /** The spec's ToIndex: what the constructor would make of `value`, converted once (getters run once). */
+  function toIndex(value, what) {
+    const number = +value;
+    const integer = numberIsNaN(number) ? 0 : mathTrunc(number);
+    if (integer < 0 || integer > 9007199254740991) throw new CRangeError(`Invalid array buffer ${what}`);
+    return integer === 0 ? 0 : integer;
+  }
+
+  /**
+   * A constructor in place of ArrayBuffer or SharedArrayBuffer that charges a resizable buffer's
+   * maximum before making it; everything else goes to the original unchanged (subclasses included).
+   */
+  function guardBuffer(Orig, name, reserve) {
+    const wrapper = {
+      [name]: function (length, options) {
+        if (new.target === undefined) throw new CTypeError(`Constructor ${name} requires 'new'`);
+        if (options === null || (typeof options !== 'object' && typeof options !== 'function')) return construct(Orig, [length], new.target);
+        // In the constructor's own order: the length, then the option.
+        const size = toIndex(length, 'length');
+        const requested = options.maxByteLength;
+        if (requested === undefined) return construct(Orig, [size], new.target);
+        const maximum = toIndex(requested, 'max length');
+        if (size > maximum) throw new CRangeError(`Invalid array buffer length: ${size} is over the maxByteLength ${maximum}`);
+        reserve(maximum, name);
+        return construct(Orig, [size, { __proto__: null, maxByteLength: maximum }], new.target);
+      },
+    }[name];
+    for (const key of ownKeys(Orig)) {
+      if (key !== 'prototype' && key !== 'length' && key !== 'name') defineProp(wrapper, key, getDesc(Orig, key));
+    }
+    defineProp(wrapper, 'length', { __proto__: null, value: 1, writable: false, enumerable: false, configurable: true });
+    defineProp(wrapper, 'prototype', { __proto__: null, value: Orig.prototype, writable: false, enumerable: false, configurable: false });
+    defineProp(Orig.prototype, 'constructor', hidden(wrapper));
+    defineProp(G, name, hidden(wrapper));
+  }
+
+  return function guardMemory(onExceeded, memoryMb) {
     let left = memoryMb * 1024 * 1024;
+    // Refused like an allocation V8 cannot make: a RangeError the tool may catch, MEMORY_LIMIT if it does not.
+    const reserve = (bytes, name) => {
+      if (bytes <= left) {
+        left -= bytes;
+        return;
+      }
+      throw new CRangeError(
+        `Array buffer allocation failed: a resizable ${name} of up to ${bytes} bytes is more than the ${left} bytes left of the memory limit of ${memoryMb} MB`,
+      );
+    };
+    guardBuffer(OrigArrayBuffer, 'ArrayBuffer', reserve);
+    if (OrigSharedArrayBuffer !== null) guardBuffer(OrigSharedArrayBuffer, 'SharedArrayBuffer', reserve);
+    if (W === null) return;
     const perInstance = new CWeakMap();
     const charge = (bytes, what) => {
       if (bytes <= left) {
