@@ -61,6 +61,9 @@ describe('memory', () => {
     'resizable-array-buffers',
     'growable-shared-array-buffers',
     'resizable-by-other-routes',
+    'intl-objects',
+    'intl-segments',
+    'intl-after-tampering',
   ];
 
   it.each(bombs)('%s ends with MEMORY_LIMIT', async (kind) => {
@@ -82,6 +85,17 @@ describe('memory', () => {
       refused: true,
       subclass: true,
       same: [true, true, true, true],
+    });
+  });
+
+  it('charges Intl objects an estimate of what they hold outside the heap, and Intl works as in Node within the limit', async () => {
+    expect(dataOf(await hostile.call('memory', { kind: 'intl-within-limit' }))).toEqual({
+      date: '1/1/70',
+      same: [true, true],
+      words: ['hello', 'big', 'world'],
+      sorted: ['a', 'b', 'C'],
+      supported: ['en'],
+      number: '1,234.5',
     });
   });
 

@@ -11,7 +11,11 @@
 // - `new WebAssembly.Memory(d)`: charged `d.maximum` pages (a missing maximum becomes what is left);
 // - a module's own memories: a module must declare a maximum for each, charged per instance;
 // - each compiled module is charged 4x its size for its machine code (V8 keeps it outside the heap);
-// - `new ArrayBuffer(n, { maxByteLength })` and the same for SharedArrayBuffer: charged maxByteLength.
+// - `new ArrayBuffer(n, { maxByteLength })` and the same for SharedArrayBuffer: charged maxByteLength;
+// - each `Intl` object, whose ICU state lives outside the heap (measured: 28 KB per DateTimeFormat, so
+//   a 32 MB isolate's heap held over 1 GB of them): charged an estimate by kind (INTL_BYTES). `Intl`
+//   is guarded when a tool first reaches it (most never do): until then it is an accessor on the
+//   global, and the installer uses only what was captured before any tool code ran.
 // Exceeding the budget with wasm ends the call with MEMORY_LIMIT (the tool cannot catch it), like the
 // heap limit; a resizable buffer over the budget is refused like a plain ArrayBuffer that cannot be
 // allocated, with a RangeError the tool may catch (MEMORY_LIMIT if it does not). Charges are never
@@ -32,6 +36,7 @@
   const OrigInstance = W?.Instance;
   const OrigMemory = W?.Memory;
   const CompileError = W?.CompileError;
+  const OrigIntl = typeof Intl === 'object' && Intl !== null ? Intl : null;
   const OrigArrayBuffer = ArrayBuffer;
   const OrigSharedArrayBuffer = typeof SharedArrayBuffer === 'function' ? SharedArrayBuffer : null;
   const mathTrunc = Math.trunc;
@@ -60,6 +65,15 @@
   const PAGE = 65536;
   const MAX_PAGES = 65536;
   const CODE_FACTOR = 4;
+  /**
+   * What each kind of Intl object is charged: twice the ICU memory one held here (20,000 of a kind
+   * kept alive in a 32 MB isolate, growth of the process's RSS: DateTimeFormat with a time zone 28 KB,
+   * RelativeTimeFormat 8 KB, Segmenter and v8BreakIterator 7 KB, PluralRules and Collator 2 KB, others
+   * 1–1.5 KB); kinds not named here get the default. `segment()` makes a break iterator too.
+   */
+  const INTL_BYTES = { __proto__: null, DateTimeFormat: 65536, RelativeTimeFormat: 16384, Segmenter: 16384, v8BreakIterator: 16384 };
+  const INTL_DEFAULT_BYTES = 4096;
+  const SEGMENTS_BYTES = 8192;
   const call = (fn, self, ...args) => apply(fn, self, args);
   // Not Math.max: tool code may have replaced it by the time this runs.
   // biome-ignore lint/complexity/useMathMinMax: see above
@@ -174,6 +188,95 @@
     defineProp(G, name, hidden(wrapper));
   }
 
+  /**
+   * Makes `Intl` an accessor that installs the Intl guard the first time anything reads it. The
+   * installer may run after tool code: it touches only values captured before any tool code ran and
+   * objects no tool could reach before (Intl and what hangs off it), with no iteration protocol.
+   */
+  function guardIntlOnFirstUse(onExceeded, leftNow, spend) {
+    const charge = (bytes, what) => {
+      const left = leftNow();
+      if (bytes <= left) {
+        spend(bytes);
+        return;
+      }
+      onExceeded(`${what} needs about ${bytes} bytes outside the heap, ${left} are left of the memory limit`);
+      throw new CRangeError(`${what} exceeds the memory limit`);
+    };
+    let guarded = false;
+    const settle = (value) => defineProp(G, 'Intl', { __proto__: null, value, writable: true, enumerable: false, configurable: true });
+    defineProp(G, 'Intl', {
+      __proto__: null,
+      get: () => {
+        if (!guarded) {
+          guarded = true;
+          guardIntl(charge);
+          settle(OrigIntl);
+        }
+        return OrigIntl;
+      },
+      set: (value) => {
+        if (!guarded) {
+          guarded = true;
+          guardIntl(charge);
+        }
+        settle(value);
+      },
+      enumerable: false,
+      configurable: true,
+    });
+  }
+
+  /** Puts a charging wrapper in place of every Intl constructor and of Intl.Segmenter#segment. */
+  function guardIntl(charge) {
+    const keys = ownKeys(OrigIntl);
+    for (let i = 0; i < keys.length; i++) {
+      const name = keys[i];
+      if (typeof name !== 'string') continue;
+      const desc = getDesc(OrigIntl, name);
+      const Orig = desc === undefined ? undefined : desc.value;
+      if (typeof Orig !== 'function') continue;
+      const protoDesc = getDesc(Orig, 'prototype');
+      if (protoDesc === undefined || typeof protoDesc.value !== 'object' || protoDesc.value === null) continue;
+      const proto = protoDesc.value;
+      const bytes = INTL_BYTES[name] ?? INTL_DEFAULT_BYTES;
+      const what = `Intl.${name}`;
+      const wrapper = {
+        // Called without `new`, the constructors that allow it make an object too (the original decides).
+        [name]: function (...args) {
+          charge(bytes, what);
+          return new.target === undefined ? apply(Orig, this, args) : construct(Orig, args, new.target);
+        },
+      }[name];
+      const statics = ownKeys(Orig);
+      for (let j = 0; j < statics.length; j++) {
+        const key = statics[j];
+        if (key !== 'prototype' && key !== 'name') defineProp(wrapper, key, getDesc(Orig, key));
+      }
+      defineProp(wrapper, 'prototype', { __proto__: null, value: proto, writable: false, enumerable: false, configurable: false });
+      defineProp(proto, 'constructor', hidden(wrapper));
+      defineProp(OrigIntl, name, hidden(wrapper));
+      if (name === 'Segmenter') {
+        const segmentDesc = getDesc(proto, 'segment');
+        const origSegment = segmentDesc === undefined ? undefined : segmentDesc.value;
+        if (typeof origSegment === 'function') {
+          defineProp(
+            proto,
+            'segment',
+            hidden(
+              {
+                segment(input) {
+                  charge(SEGMENTS_BYTES, 'Intl.Segmenter.prototype.segment');
+                  return apply(origSegment, this, [input]);
+                },
+              }.segment,
+            ),
+          );
+        }
+      }
+    }
+  }
+
   return function guardMemory(onExceeded, memoryMb) {
     let left = memoryMb * 1024 * 1024;
     // Refused like an allocation V8 cannot make: a RangeError the tool may catch, MEMORY_LIMIT if it does not.
@@ -188,6 +291,14 @@
     };
     guardBuffer(OrigArrayBuffer, 'ArrayBuffer', reserve);
     if (OrigSharedArrayBuffer !== null) guardBuffer(OrigSharedArrayBuffer, 'SharedArrayBuffer', reserve);
+    if (OrigIntl !== null)
+      guardIntlOnFirstUse(
+        onExceeded,
+        () => left,
+        (bytes) => {
+          left -= bytes;
+        },
+      );
     if (W === null) return;
     const perInstance = new CWeakMap();
     const charge = (bytes, what) => {
