@@ -140,6 +140,36 @@ describe('the host', () => {
     expect(codes.BUSY).toBe(20_000 - (codes.ok ?? 0));
   });
 
+  it('bounds the bytes of pending writes: past 64 MB per call they are refused with BUSY before they are copied out, and past 64 MB in flight from all calls they wait', async () => {
+    const runs = await Promise.all([1, 2, 3].map(() => hostile.call('flood', { kind: 'big-writes', count: 40, mb: 8 })));
+    for (const run of runs) {
+      const { codes, busy } = dataOf<{ codes: Record<string, number>; busy: string }>(run);
+      expect(codes.ok).toBeGreaterThan(0);
+      expect(codes.ok).toBeLessThanOrEqual(8);
+      expect(codes.BUSY).toBe(40 - (codes.ok ?? 0));
+      expect(busy).toBe('More than 64 MB of VFS data is pending; await some operations first');
+    }
+    const host = (await hostile.status()).runners['js-runner']?.host as Record<string, number>;
+    // Three calls with 64 MB pending each: the sandbox let at most 64 MB of it travel to the engine at once.
+    expect(host.peak_bytes_in_flight).toBeLessThanOrEqual(64 * 1024 * 1024);
+  });
+
+  it('paces large answers: many big reads at once are served one large answer at a time, all of them', async () => {
+    expect(dataOf(await hostile.call('flood', { kind: 'big-reads', count: 16, mb: 20 }))).toEqual({ fulfilled: 16 });
+    const host = (await hostile.status()).runners['js-runner']?.host as Record<string, number>;
+    // At most 16 MB of answers on the channel, or one larger answer alone (16 × 20 MB without pacing).
+    expect(host.peak_answer_bytes).toBeGreaterThanOrEqual(20 * 1024 * 1024);
+    expect(host.peak_answer_bytes).toBeLessThanOrEqual(20 * 1024 * 1024);
+  });
+
+  it('refuses options far larger than any option needs, before copying them out', async () => {
+    expect(dataOf(await hostile.call('flood', { kind: 'huge-options' }))).toEqual({
+      refused: true,
+      code: 'INVALID_INPUT',
+      message: `ctx.vfs.list: argument 2 is ${(1 << 20) + 14} bytes of JSON; at most 65536 are taken`,
+    });
+  });
+
   it('bounds the logs of a call', async () => {
     const result = await hostile.call('flood', { kind: 'logs', count: 50_000 });
     expect(dataOf(result)).toEqual({ logged: 50_000 });

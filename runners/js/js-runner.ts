@@ -96,6 +96,8 @@ export class JsRunner implements Runner {
         isolated_vm: info.isolatedVm,
         pid: sandbox.pid,
         pool: stats.pool,
+        // Bytes of ctx.vfs traffic between the sandbox and the engine: requests (bounded in the sandbox) and answers (paced here).
+        host: { ...(stats.host as Record<string, unknown>), peak_answer_bytes: sandbox.answerPeak },
         in_flight: sandbox.inFlight,
       };
     } catch (error) {

@@ -1,3 +1,4 @@
+import { requestBytes } from './host-gate.mjs';
 import { link, release } from './link.mjs';
 import { LoadError } from './loader.mjs';
 import { SETUP_FILENAME } from './setup-script.mjs';
@@ -16,7 +17,7 @@ const VFS_OPS = new Set(['read', 'write', 'list', 'stat', 'exists', 'delete', 'm
 const LOG_LEVELS = new Set(['log', 'info', 'warn', 'error']);
 /** VFS requests of one call being served by the host at once; the rest wait here, in order. */
 const MAX_IN_FLIGHT = 16;
-/** Requests one call may have queued here; the prelude already refuses more than 256 pending. */
+/** Requests one call may have queued here; the prelude already refuses more than 256 pending (and more than 64 MB). */
 const MAX_QUEUED = 300;
 /** After a result, how long the isolate may keep running what the tool left behind before it is disposed. */
 const AFTER_RESULT_GRACE_MS = 250;
@@ -64,11 +65,14 @@ export class CallRun {
   #dropped = 0;
   #queue = [];
   #inFlight = 0;
+  /** Requests sent to the engine and not answered yet: rid -> the bytes they carried. */
+  #flying = new Map();
+  #resume = () => this.#pump();
   #graceTimer = null;
   #released = false;
   #acquiring = false;
 
-  /** deps: { pool, loader, post(message), logCap, onFinished(run) } */
+  /** deps: { pool, loader, gate (host-gate.mjs), post(message), logCap, onFinished(run) } */
   constructor(msg, deps) {
     this.#msg = msg;
     this.#deps = deps;
@@ -237,14 +241,21 @@ export class CallRun {
         this.#deliver(rid, false, { code: 'BUSY', message: 'Too many VFS operations are pending' });
         return;
       }
-      this.#queue.push({ rid, op: a, args: b });
+      this.#queue.push({ rid, op: a, args: b, bytes: requestBytes(b) });
       this.#pump();
     }
   }
 
   #pump() {
+    const gate = this.#deps.gate;
     while (this.#inFlight < MAX_IN_FLIGHT && this.#queue.length > 0 && !this.#ended) {
+      if (!gate.admits(this.#queue[0].bytes)) {
+        gate.wait(this.#resume);
+        return;
+      }
       const request = this.#queue.shift();
+      gate.take(request.bytes);
+      this.#flying.set(request.rid, request.bytes);
       this.#inFlight++;
       const message = { t: 'vfs', id: this.id, rid: request.rid, op: request.op, args: request.args };
       // The IPC channel carries JSON: bytes to write travel as base64, flagged.
@@ -260,11 +271,20 @@ export class CallRun {
 
   /** The host's answer to a VFS request. */
   onReply(msg) {
+    this.#landed(msg.rid);
     this.#inFlight--;
     if (this.#ended) return;
     const value = msg.ok === true && msg.bytes === true ? new Uint8Array(Buffer.from(String(msg.value), 'base64')) : msg.value;
     this.#deliver(msg.rid, msg.ok === true, msg.ok === true ? value : msg.error);
     this.#pump();
+  }
+
+  /** A request is answered (or its call is over): its room at the gate is given back. */
+  #landed(rid) {
+    const bytes = this.#flying.get(rid);
+    if (bytes === undefined) return;
+    this.#flying.delete(rid);
+    this.#deps.gate.give(bytes);
   }
 
   #deliver(rid, ok, payload) {
@@ -342,6 +362,10 @@ export class CallRun {
   #cleanup() {
     if (this.#released) return;
     this.#released = true;
+    // Answers still on their way will not be heard (the call is gone from the worker's table).
+    this.#deps.gate.forget(this.#resume);
+    for (const rid of [...this.#flying.keys()]) this.#landed(rid);
+    this.#queue = [];
     clearTimeout(this.#graceTimer);
     clearTimeout(this.#timer);
     const lease = this.#lease;

@@ -1,6 +1,7 @@
 import { openSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { CallRun } from './call.mjs';
+import { HostGate } from './host-gate.mjs';
 import { ModuleLoader } from './loader.mjs';
 import { IsolatePool } from './pool.mjs';
 import { setupSource } from './setup-script.mjs';
@@ -71,10 +72,12 @@ function serve(ivm) {
       for (const run of calls.values()) if (run.slot === slot) run.catastrophe();
     },
   });
+  const gate = new HostGate();
   const deps = {
     ivm,
     pool,
     loader,
+    gate,
     post,
     logCap,
     onFinished: (run) => calls.delete(run.id),
@@ -105,7 +108,15 @@ function serve(ivm) {
         loader.forget(msg.entry);
         break;
       case 'stats':
-        post({ t: 'stats', id: msg.id, pool: pool.stats(), calls: calls.size, rss: process.memoryUsage.rss(), cpu: process.cpuUsage() });
+        post({
+          t: 'stats',
+          id: msg.id,
+          pool: pool.stats(),
+          host: gate.stats(),
+          calls: calls.size,
+          rss: process.memoryUsage.rss(),
+          cpu: process.cpuUsage(),
+        });
         break;
       case 'probe':
         post({ t: 'probe', id: msg.id, ...probe() });

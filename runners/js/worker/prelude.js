@@ -32,6 +32,14 @@
   const CError = Error;
   const RangeErrorProto = RangeError.prototype;
   const strSlice = String.prototype.slice;
+  const jsonStringify = JSON.stringify;
+  const jsonParse = JSON.parse;
+  const isView = ArrayBuffer.isView;
+  const viewLength = getDesc(getProto(Uint8Array.prototype), 'byteLength').get;
+  const dataViewProto = DataView.prototype;
+  const dvLength = getDesc(dataViewProto, 'byteLength').get;
+  const abLength = getDesc(ArrayBuffer.prototype, 'byteLength').get;
+  const sabLength = typeof SharedArrayBuffer === 'function' ? getDesc(SharedArrayBuffer.prototype, 'byteLength').get : null;
   const G = globalThis;
 
   const call = (fn, self, ...args) => apply(fn, self, args);
@@ -66,6 +74,13 @@
     let logBytes = 0;
     let logsDropped = 0;
     const MAX_PENDING = 256;
+    // What one call's pending VFS requests may carry to the host at once (strings' lengths and binary
+    // contents; one larger request is taken when nothing else is pending), and how large any other
+    // argument (options) may be as JSON. Checked here, before anything is copied out of the isolate:
+    // each request is a copy in the sandbox process and another in the engine.
+    const MAX_PENDING_BYTES = 64 * 1024 * 1024;
+    const MAX_OPTION_BYTES = 64 * 1024;
+    let pendingBytes = 0;
 
     const finish = (kind, a, b, c) => {
       if (closed) return;
@@ -118,12 +133,67 @@
       return error;
     };
 
+    /** Bytes of an ArrayBuffer, SharedArrayBuffer, typed array or DataView, by the captured getters; -1 for anything else. */
+    const binaryBytes = (value) => {
+      if (isView(value)) return getProto(value) === dataViewProto ? call(dvLength, value) : call(viewLength, value);
+      try {
+        return call(abLength, value);
+      } catch {}
+      if (sabLength !== null) {
+        try {
+          return call(sabLength, value);
+        } catch {}
+      }
+      return -1;
+    };
+
+    /**
+     * A request's arguments as they go to the host, and the bytes they carry; or why they cannot go.
+     * Strings and binary contents go as they are. Anything else (options) goes as a plain copy made
+     * here through JSON, at most MAX_OPTION_BYTES of it: its getters run once, so what was measured is
+     * what is sent. A value JSON cannot copy goes as it is, and the copy to the host refuses it.
+     */
+    const prepare = (op, args) => {
+      let bytes = 0;
+      for (let i = 0; i < args.length; i++) {
+        const arg = args[i];
+        if (typeof arg === 'string') {
+          bytes += arg.length;
+          continue;
+        }
+        if (arg === null || (typeof arg !== 'object' && typeof arg !== 'function')) continue;
+        const binary = binaryBytes(arg);
+        if (binary >= 0) {
+          bytes += binary;
+          continue;
+        }
+        let text;
+        try {
+          text = jsonStringify(arg);
+        } catch {
+          continue;
+        }
+        if (typeof text !== 'string') continue;
+        if (text.length > MAX_OPTION_BYTES)
+          return `ctx.vfs.${op}: argument ${i + 1} is ${text.length} bytes of JSON; at most ${MAX_OPTION_BYTES} are taken`;
+        bytes += text.length;
+        defineProp(args, i, data(jsonParse(text)));
+      }
+      return bytes;
+    };
+
     /** One request to the host; the worker answers through `deliver`. */
     const request = (op, args) =>
       new CPromise((resolve, reject) => {
         if (closed) return reject(hostFailure({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' }));
         if (call(mapSize, pending) >= MAX_PENDING) {
           return reject(hostFailure({ code: 'BUSY', message: `More than ${MAX_PENDING} VFS operations are pending; await some first` }));
+        }
+        const bytes = prepare(op, args);
+        if (typeof bytes === 'string') return reject(hostFailure({ code: 'INVALID_INPUT', message: bytes }));
+        if (pendingBytes > 0 && pendingBytes + bytes > MAX_PENDING_BYTES) {
+          const mb = MAX_PENDING_BYTES / (1024 * 1024);
+          return reject(hostFailure({ code: 'BUSY', message: `More than ${mb} MB of VFS data is pending; await some operations first` }));
         }
         const id = nextRequest++;
         try {
@@ -132,7 +202,8 @@
           const [, message] = describe(error);
           return reject(hostFailure({ code: 'INVALID_INPUT', message: `ctx.vfs.${op}: the arguments cannot be sent to the host (${message})` }));
         }
-        call(mapSet, pending, id, [resolve, reject]);
+        pendingBytes += bytes;
+        call(mapSet, pending, id, [resolve, reject, bytes]);
       });
 
     const vfs = freeze({
@@ -214,6 +285,7 @@
       const waiter = call(mapGet, pending, id);
       if (waiter === undefined) return;
       call(mapDelete, pending, id);
+      pendingBytes -= waiter[2];
       if (closed) return;
       if (ok) waiter[0](payload);
       else waiter[1](hostFailure(payload));
