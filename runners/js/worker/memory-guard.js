@@ -32,6 +32,7 @@
   const getProto = R.getPrototypeOf;
   const apply = R.apply;
   const ownKeys = R.ownKeys;
+  const hasOwn = Object.hasOwn;
   const OrigModule = W?.Module;
   const OrigInstance = W?.Instance;
   const OrigMemory = W?.Memory;
@@ -204,27 +205,48 @@
       throw new CRangeError(`${what} exceeds the memory limit`);
     };
     let guarded = false;
+    // Fails closed: if the guard could not be installed in full, there is no Intl for this call.
+    let intl = OrigIntl;
     const settle = (value) => defineProp(G, 'Intl', { __proto__: null, value, writable: true, enumerable: false, configurable: true });
+    const install = () => {
+      if (guarded) return;
+      guarded = true;
+      try {
+        guardIntl(charge);
+      } catch {
+        intl = undefined;
+      }
+    };
     defineProp(G, 'Intl', {
       __proto__: null,
       get: () => {
-        if (!guarded) {
-          guarded = true;
-          guardIntl(charge);
-          settle(OrigIntl);
-        }
-        return OrigIntl;
+        install();
+        settle(intl);
+        return intl;
       },
       set: (value) => {
-        if (!guarded) {
-          guarded = true;
-          guardIntl(charge);
-        }
+        install();
         settle(value);
       },
       enumerable: false,
       configurable: true,
     });
+  }
+
+  /**
+   * A property descriptor without a prototype: one from getOwnPropertyDescriptor inherits from
+   * Object.prototype, where a tool may have put a `get` or a `value` that defineProperty would read.
+   */
+  function plainDescriptor(desc) {
+    const out = { __proto__: null, enumerable: desc.enumerable, configurable: desc.configurable };
+    if (hasOwn(desc, 'value')) {
+      out.value = desc.value;
+      out.writable = desc.writable;
+    } else {
+      out.get = desc.get;
+      out.set = desc.set;
+    }
+    return out;
   }
 
   /** Puts a charging wrapper in place of every Intl constructor and of Intl.Segmenter#segment. */
@@ -251,7 +273,7 @@
       const statics = ownKeys(Orig);
       for (let j = 0; j < statics.length; j++) {
         const key = statics[j];
-        if (key !== 'prototype' && key !== 'name') defineProp(wrapper, key, getDesc(Orig, key));
+        if (key !== 'prototype' && key !== 'name') defineProp(wrapper, key, plainDescriptor(getDesc(Orig, key)));
       }
       defineProp(wrapper, 'prototype', { __proto__: null, value: proto, writable: false, enumerable: false, configurable: false });
       defineProp(proto, 'constructor', hidden(wrapper));
