@@ -41,6 +41,7 @@
   const OrigArrayBuffer = ArrayBuffer;
   const OrigSharedArrayBuffer = typeof SharedArrayBuffer === 'function' ? SharedArrayBuffer : null;
   const mathTrunc = Math.trunc;
+  const speciesSymbol = Symbol.species;
   const numberIsNaN = Number.isNaN;
   const CPromise = Promise;
   const CU8 = Uint8Array;
@@ -166,9 +167,12 @@
    * maximum before making it; everything else goes to the original unchanged (subclasses included).
    */
   function guardBuffer(Orig, name, reserve) {
+    const species = getDesc(Orig, speciesSymbol);
     const wrapper = {
-      [name]: function (length, options) {
+      // One declared parameter, as the original's length says; the options come after it.
+      [name]: function (length, ...rest) {
         if (new.target === undefined) throw new CTypeError(`Constructor ${name} requires 'new'`);
+        const options = rest.length > 0 ? rest[0] : undefined;
         if (options === null || (typeof options !== 'object' && typeof options !== 'function')) return construct(Orig, [length], new.target);
         // In the constructor's own order: the length, then the option.
         const size = toIndex(length, 'length');
@@ -180,10 +184,9 @@
         return construct(Orig, [size, { __proto__: null, maxByteLength: maximum }], new.target);
       },
     }[name];
-    for (const key of ownKeys(Orig)) {
-      if (key !== 'prototype' && key !== 'length' && key !== 'name') defineProp(wrapper, key, getDesc(Orig, key));
-    }
-    defineProp(wrapper, 'length', { __proto__: null, value: 1, writable: false, enumerable: false, configurable: true });
+    // The statics (ArrayBuffer.isView, Symbol.species), named rather than listed: this runs for every call.
+    if (name === 'ArrayBuffer') defineProp(wrapper, 'isView', hidden(isView));
+    defineProp(wrapper, speciesSymbol, { __proto__: null, get: species.get, set: undefined, enumerable: false, configurable: true });
     defineProp(wrapper, 'prototype', { __proto__: null, value: Orig.prototype, writable: false, enumerable: false, configurable: false });
     defineProp(Orig.prototype, 'constructor', hidden(wrapper));
     defineProp(G, name, hidden(wrapper));
