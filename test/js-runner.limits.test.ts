@@ -162,11 +162,10 @@ describe('the host', () => {
     expect(host.peak_answer_bytes).toBeLessThanOrEqual(20 * 1024 * 1024);
   });
 
-  it('refuses options far larger than any option needs, before copying them out', async () => {
-    expect(dataOf(await hostile.call('flood', { kind: 'huge-options' }))).toEqual({
-      refused: true,
-      code: 'INVALID_INPUT',
-      message: `ctx.vfs.list: argument 2 is ${(1 << 20) + 14} bytes of JSON; at most 65536 are taken`,
+  it('refuses, before copying them out, options far larger than any option needs and objects JSON would turn into something else', async () => {
+    expect(dataOf(await hostile.call('flood', { kind: 'odd-arguments' }))).toEqual({
+      huge: `INVALID_INPUT: ctx.vfs.list: argument 2 is ${(1 << 20) + 14} bytes of JSON; at most 65536 are taken`,
+      date: 'INVALID_INPUT: ctx.vfs.write: argument 2 is an object that JSON turns into a string; pass that value itself',
     });
   });
 

@@ -176,8 +176,13 @@
         if (typeof text !== 'string') continue;
         if (text.length > MAX_OPTION_BYTES)
           return `ctx.vfs.${op}: argument ${i + 1} is ${text.length} bytes of JSON; at most ${MAX_OPTION_BYTES} are taken`;
+        const copy = jsonParse(text);
+        // An object whose toJSON gives a string or a number (a Date) would arrive as that value.
+        if (copy === null || typeof copy !== 'object') {
+          return `ctx.vfs.${op}: argument ${i + 1} is an object that JSON turns into ${copy === null ? 'null' : `a ${typeof copy}`}; pass that value itself`;
+        }
         bytes += text.length;
-        defineProp(args, i, data(jsonParse(text)));
+        defineProp(args, i, data(copy));
       }
       return bytes;
     };
