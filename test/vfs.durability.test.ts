@@ -908,6 +908,29 @@ describe('one engine per project, at the same instant', () => {
     expect(existsSync(path)).toBe(false);
   });
 
+  it('a takeover guard left by an engine killed in the middle of a takeover does not stop the next start', () => {
+    const path = join(stateDir(), 'lock');
+    mkdirSync(stateDir(), { recursive: true });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid as number;
+    writeFileSync(path, JSON.stringify({ pid: dead, host: hostname(), at: new Date().toISOString() }));
+    writeFileSync(`${path}.takeover`, JSON.stringify({ pid: dead, host: hostname() }));
+    const lock = new ProjectLock(path);
+    lock.acquire();
+    expect(JSON.parse(readFileSync(path, 'utf8')).pid).toBe(process.pid);
+    expect(existsSync(`${path}.takeover`)).toBe(false);
+    lock.release();
+  });
+
+  it('a takeover guard of a live engine is respected until it is old', () => {
+    const path = join(stateDir(), 'lock');
+    mkdirSync(stateDir(), { recursive: true });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid as number;
+    writeFileSync(path, JSON.stringify({ pid: dead, host: hostname(), at: new Date().toISOString() }));
+    writeFileSync(`${path}.takeover`, JSON.stringify({ pid: process.pid, host: hostname() }));
+    expect(() => new ProjectLock(path).acquire()).toThrow(/other engines kept taking it/);
+    rmSync(`${path}.takeover`);
+  });
+
   it('of six engines started together over a stale lock, exactly one gets the project', async () => {
     const build = privateBuild();
     const path = join(stateDir(), 'lock');

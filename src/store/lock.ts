@@ -15,11 +15,26 @@ function alive(pid: number): boolean {
   }
 }
 
+/** Whether the guard names its owner and that process no longer runs on this host (an empty guard is being written: not gone). */
+function guardOwnerGone(guard: string): boolean {
+  let owner: { pid?: unknown; host?: unknown };
+  try {
+    owner = JSON.parse(readFileSync(guard, 'utf8'));
+  } catch {
+    return false;
+  }
+  return typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid);
+}
+
 function pause(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
-/** A takeover guard older than this was left by a process that died while taking a lock over. */
+/**
+ * A takeover guard older than this was left by a process that died while taking a lock over. A guard
+ * whose owner (written in it) no longer runs on this host is stale at once: an engine killed in the
+ * middle of a takeover otherwise kept every start failing for this long.
+ */
 const GUARD_STALE_MS = 10_000;
 const ATTEMPTS = 100;
 
@@ -88,10 +103,11 @@ export class ProjectLock {
     let fd: number;
     try {
       fd = openSync(guard, 'wx', 0o600);
+      writeSync(fd, JSON.stringify({ pid: process.pid, host: hostname() }));
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       try {
-        if (Date.now() - statSync(guard).mtimeMs > GUARD_STALE_MS) rmSync(guard, { force: true });
+        if (Date.now() - statSync(guard).mtimeMs > GUARD_STALE_MS || guardOwnerGone(guard)) rmSync(guard, { force: true });
       } catch {}
       return false;
     }
