@@ -99,6 +99,14 @@ describe('memory', () => {
     });
   });
 
+  it('keeps registered symbols to the call that made them: calls that each register 8 MB of them all succeed', async () => {
+    // 49 calls on at most 16 isolates: some isolate serves four of them, and with the isolate's own
+    // registry the fourth would start with 24 MB of the others' symbols in its 32 MB.
+    for (let i = 0; i < 49; i++) {
+      expect(dataOf(await hostile.call('memory', { kind: 'symbol-registry' }))).toEqual({ same: true, key: 'marker', wellKnown: null, plain: null });
+    }
+  }, 60_000);
+
   it('lets a tool catch a refused ArrayBuffer and go on within its limit', async () => {
     expect(dataOf(await hostile.call('memory', { kind: 'caught-array-buffer' }))).toEqual({ caught: true });
   });

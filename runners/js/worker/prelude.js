@@ -30,6 +30,7 @@
   const setHas = Set.prototype.has;
   const CPromise = Promise;
   const CError = Error;
+  const CTypeError = TypeError;
   const RangeErrorProto = RangeError.prototype;
   const strSlice = String.prototype.slice;
   const jsonStringify = JSON.stringify;
@@ -57,6 +58,47 @@
   // `Atomics.waitAsync` schedules a timer; FinalizationRegistry callbacks run whenever GC decides.
   if (typeof Atomics === 'object') R.deleteProperty(Atomics, 'waitAsync');
   R.deleteProperty(G, 'FinalizationRegistry');
+
+  // The symbol registry is the isolate's: shared by every context on it and never collected, so what
+  // one call registered would stay, and fill the heap, for the calls after it on that isolate. Each
+  // context gets a registry of its own (made on first use). Its symbols are ordinary ones, so unlike
+  // registered symbols they may be WeakMap keys; nothing else tells them apart.
+  let symbols = null;
+  const CSymbol = Symbol;
+  const symbolDescription = getDesc(CSymbol.prototype, 'description').get;
+  const builtin = (value) => ({ __proto__: null, value, writable: true, enumerable: false, configurable: true });
+  R.defineProperty(
+    CSymbol,
+    'for',
+    builtin(
+      {
+        for(key) {
+          const text = `${key}`;
+          if (symbols === null) symbols = new CMap();
+          let symbol = call(mapGet, symbols, text);
+          if (symbol === undefined) {
+            symbol = CSymbol(text);
+            call(mapSet, symbols, text, symbol);
+          }
+          return symbol;
+        },
+      }.for,
+    ),
+  );
+  R.defineProperty(
+    CSymbol,
+    'keyFor',
+    builtin(
+      {
+        keyFor(symbol) {
+          if (typeof symbol !== 'symbol') throw new CTypeError('Symbol.keyFor: the argument is not a symbol');
+          if (symbols === null) return undefined;
+          const key = call(symbolDescription, symbol);
+          return key !== undefined && call(mapGet, symbols, key) === symbol ? key : undefined;
+        },
+      }.keyFor,
+    ),
+  );
 
   /**
    * Connects this context to the worker. `hostSend` and `hostDone` are shared by every context of the
