@@ -16,7 +16,7 @@
 //   a 32 MB isolate's heap held over 1 GB of them): charged an estimate by kind (INTL_BYTES). `Intl`
 //   is guarded when a tool first reaches it (most never do): until then it is an accessor on the
 //   global, and the installer uses only what was captured before any tool code ran.
-// Exceeding the budget with wasm ends the call with MEMORY_LIMIT (the tool cannot catch it), like the
+// Exceeding the budget with wasm or Intl ends the call with MEMORY_LIMIT (the tool cannot catch it), like the
 // heap limit; a resizable buffer over the budget is refused like a plain ArrayBuffer that cannot be
 // allocated, with a RangeError the tool may catch (MEMORY_LIMIT if it does not). Charges are never
 // given back within a call. Async compilation runs synchronously here: a background compile finishing
@@ -197,16 +197,7 @@
    * installer may run after tool code: it touches only values captured before any tool code ran and
    * objects no tool could reach before (Intl and what hangs off it), with no iteration protocol.
    */
-  function guardIntlOnFirstUse(onExceeded, leftNow, spend) {
-    const charge = (bytes, what) => {
-      const left = leftNow();
-      if (bytes <= left) {
-        spend(bytes);
-        return;
-      }
-      onExceeded(`${what} needs about ${bytes} bytes outside the heap, ${left} are left of the memory limit`);
-      throw new CRangeError(`${what} exceeds the memory limit`);
-    };
+  function guardIntlOnFirstUse(charge) {
     let guarded = false;
     // Fails closed: if the guard could not be installed in full, there is no Intl for this call.
     let intl = OrigIntl;
@@ -265,7 +256,7 @@
       if (protoDesc === undefined || typeof protoDesc.value !== 'object' || protoDesc.value === null) continue;
       const proto = protoDesc.value;
       const bytes = INTL_BYTES[name] ?? INTL_DEFAULT_BYTES;
-      const what = `Intl.${name}`;
+      const what = `Intl.${name} (ICU memory outside the heap, estimated)`;
       const wrapper = {
         // Called without `new`, the constructors that allow it make an object too (the original decides).
         [name]: function (...args) {
@@ -291,7 +282,7 @@
             hidden(
               {
                 segment(input) {
-                  charge(SEGMENTS_BYTES, 'Intl.Segmenter.prototype.segment');
+                  charge(SEGMENTS_BYTES, 'Intl.Segmenter.prototype.segment (ICU memory outside the heap, estimated)');
                   return apply(origSegment, this, [input]);
                 },
               }.segment,
@@ -304,42 +295,36 @@
 
   return function guardMemory(onExceeded, memoryMb) {
     let left = memoryMb * 1024 * 1024;
+    /** Takes `bytes` from the call's budget; false, with nothing taken, when fewer are left. */
+    const take = (bytes) => {
+      if (bytes > left) return false;
+      left -= bytes;
+      return true;
+    };
+    /** Takes what `what` needs, or ends the call with MEMORY_LIMIT (the tool cannot catch it). */
+    const charge = (bytes, what) => {
+      if (take(bytes)) return;
+      onExceeded(`${what} needs ${bytes} bytes, ${left} are left of the memory limit`);
+      throw new CRangeError(`${what} exceeds the memory limit of ${memoryMb} MB`);
+    };
     // Refused like an allocation V8 cannot make: a RangeError the tool may catch, MEMORY_LIMIT if it does not.
     const reserve = (bytes, name) => {
-      if (bytes <= left) {
-        left -= bytes;
-        return;
-      }
+      if (take(bytes)) return;
       throw new CRangeError(
         `Array buffer allocation failed: a resizable ${name} of up to ${bytes} bytes is more than the ${left} bytes left of the memory limit of ${memoryMb} MB`,
       );
     };
     guardBuffer(OrigArrayBuffer, 'ArrayBuffer', reserve);
     if (OrigSharedArrayBuffer !== null) guardBuffer(OrigSharedArrayBuffer, 'SharedArrayBuffer', reserve);
-    if (OrigIntl !== null)
-      guardIntlOnFirstUse(
-        onExceeded,
-        () => left,
-        (bytes) => {
-          left -= bytes;
-        },
-      );
+    if (OrigIntl !== null) guardIntlOnFirstUse(charge);
     if (W === null) return;
     const perInstance = new CWeakMap();
-    const charge = (bytes, what) => {
-      if (bytes <= left) {
-        left -= bytes;
-        return;
-      }
-      onExceeded(`WebAssembly ${what} needs ${bytes} bytes, ${left} are left of the memory limit`);
-      throw new CRangeError(`WebAssembly ${what} exceeds the memory limit of ${memoryMb} MB`);
-    };
 
     function Module(source) {
       if (new.target === undefined) throw new CTypeError("WebAssembly.Module must be called with 'new'");
       const bytes = copyBytes(source);
       const need = memoryNeed(bytes);
-      charge(call(viewLength, bytes) * CODE_FACTOR, 'module code');
+      charge(call(viewLength, bytes) * CODE_FACTOR, 'WebAssembly module code');
       const module = construct(OrigModule, [bytes]);
       call(weakSet, perInstance, module, need);
       return module;
@@ -349,7 +334,7 @@
       if (new.target === undefined) throw new CTypeError("WebAssembly.Instance must be called with 'new'");
       const need = call(weakGet, perInstance, module);
       if (need === undefined) throw new CTypeError('WebAssembly.Instance: the first argument must be a WebAssembly.Module');
-      charge(need, 'memory');
+      charge(need, 'WebAssembly memory');
       return construct(OrigInstance, [module, imports]);
     }
 
@@ -362,7 +347,7 @@
       if (typeof initial !== 'number' || initial < 0 || initial > MAX_PAGES) throw new CTypeError('WebAssembly.Memory: invalid initial size');
       const maximum = given === undefined ? mathMin(MAX_PAGES, mathFloor(left / PAGE)) : given;
       if (typeof maximum !== 'number' || maximum < initial || maximum > MAX_PAGES) throw new CRangeError('WebAssembly.Memory: invalid maximum size');
-      charge(larger(initial, maximum) * PAGE, 'memory');
+      charge(larger(initial, maximum) * PAGE, 'WebAssembly memory');
       return construct(OrigMemory, [{ __proto__: null, initial, maximum, shared }]);
     }
 
