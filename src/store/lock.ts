@@ -15,16 +15,22 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Whether the guard names its owner and that process no longer runs on this host (an empty guard is being written: not gone). */
+/** Whether a lock or guard file's owner is a process of this host that no longer runs. */
+function gone(owner: { pid?: unknown; host?: unknown }): boolean {
+  return typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid);
+}
+
+/** Whether the guard names its owner and that process is gone (an empty guard is being written: not gone). */
 function guardOwnerGone(guard: string): boolean {
-  let owner: { pid?: unknown; host?: unknown };
   try {
-    owner = JSON.parse(readFileSync(guard, 'utf8'));
+    return gone(JSON.parse(readFileSync(guard, 'utf8')));
   } catch {
     return false;
   }
-  return typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid);
 }
+
+/** What a lock or guard file holds: its owner. */
+const ownerRecord = (): string => JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() });
 
 function pause(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
@@ -59,7 +65,7 @@ export class ProjectLock {
     for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
       try {
         const fd = openSync(this.path, 'wx', 0o600);
-        writeSync(fd, JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() }));
+        writeSync(fd, ownerRecord());
         closeSync(fd);
         this.#held = true;
         return;
@@ -75,7 +81,7 @@ export class ProjectLock {
         // Gone meanwhile (try again), half-written by an engine starting right now, or damaged.
       }
       if (raw === null) continue;
-      if (typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid)) {
+      if (gone(owner)) {
         if (!this.takeOver(raw)) pause(5);
         continue;
       }
@@ -103,7 +109,6 @@ export class ProjectLock {
     let fd: number;
     try {
       fd = openSync(guard, 'wx', 0o600);
-      writeSync(fd, JSON.stringify({ pid: process.pid, host: hostname() }));
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       try {
@@ -112,6 +117,7 @@ export class ProjectLock {
       return false;
     }
     try {
+      writeSync(fd, ownerRecord());
       let now: string | null = null;
       try {
         now = readFileSync(this.path, 'utf8');
