@@ -154,6 +154,19 @@ async function floorProcess(reuse = false): Promise<FloorProcess> {
   };
 }
 
+/** `count` calls of a floor process, one after another: the time of each (and each answer checked). */
+async function floorCalls(sandbox: FloorProcess, count: number): Promise<number[]> {
+  const input = { text: 'hello' };
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = performance.now();
+    const out = (await sandbox.call(input)) as { text?: string };
+    times.push(performance.now() - t0);
+    if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
+  }
+  return times;
+}
+
 /**
  * The architecture's floor (bench/js-floor.ts): a fresh context per call, made ahead, in a sandbox
  * process reached over the IPC channel — and the same in-process — with none of the engine's work.
@@ -164,17 +177,10 @@ async function floor(sandbox: FloorProcess): Promise<{
   floor_cpu_us_by_thread: Record<string, unknown>;
   floor_in_process_median_ms: number;
 }> {
-  const input = { text: 'hello' };
-  for (let i = 0; i < 3000; i++) await sandbox.call(input);
-  const times: number[] = [];
+  await floorCalls(sandbox, 3000);
   const threads0 = { caller: threadCpu(process.pid), sandbox: threadCpu(sandbox.pid) };
   const cpu0 = machineCpu();
-  for (let i = 0; i < 5000; i++) {
-    const t0 = performance.now();
-    const out = (await sandbox.call(input)) as { text?: string };
-    times.push(performance.now() - t0);
-    if (out?.text !== 'olleh') throw new Error(`floor call returned ${JSON.stringify(out)}`);
-  }
+  const times = await floorCalls(sandbox, 5000);
   const cpu = (machineCpu() - cpu0) / 5000;
   // The same split as the engine's figure: the calling process, the sandbox's main thread and its isolate threads.
   const byThread = {
@@ -232,15 +238,8 @@ async function paced(participants: Participant[]): Promise<Record<string, number
 
 /** The floor with one long-lived context per isolate (bench/js-floor.ts `reuse`): calls back to back. */
 async function reusedFloor(sandbox: FloorProcess): Promise<number> {
-  const input = { text: 'hello' };
-  for (let i = 0; i < 3000; i++) await sandbox.call(input);
-  const times: number[] = [];
-  for (let i = 0; i < 5000; i++) {
-    const t0 = performance.now();
-    await sandbox.call(input);
-    times.push(performance.now() - t0);
-  }
-  return median(times);
+  await floorCalls(sandbox, 3000);
+  return median(await floorCalls(sandbox, 5000));
 }
 
 export async function benchJs(): Promise<Record<string, unknown>> {
