@@ -105,3 +105,57 @@ export class Limiter {
     });
   }
 }
+
+/**
+ * A first-come, first-served exclusive hold on committing. A call that keeps losing races to other
+ * calls' commits makes its last run while holding it: no other call commits until that run has
+ * committed, so it cannot lose again. Other calls wait before committing (not before running) while
+ * it is held or asked for.
+ */
+export class CommitGate {
+  /** Settles when the last holder asked for so far lets go. */
+  #tail: Promise<void> = Promise.resolve();
+  #holders = 0;
+
+  /** Whether a call holds the gate or waits for it. */
+  get held(): boolean {
+    return this.#holders > 0;
+  }
+
+  async hold(): Promise<Release> {
+    this.#holders++;
+    const before = this.#tail;
+    let open!: () => void;
+    this.#tail = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    await before;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#holders--;
+      open();
+    };
+  }
+
+  /** Waits until nobody holds or waits for the gate, or `signal` aborts (then rejects with CANCELLED). */
+  async passed(signal?: AbortSignal): Promise<void> {
+    while (this.#holders > 0) {
+      if (signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled while waiting to commit');
+      const free = this.#tail;
+      if (!signal) {
+        await free;
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          signal.removeEventListener('abort', done);
+          resolve();
+        };
+        signal.addEventListener('abort', done, { once: true });
+        free.then(done);
+      });
+    }
+  }
+}

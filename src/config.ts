@@ -4,7 +4,7 @@ import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import { compileSchema, summarize } from './validation.js';
 
 /**
- * `workspace/<project>/arium.json`: what an operator sets for a project (DESIGN.md §2b). Every field is
+ * `workspace/<project>/arium.json`: what an operator sets for a project. Every field is
  * optional; engine options given in code override the file. A bad file stops the engine at start-up
  * with an error naming the field, never silently.
  */

@@ -2,14 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
+import { Executor } from './execution.js';
 import type { CallLimits, Policy } from './limits.js';
-import { checkOutput, copyInput, forEvent } from './payload.js';
+import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
-import type { LogLine, ResultMeta, ToolResult } from './result.js';
-import type { RunContext, Runner } from './runner.js';
+import type { ResultMeta, ToolResult } from './result.js';
+import type { Runner } from './runner.js';
 import type { RunnerName, Tool } from './tool.js';
-import { ToolVfs } from './tool-vfs.js';
 import { summarize } from './validation.js';
 import type { VfsState } from './vfs/state.js';
 
@@ -39,10 +39,6 @@ export interface DispatcherDeps {
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-const NEVER_ABORTED = new AbortController().signal;
-/** The reason a call's signal carries when the call is over and its work must stop. */
-const CALL_ENDED = Object.freeze(new ToolFailure('execution', 'CANCELLED', 'The call has ended'));
-
 function toolLabel(id: unknown): string {
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
 }
@@ -55,9 +51,11 @@ function toolLabel(id: unknown): string {
 export class Dispatcher {
   readonly #d: DispatcherDeps;
   readonly #grantCache = new Map<string, GrantSet>();
+  readonly #executor: Executor;
 
   constructor(deps: DispatcherDeps) {
     this.#d = deps;
+    this.#executor = new Executor({ state: deps.state, policy: deps.policy, limiter: deps.limiter });
   }
 
   async call(id: unknown, input: unknown, options: CallOptions = {}): Promise<ToolResult> {
@@ -68,6 +66,8 @@ export class Dispatcher {
     const { bus, policy } = this.#d;
     let stage: Stage = 'validation';
     let invocationSent = false;
+    /** How many times the tool ran (0 when the call failed before it ran). */
+    const runs = { count: 0 };
     try {
       const opts = options ?? {};
       if (opts.trace_id !== undefined) {
@@ -125,19 +125,27 @@ export class Dispatcher {
         throw new ToolFailure('execution', 'UNAVAILABLE', `No ${tool.spec.runner} is available in this engine to run ${tool.spec.id}`);
       }
       meta.runner = runner.name;
-      const { output, vfs } = await this.#execute(tool, runner, copy, grants, opts, meta);
-      const limit = this.#limits(tool, opts).output_bytes;
-      const outputBytes = checkOutput(output, { bytes: limit, depth: policy.input_depth });
-      if (tool.validateOutput) {
-        const bad = tool.validateOutput(output);
-        if (bad) {
-          throw new ToolFailure('execution', 'INVALID_OUTPUT', `Output of ${tool.spec.id} does not match its output_schema: ${summarize(bad)}`, {
-            details: { violations: bad },
-          });
-        }
-      }
-      // Only now, with the output accepted, do the call's VFS changes become visible and durable.
-      this.#d.state.commit(vfs.transaction);
+      const toolId = tool.spec.id;
+      const { output, outputBytes, vfs } = await this.#executor.run({
+        tool,
+        runner,
+        input: copy,
+        grants,
+        limits: this.#limits(tool, opts),
+        signal: opts.signal,
+        meta,
+        runs,
+        denied: (permission, operation, path) =>
+          this.#security(
+            runId,
+            meta.trace_id,
+            toolId,
+            permission,
+            `${operation} ${path}`,
+            permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
+          ),
+        intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
+      });
       meta.duration_ms = performance.now() - started;
       if (bus.active) {
         bus.publish({
@@ -150,6 +158,7 @@ export class Dispatcher {
           output_bytes: outputBytes,
           output: forEvent(output, policy.event_payload_bytes),
           vfs: vfs.changed ? vfs.changes : null,
+          attempts: runs.count,
         });
       }
       return { ok: true, data: output, meta };
@@ -176,6 +185,7 @@ export class Dispatcher {
           tool: label,
           duration_ms: meta.duration_ms,
           error,
+          attempts: runs.count,
         });
       }
       return { ok: false, error, meta };
@@ -224,7 +234,12 @@ export class Dispatcher {
     const own = tool.spec.limits;
     let timeout = own?.timeout_ms ?? policy.timeout_ms;
     if (typeof opts.timeout_ms === 'number' && opts.timeout_ms > 0 && opts.timeout_ms < timeout) timeout = opts.timeout_ms;
-    return { timeout_ms: timeout, memory_mb: own?.memory_mb ?? policy.memory_mb, output_bytes: own?.output_bytes ?? policy.output_bytes };
+    return {
+      timeout_ms: timeout,
+      memory_mb: own?.memory_mb ?? policy.memory_mb,
+      output_bytes: own?.output_bytes ?? policy.output_bytes,
+      max_attempts: own?.max_attempts ?? policy.max_attempts,
+    };
   }
 
   #security(runId: string, traceId: string, tool: string, permission: string | null, operation: string | null, reason: string): void {
@@ -240,106 +255,6 @@ export class Dispatcher {
       operation,
       reason,
     });
-  }
-
-  async #execute(
-    tool: Tool,
-    runner: Runner,
-    input: unknown,
-    grants: GrantSet,
-    opts: CallOptions,
-    meta: ResultMeta,
-  ): Promise<{ output: unknown; vfs: ToolVfs }> {
-    const limits = this.#limits(tool, opts);
-    const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, opts.signal));
-    // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
-    // only runners that can be interrupted get a live one.
-    const controller = runner.interruptible ? new AbortController() : null;
-    const logs = new LogBuffer(this.#d.policy.log_bytes);
-    const id = tool.spec.id;
-    const vfs = new ToolVfs(this.#d.state.begin(), tool.declared, grants, (permission, operation, path) =>
-      this.#security(
-        meta.run_id,
-        meta.trace_id,
-        id,
-        permission,
-        `${operation} ${path}`,
-        permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
-      ),
-    );
-    const ctx: RunContext = {
-      tool,
-      input,
-      limits,
-      signal: controller?.signal ?? NEVER_ABORTED,
-      runId: meta.run_id,
-      traceId: meta.trace_id,
-      vfs,
-      state: this.#d.state,
-      log: (level, message) => logs.push(level, message),
-      intrusion: (operation, reason) => this.#security(meta.run_id, meta.trace_id, id, null, operation, reason),
-      meta,
-    };
-    try {
-      if (opts.signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
-      const output = controller ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, opts.signal, id) : await runner.run(ctx);
-      return { output, vfs };
-    } finally {
-      release();
-      // Work a tool left running after it returned must stop too. With a reason made once: abort()
-      // without one builds a DOMException per call (about 7 µs of the 13 an abort costs here).
-      if (controller && !controller.signal.aborted) controller.abort(CALL_ENDED);
-      if (logs.lines.length > 0) meta.logs = logs.lines;
-      if (logs.dropped > 0) meta.logs_dropped = logs.dropped;
-      // Whatever the tool left running can no longer reach the VFS through this call.
-      vfs.seal();
-    }
-  }
-}
-
-/** Races a runner's work against the wall-clock deadline and the caller's signal; aborts the runner on either. */
-function withDeadline<T>(
-  work: Promise<T>,
-  timeoutMs: number,
-  controller: AbortController,
-  external: AbortSignal | undefined,
-  tool: string,
-): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      controller.abort();
-      reject(new ToolFailure('execution', 'TIMEOUT', `${tool} did not finish within ${timeoutMs} ms`, { details: { timeout_ms: timeoutMs } }));
-    }, timeoutMs);
-    const onAbort = () => {
-      controller.abort();
-      reject(new ToolFailure('execution', 'CANCELLED', `The call of ${tool} was cancelled`));
-    };
-    external?.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => {
-      clearTimeout(timer);
-      external?.removeEventListener('abort', onAbort);
-    });
-  });
-}
-
-class LogBuffer {
-  readonly lines: LogLine[] = [];
-  dropped = 0;
-  #left: number;
-
-  constructor(max: number) {
-    this.#left = max;
-  }
-
-  push(level: LogLine['level'], message: string): void {
-    const text = String(message);
-    if (this.#left <= 0) {
-      this.dropped++;
-      return;
-    }
-    const kept = text.length > this.#left ? `${text.slice(0, this.#left)}…` : text;
-    this.#left -= kept.length;
-    this.lines.push({ level, message: kept });
   }
 }
 

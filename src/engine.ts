@@ -49,6 +49,8 @@ export interface EngineStatus {
   project: string;
   tools: number;
   problems: number;
+  /** Calls whose VFS transaction is open (running, or waiting to commit). */
+  transactions: number;
   runners: Record<string, RunnerStatus>;
 }
 
@@ -235,7 +237,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
       for (const [name, runner] of runners) statuses[name] = await runner.status();
-      return { project, tools: registry.list().length, problems: registry.problems().length, runners: statuses };
+      return { project, tools: registry.list().length, problems: registry.problems().length, transactions: state.open, runners: statuses };
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
     snapshots: () => [...state.snapshots],

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { ErrorInfo } from './errors.js';
 
-/** Common fields of every event (DESIGN.md §4). */
+/** Common fields of every event. */
 interface BaseEvent {
   at: string;
   run_id: string;
@@ -31,6 +31,8 @@ export interface ToolResultEvent extends BaseEvent {
   /** The output, secrets redacted and size-capped like the input. */
   output: unknown;
   vfs: VfsChangeSummary | null;
+  /** How many times the tool ran: more than 1 when a run lost a race to another call's commit and ran again. */
+  attempts: number;
 }
 
 export interface ToolErrorEvent extends BaseEvent {
@@ -38,6 +40,8 @@ export interface ToolErrorEvent extends BaseEvent {
   tool: string;
   duration_ms: number;
   error: ErrorInfo;
+  /** How many times the tool ran (0 when the call failed before it ran). */
+  attempts: number;
 }
 
 export interface SecurityEvent extends BaseEvent {

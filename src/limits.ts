@@ -5,12 +5,19 @@
 
 /** Limits that apply to one call of one tool. */
 export interface CallLimits {
-  /** Wall-clock budget of one call, from the start of execution. DESIGN.md §2: default 30 s. */
+  /** Wall-clock budget of one call (all its runs together), from the start of execution: default 30 s. */
   timeout_ms: number;
   /** Memory a sandboxed runner may use (isolate heap, Python address space). */
   memory_mb: number;
   /** Largest serialized output (JSON bytes) a call may return before `OUTPUT_LIMIT`. */
   output_bytes: number;
+  /**
+   * Runs a call may take when it loses a race: a call whose commit is refused because another call
+   * changed what it read is run again, up to this many runs in all (the last one alone, so it cannot
+   * lose again). 1 never runs a call twice: the caller gets `CONFLICT`. Tools that declare effects outside
+   * the VFS (`sys.exec`, `net.fetch`) are never run twice, whatever this says.
+   */
+  max_attempts: number;
 }
 
 /** Engine-wide policy. */
@@ -56,6 +63,7 @@ export const DEFAULT_POLICY: Readonly<Policy> = Object.freeze({
   timeout_ms: 30_000,
   memory_mb: 128,
   output_bytes: 1024 * 1024,
+  max_attempts: 2,
   concurrency: 64,
   tool_concurrency: 16,
   queue_length: 256,
@@ -83,4 +91,5 @@ export const TOOL_LIMIT_CEILINGS: Readonly<CallLimits> = Object.freeze({
   timeout_ms: 10 * 60 * 1000,
   memory_mb: 8192,
   output_bytes: 64 * 1024 * 1024,
+  max_attempts: 100,
 });

@@ -162,7 +162,7 @@ export function checkOutput(value: unknown, limits: PayloadLimits): number {
   return ctx.bytes;
 }
 
-/** Keys whose values never appear in events or logs (DESIGN.md §4: secrets never appear in events). */
+/** Keys whose values never appear in events or logs (secrets never appear in events: README, Events). */
 const SECRET_KEY = /pass(word|phrase)?|secret|token|api[-_]?key|auth(orization)?|credential|private[-_]?key|cookie|session/i;
 
 /**

@@ -46,6 +46,12 @@ export interface Runner {
   readonly interruptible: boolean;
   /** Runs one call. Throws `ToolFailure` for tool-level failures; anything else is treated as internal. */
   run(ctx: RunContext): Promise<unknown>;
+  /**
+   * Runs one call synchronously, for a runner whose work never waits (the builtins). The dispatcher
+   * then runs, checks and commits the call with nothing in between: no other call can commit under it,
+   * so it never loses a race, and it skips the awaits of `run`.
+   */
+  runSync?(ctx: RunContext): unknown;
   /** Called when a tool is added or changed, so the runner may warm caches off the call path. */
   prepare?(tool: Tool): void;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */

@@ -5,7 +5,7 @@ import type { Validator } from './validation.js';
 export const RUNNER_NAMES = ['builtin', 'js-runner', 'py-runner'] as const;
 export type RunnerName = (typeof RUNNER_NAMES)[number];
 
-/** A tool definition as written in `tools/<anything>.json` (DESIGN.md §2). */
+/** A tool definition as written in `tools/<anything>.json`. */
 export interface ToolSpec {
   id: string;
   name: string;

@@ -6,7 +6,7 @@ import type { Engine } from '../src/index.js';
 import { dataOf, errorOf, jsEngine } from './support/js-engine.js';
 import { definition, openEngine, TRIVIAL_JS, tempProject } from './support/project.js';
 
-// The tool contract of the JS runner (DESIGN.md §7, issue 3): modules, ctx, logs, outputs and errors,
+// The tool contract of the JS runner: modules, ctx, logs, outputs and errors,
 // over the real tools in fixtures/js/project.
 
 let engine: Engine;

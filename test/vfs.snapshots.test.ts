@@ -3,11 +3,11 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ToolFailure } from '../src/errors.js';
 import { createEngine, type Engine } from '../src/index.js';
 import { ObjectStore } from '../src/store/objects.js';
 import { restore } from '../src/vfs/history.js';
 import { VfsState } from '../src/vfs/state.js';
+import { failure } from './support/project.js';
 
 let workspace: string;
 let engine: Engine;
@@ -32,16 +32,6 @@ function fingerprint(e: Engine): Record<string, string> {
     out[entry.path] = entry.type === 'directory' ? 'dir' : createHash('sha256').update(e.vfs.read(entry.path)).digest('hex');
   }
   return out;
-}
-
-function thrown(fn: () => unknown): ToolFailure {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ToolFailure) return error;
-    throw error;
-  }
-  throw new Error('expected a ToolFailure, nothing was thrown');
 }
 
 /** Object files on disk (name → size), not counting temporary files. */
@@ -138,12 +128,12 @@ describe('snapshot, log, restore through the API', () => {
   it('unknown snapshot ids and ambiguous prefixes are NOT_FOUND with a message that says what to do', async () => {
     engine.vfs.write('/a.txt', 'a');
     const real = engine.snapshot();
-    const unknown = thrown(() => engine.restore('nope'));
+    const unknown = failure(() => engine.restore('nope'));
     expect(unknown.code).toBe('NOT_FOUND');
     expect(unknown.message).toBe('Unknown snapshot: no snapshot has the id or label "nope" (list them with vfs.log / arium log)');
     expect(unknown.details).toEqual({ snapshot: 'nope', known: 1 });
-    expect(thrown(() => engine.diff('nope', 'live')).code).toBe('NOT_FOUND');
-    expect(thrown(() => engine.restore('live')).code).toBe('NOT_FOUND');
+    expect(failure(() => engine.diff('nope', 'live')).code).toBe('NOT_FOUND');
+    expect(failure(() => engine.restore('live')).code).toBe('NOT_FOUND');
     // Two snapshots whose ids share a prefix (written into the log as a crafted pair).
     await engine.close();
     const log = join(workspace, 'p', '.arium', 'snapshots.jsonl');
@@ -153,10 +143,10 @@ describe('snapshot, log, restore through the API', () => {
       `${[real, { ...record, id: 'abcd00000001', label: 'x1' }, { ...record, id: 'abcd00000002', label: 'x2' }].map((r) => JSON.stringify(r)).join('\n')}\n`,
     );
     engine = await open();
-    const ambiguous = thrown(() => engine.restore('abcd'));
+    const ambiguous = failure(() => engine.restore('abcd'));
     expect(ambiguous.code).toBe('NOT_FOUND');
     expect(ambiguous.message).toContain('the prefix "abcd" matches 2 snapshots; give more characters');
-    expect(thrown(() => engine.restore('abc')).message).toContain('no snapshot has the id or label "abc"');
+    expect(failure(() => engine.restore('abc')).message).toContain('no snapshot has the id or label "abc"');
     expect(engine.restore('abcd00000002').restored.label).toBe('x2');
   });
 
@@ -176,7 +166,7 @@ describe('snapshot, log, restore through the API', () => {
     restore(state, base.id);
     state.commit(writesRoot);
     expect(state.vfs.read('/new.txt').toString()).toBe('new');
-    const conflict = thrown(() => state.commit(writesIntoDir));
+    const conflict = failure(() => state.commit(writesIntoDir));
     expect(conflict.code).toBe('CONFLICT');
     expect(state.vfs.exists('/dir')).toBe(false);
   });
@@ -211,7 +201,7 @@ describe('restore inside a call', () => {
     const other = state.begin();
     other.write('/elsewhere.txt', 'x');
     state.commit(other);
-    expect(thrown(() => state.commit(restoring))).toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('retry the restore') });
+    expect(failure(() => state.commit(restoring))).toMatchObject({ code: 'CONFLICT', message: expect.stringContaining('retry the restore') });
     expect(state.vfs.read('/a.txt').toString()).toBe('a');
   });
 });
@@ -323,7 +313,7 @@ describe('diffs', () => {
     expect(src.stats).toMatchObject({ files_changed: 2, added: 1, modified: 1, lines_added: 2, lines_removed: 1 });
     expect(engine.diff(id, 'live', { path: '/old/**' }).files.map((f) => f.path)).toEqual(['/new/name.txt']);
     expect(engine.diff(id, 'live', { path: '/*.txt' }).files.map((f) => f.path)).toEqual(['/del.txt']);
-    const bad = thrown(() => engine.diff(id, 'live', { path: 'src/**' }));
+    const bad = failure(() => engine.diff(id, 'live', { path: 'src/**' }));
     expect(bad).toMatchObject({ code: 'INVALID_INPUT', stage: 'validation' });
     expect(bad.message).toContain('must be an absolute VFS glob such as /src/**');
   });

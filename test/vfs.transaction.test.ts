@@ -7,17 +7,7 @@ import { ToolFailure } from '../src/errors.js';
 import { createEngine, type Engine, isRetryable, type RunContext, type Runner, type ToolErrorEvent, type ToolResultEvent } from '../src/index.js';
 import { VfsState } from '../src/vfs/state.js';
 import type { Transaction } from '../src/vfs/transaction.js';
-
-/** Runs `fn` and returns the ToolFailure it throws (fails the test when it throws nothing or something else). */
-function failure(fn: () => unknown): ToolFailure {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ToolFailure) return error;
-    throw error;
-  }
-  throw new Error('expected a ToolFailure, nothing was thrown');
-}
+import { failure } from './support/project.js';
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
   let resolve!: (value: T) => void;
@@ -250,6 +240,24 @@ describe('transaction isolation', () => {
     expect(names(one, '/')).toEqual(['d/', 'empty/', 'keep.txt', 'one.txt', 'src/']);
     expect(names(two, '/')).toEqual(['d/', 'empty/', 'keep.txt', 'two.txt']);
     state.commit(one);
+    // Two read /keep.txt and /one.txt, which one changed before two committed: two acted on a state that is gone.
+    const error = failure(() => state.commit(two));
+    expect(error.code).toBe('CONFLICT');
+    expect(error.details?.reason).toBe('read changed');
+    expect(['/keep.txt', '/one.txt']).toContain(error.details?.path);
+    expect(state.vfs.list('/').entries.map((e) => e.name)).toEqual(['d', 'empty', 'keep.txt', 'one.txt', 'src']);
+    expect(state.vfs.read('/keep.txt').toString()).toBe('one was here');
+  });
+
+  it('calls that read nothing the other changed both commit', () => {
+    const state = seeded();
+    const one = state.begin();
+    const two = state.begin();
+    one.write('/one.txt', '1');
+    one.write('/keep.txt', 'one was here');
+    two.write('/two.txt', '2');
+    two.delete('/src', { recursive: true });
+    state.commit(one);
     state.commit(two);
     expect(state.vfs.list('/').entries.map((e) => e.name)).toEqual(['d', 'empty', 'keep.txt', 'one.txt', 'two.txt']);
     expect(state.vfs.read('/keep.txt').toString()).toBe('one was here');
@@ -300,12 +308,13 @@ describe('commit conflicts', () => {
     expect(error.code).toBe('CONFLICT');
     expect(error.stage).toBe('execution');
     expect(isRetryable(error.code)).toBe(true);
-    expect(error.message).toContain("The call's changes conflict with a change committed while it ran");
+    expect(error.message).toMatch(/^Another call changed \/\S+ after this call read it; nothing was changed/);
+    expect(error.details?.reason).toBe('read changed');
     expect(fingerprint(state.vfs)).toEqual(before);
     expect(state.vfs.exists('/fine.txt')).toBe(false);
   });
 
-  it('appends by calls running at once all land, in commit order', () => {
+  it('of two appends to one file running at once, the later commit is refused: it read the old end', () => {
     const state = seeded();
     const first = state.begin();
     const second = state.begin();
@@ -315,8 +324,8 @@ describe('commit conflicts', () => {
     second.write('/fresh.log', 'b\n', { append: true });
     expect(second.read('/fresh.log').toString()).toBe('a\nb\n');
     state.commit(second);
-    state.commit(first);
-    expect(state.vfs.read('/keep.txt').toString()).toBe('keep\ntwo\none\n');
+    expect(failure(() => state.commit(first)).details).toMatchObject({ reason: 'read changed', path: '/keep.txt' });
+    expect(state.vfs.read('/keep.txt').toString()).toBe('keep\ntwo\n');
     expect(state.vfs.read('/fresh.log').toString()).toBe('a\nb\n');
   });
 
@@ -331,7 +340,7 @@ describe('commit conflicts', () => {
     expect(state.vfs.read('/lock.txt').toString()).toBe('first');
   });
 
-  it('a delete of something already deleted by another call is not a conflict', () => {
+  it('a delete of something another call deleted first is refused: run again, it would find nothing', () => {
     const state = seeded();
     const first = state.begin();
     const second = state.begin();
@@ -339,9 +348,25 @@ describe('commit conflicts', () => {
     second.delete('/keep.txt');
     second.write('/after.txt', 'a');
     state.commit(first);
-    state.commit(second);
+    expect(failure(() => state.commit(second)).details).toMatchObject({ reason: 'read changed', path: '/keep.txt' });
     expect(state.vfs.exists('/keep.txt')).toBe(false);
-    expect(state.vfs.read('/after.txt').toString()).toBe('a');
+    expect(state.vfs.exists('/after.txt')).toBe(false);
+  });
+
+  it('replaying ops still refuses what no longer applies when nothing was read (a host change)', () => {
+    const state = seeded();
+    const first = state.begin();
+    first.delete('/d', { recursive: true });
+    state.commit(first);
+    const error = failure(() =>
+      state.change((txn) => {
+        // What a call computed earlier, replayed on a tree where /d is gone: the ops refuse it themselves.
+        txn.ops.push({ op: 'write', path: '/d/new.txt', data: Buffer.from('n') });
+      }),
+    );
+    expect(error.code).toBe('CONFLICT');
+    expect(error.message).toContain("The call's changes conflict with a change committed while it ran");
+    expect(state.vfs.exists('/d')).toBe(false);
   });
 });
 
@@ -582,6 +607,9 @@ describe('atomic calls', () => {
       await new Promise((resolve) => setTimeout(resolve, 30));
       return { ok: true };
     });
+    // One run each: this test is about the loser's first run; re-runs are tested in vfs.serializable.test.ts.
+    await engine.close();
+    engine = await createEngine({ workspace, project: 'p', watch: false, runners: [runner], policy: { max_attempts: 1 } });
     const [a, b] = await Promise.all([engine.call('fake.tool', { mode: 'delete-m' }), engine.call('fake.tool', { mode: 'write-into-m' })]);
     expect(seen).toEqual({ aSeesB: false, bSeesA: false, bSeesM: true });
     expect(a.ok).toBe(true);

@@ -23,6 +23,10 @@ export class BuiltinRunner implements Runner {
   }
 
   async run(ctx: RunContext): Promise<unknown> {
+    return this.runSync(ctx);
+  }
+
+  runSync(ctx: RunContext): unknown {
     const handler = this.#handlers.get(ctx.tool.spec.id);
     if (!handler) throw new ToolFailure('execution', 'INTERNAL', `No builtin implementation for ${ctx.tool.spec.id}`);
     return handler(ctx.input as Record<string, unknown>, ctx);

@@ -27,7 +27,7 @@ export type ToWorker =
       id: number;
       tool: ToolRef;
       input: unknown;
-      limits: CallLimits;
+      limits: Omit<CallLimits, 'max_attempts'>;
       info: { tool: string; runId: string; traceId: string };
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }

@@ -161,7 +161,8 @@ export class SandboxProcess {
         id,
         tool: toolRef(tool),
         input: ctx.input,
-        limits: { ...ctx.limits },
+        // What the tool may know of its limits (ctx.limits): the same three fields as a Python tool's.
+        limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
       });
     });

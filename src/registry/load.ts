@@ -14,7 +14,7 @@ const ENTRY_EXTENSIONS: Readonly<Record<string, readonly string[]>> = {
   'py-runner': ['.py'],
 };
 
-/** The permission a runner needs on top of what the tool itself does (DESIGN.md §2). */
+/** The permission a runner needs on top of what the tool itself does. */
 export const RUNNER_PERMISSION: Readonly<Record<string, string>> = { 'js-runner': 'exec.js', 'py-runner': 'exec.py' };
 
 export type LoadOutcome = { tool: Tool; problem?: undefined } | { tool?: undefined; problem: RegistryProblem };

@@ -60,6 +60,12 @@ export const TOOL_META_SCHEMA = {
         timeout_ms: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.timeout_ms },
         memory_mb: { type: 'integer', minimum: 8, maximum: TOOL_LIMIT_CEILINGS.memory_mb },
         output_bytes: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.output_bytes },
+        max_attempts: {
+          type: 'integer',
+          minimum: 1,
+          maximum: TOOL_LIMIT_CEILINGS.max_attempts,
+          description: 'Runs a call may take when another call changed what it read before it committed (1: never re-run; CONFLICT instead)',
+        },
       },
     },
   },

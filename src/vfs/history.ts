@@ -4,6 +4,7 @@ import { CorruptObjectError } from '../store/objects.js';
 import type { ToolVfs } from '../tool-vfs.js';
 import { collectGarbage, type GcReport } from './gc.js';
 import type { SnapshotInfo, VfsState } from './state.js';
+import type { Transaction } from './transaction.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
 import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
 
@@ -122,11 +123,8 @@ export class HostVfs {
     this.#state = state;
   }
 
-  #change<T>(apply: (txn: ReturnType<VfsState['begin']>) => T): T {
-    const txn = this.#state.begin();
-    const result = apply(txn);
-    this.#state.commit(txn);
-    return result;
+  #change<T>(apply: (txn: Transaction) => T): T {
+    return this.#state.change(apply);
   }
 
   resolve(path: unknown): string {

@@ -8,6 +8,7 @@ import { ProjectLock } from '../store/lock.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore } from '../store/objects.js';
 import { parentOf } from './path.js';
+import { imageOf, ReadView } from './read-view.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
 import { decodeTree, TreeIndex } from './tree-index.js';
 import { Vfs, type WriteOptions } from './vfs.js';
@@ -80,6 +81,8 @@ export class VfsState {
   #folded = 0;
   #changes = 0;
   #closed = false;
+  /** Views of the transactions begun and not yet committed or ended: commits hand them pre-images. */
+  readonly #active = new Set<ReadView>();
 
   constructor(options: StateOptions) {
     this.vfs = new Vfs(options.quota);
@@ -119,16 +122,42 @@ export class VfsState {
     return this.#changes;
   }
 
+  /** Starts a call's transaction; end it with `commit` or `end`. */
   begin(): Transaction {
-    return new Transaction(this.vfs);
+    const view = new ReadView(this.vfs);
+    this.#active.add(view);
+    return new Transaction(view, view);
   }
 
   /**
-   * Makes a transaction's changes the committed state: checked first on a scratch overlay of the current
-   * tree (a concurrent call may have changed it), then journaled durably, then applied. Throws before
-   * anything changes when the changes no longer apply or cannot be made durable.
+   * Makes a change of the host's own (engine.vfs, an import) as one committed transaction. `apply` runs
+   * synchronously on the live tree, so no other commit can come between its reads and its commit.
+   */
+  change<T>(apply: (txn: Transaction) => T): T {
+    const txn = new Transaction(this.vfs);
+    const result = apply(txn);
+    this.commit(txn);
+    return result;
+  }
+
+  /** Ends a transaction without committing it (a failed call); safe to call more than once. */
+  end(txn: Transaction): void {
+    if (txn.view) this.#active.delete(txn.view);
+  }
+
+  /** Transactions begun and not ended (status, and tests that nothing leaks). */
+  get open(): number {
+    return this.#active.size;
+  }
+
+  /**
+   * Makes a transaction's changes the committed state, and ends it. Refused with CONFLICT, before
+   * anything changes, when another commit changed something the transaction read after it began (so
+   * every committed call acts as if it had run alone), or when its changes no longer apply; with
+   * UNAVAILABLE when they cannot be made durable.
    */
   commit(txn: Transaction): void {
+    this.end(txn);
     if (txn.ops.length === 0) return;
     this.#ensureOpen();
     if (txn.basis !== null && txn.basis !== this.#changes) {
@@ -137,6 +166,15 @@ export class VfsState {
         'CONFLICT',
         'The tree changed while the restore ran (another call committed first); nothing was changed; retry the restore',
         { details: { reason: 'tree changed' } },
+      );
+    }
+    const changed = txn.view?.conflict() ?? null;
+    if (changed !== null) {
+      throw new ToolFailure(
+        'execution',
+        'CONFLICT',
+        `Another call changed ${changed} after this call read it; nothing was changed (run the call again to act on the new state)`,
+        { details: { reason: 'read changed', path: changed } },
       );
     }
     try {
@@ -183,27 +221,46 @@ export class VfsState {
     }
   }
 
-  /** The committed tree as an OpTarget that keeps the tree index in step. */
+  /**
+   * The committed tree as an OpTarget that keeps the tree index in step, and hands the open
+   * transactions the pre-image of every path an op is about to change (nothing to do when none is open).
+   */
   #target(): OpTarget {
     const vfs = this.vfs;
     const index = this.#index;
+    const capture = (paths: Iterable<string>): void => {
+      if (this.#active.size === 0) return;
+      for (const path of paths) {
+        const image = imageOf(vfs, path);
+        for (const view of this.#active) view.capture(path, image);
+      }
+    };
     return {
       typeOf: (path) => vfs.typeOf(path),
       write: (path: string, data: Buffer, options: WriteOptions) => {
+        const created: string[] = [path];
+        for (let dir = parentOf(path); dir !== '/' && vfs.typeOf(dir) === null; dir = parentOf(dir)) created.push(dir);
+        capture(created);
+        for (const dir of created.slice(1)) index.invalidate(dir);
         index.invalidate(path);
-        for (let dir = parentOf(path); dir !== '/' && vfs.typeOf(dir) === null; dir = parentOf(dir)) index.invalidate(dir);
         return vfs.write(path, data, options);
       },
       mkdir: (path, options) => {
+        capture([path]);
         index.invalidate(path);
         return vfs.mkdir(path, options);
       },
       delete: (path, options) => {
+        capture(subtree(vfs, path));
         index.invalidate(path, vfs.typeOf(path) === 'directory');
         if (path === '/') index.clear();
         return vfs.delete(path, options);
       },
       move: (from, to, options) => {
+        if (this.#active.size > 0) {
+          const moved = subtree(vfs, from);
+          capture([...moved, ...moved.map((p) => to + p.slice(from.length)), ...subtree(vfs, to)]);
+        }
         index.invalidate(from, vfs.typeOf(from) === 'directory');
         index.invalidate(to, vfs.typeOf(to) === 'directory');
         return vfs.move(from, to, options);
@@ -498,6 +555,15 @@ export class VfsState {
       this.#seq = record.seq;
     }
   }
+}
+
+/** `path` and every path below it, outermost first (the root itself is never changed, only emptied). */
+function subtree(vfs: Vfs, path: string): string[] {
+  const type = vfs.typeOf(path);
+  if (type === null) return [];
+  const own = path === '/' ? [] : [path];
+  if (type === 'file') return own;
+  return [...own, ...vfs.list(path, { recursive: true }).entries.map((e) => e.path)];
 }
 
 /** Runs a write to the state folder; a refusal from the disk (ENOSPC, EIO, EROFS…) becomes UNAVAILABLE. */

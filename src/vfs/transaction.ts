@@ -1,7 +1,8 @@
 import { ToolFailure } from '../errors.js';
 import type { JournalOp } from '../store/journal.js';
 import { isWithin, parentOf } from './path.js';
-import type { EntryType, ListOptions, Vfs, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
+import { type ReadView, type TreeView, walkEntries } from './read-view.js';
+import type { EntryType, ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
 
 type OverlayEntry = { type: 'file'; data: Buffer; mtime: string } | { type: 'directory'; mtime: string } | { type: 'deleted' };
 
@@ -16,18 +17,25 @@ function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_D
  * committed tree. A path present in the overlay hides the committed tree at and below it: a deleted
  * folder hides its old contents, a folder created or moved in by the call holds exactly its overlay
  * children.
+ *
+ * A call's transaction reads the committed tree through a `ReadView`: the tree as it was when the call
+ * began, which also records what the call read, so that its commit can be refused when another call
+ * changed any of it meanwhile (see VfsState.commit). A scratch transaction reads the live tree itself.
  */
 export class Transaction {
   readonly ops: JournalOp[] = [];
   /** Set when the ops were computed against the committed tree as of this change count (see VfsState.changes). */
   basis: number | null = null;
-  readonly #base: Vfs;
+  /** The call's view of the committed tree, or null for a scratch transaction over the live tree. */
+  readonly view: ReadView | null;
+  readonly #base: TreeView;
   readonly #overlay = new Map<string, OverlayEntry>();
   #deltaBytes = 0;
   #deltaNodes = 0;
 
-  constructor(base: Vfs) {
+  constructor(base: TreeView, view: ReadView | null = null) {
     this.#base = base;
+    this.view = view;
   }
 
   resolve(path: unknown): string {
@@ -77,17 +85,7 @@ export class Transaction {
     const type = this.typeOf(path);
     if (type === null) throw fail('NOT_FOUND', `Directory not found: ${path}`, path);
     if (type === 'file') throw fail('NOT_A_DIRECTORY', `Not a directory: ${path}`, path);
-    const limit = options.limit ?? Number.POSITIVE_INFINITY;
-    const entries: VfsEntry[] = [];
-    const walk = (dir: string): boolean => {
-      for (const entry of this.#children(dir)) {
-        if (entries.length >= limit) return false;
-        entries.push(entry);
-        if (entry.type === 'directory' && options.recursive && !walk(entry.path)) return false;
-      }
-      return true;
-    };
-    return { entries, truncated: !walk(path) };
+    return walkEntries(path, options, (dir) => this.#children(dir));
   }
 
   #children(dir: string): VfsEntry[] {

@@ -50,48 +50,48 @@ export function importHost(state: VfsState, hostDir: string, vfsPath: string, on
   }
   if (info.isSymbolicLink()) throw hostError(`Cannot import ${root}: it is a symbolic link (give the real folder)`, root);
   if (!info.isDirectory()) throw hostError(`Cannot import ${root}: it is not a folder`, root);
-  const txn = state.begin();
-  const base = txn.resolve(vfsPath);
-  const report: TransferReport = { files: 0, dirs: 0, bytes: 0, skipped: [] };
-  txn.mkdir(base, { parents: true });
-  const walk = (hostPath: string, target: string): void => {
-    for (const entry of readdirSync(hostPath, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
-      const from = join(hostPath, entry.name);
-      const shown = relative(root, from);
-      let to: string;
-      try {
-        to = txn.resolve(`${target}/${entry.name}`);
-        if (to !== `${target === '/' ? '' : target}/${entry.name}`) throw new Error('the name changes meaning in the VFS');
-      } catch (error) {
-        report.skipped.push({ path: shown, reason: `name not allowed in the VFS (${(error as Error).message})` });
-        continue;
-      }
-      if (entry.isSymbolicLink()) {
-        report.skipped.push({ path: shown, reason: 'symbolic link (never followed)' });
-      } else if (entry.isDirectory()) {
-        txn.mkdir(to, { parents: false });
-        report.dirs++;
-        walk(from, to);
-      } else if (entry.isFile()) {
-        let data: Buffer;
+  return state.change((txn) => {
+    const base = txn.resolve(vfsPath);
+    const report: TransferReport = { files: 0, dirs: 0, bytes: 0, skipped: [] };
+    txn.mkdir(base, { parents: true });
+    const walk = (hostPath: string, target: string): void => {
+      for (const entry of readdirSync(hostPath, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+        const from = join(hostPath, entry.name);
+        const shown = relative(root, from);
+        let to: string;
         try {
-          data = readNoFollow(from);
+          to = txn.resolve(`${target}/${entry.name}`);
+          if (to !== `${target === '/' ? '' : target}/${entry.name}`) throw new Error('the name changes meaning in the VFS');
         } catch (error) {
-          report.skipped.push({ path: shown, reason: `unreadable (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+          report.skipped.push({ path: shown, reason: `name not allowed in the VFS (${(error as Error).message})` });
           continue;
         }
-        txn.write(to, data, { parents: false });
-        report.files++;
-        report.bytes += data.length;
-        if (report.files % 500 === 0) onProgress?.(report.files);
-      } else {
-        report.skipped.push({ path: shown, reason: 'not a regular file or folder' });
+        if (entry.isSymbolicLink()) {
+          report.skipped.push({ path: shown, reason: 'symbolic link (never followed)' });
+        } else if (entry.isDirectory()) {
+          txn.mkdir(to, { parents: false });
+          report.dirs++;
+          walk(from, to);
+        } else if (entry.isFile()) {
+          let data: Buffer;
+          try {
+            data = readNoFollow(from);
+          } catch (error) {
+            report.skipped.push({ path: shown, reason: `unreadable (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+            continue;
+          }
+          txn.write(to, data, { parents: false });
+          report.files++;
+          report.bytes += data.length;
+          if (report.files % 500 === 0) onProgress?.(report.files);
+        } else {
+          report.skipped.push({ path: shown, reason: 'not a regular file or folder' });
+        }
       }
-    }
-  };
-  walk(root, base);
-  state.commit(txn);
-  return report;
+    };
+    walk(root, base);
+    return report;
+  });
 }
 
 /**

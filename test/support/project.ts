@@ -1,6 +1,7 @@
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { ToolFailure } from '../../src/errors.js';
 import { createEngine, type Engine, type EngineEventMap, type EngineOptions, type RunContext, type Runner } from '../../src/index.js';
 
 /** A throwaway workspace with one project `p` in the OS temp folder. */
@@ -131,4 +132,15 @@ export function untilAborted(signal: AbortSignal): Promise<never> {
   return new Promise((_, reject) => {
     signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true });
   });
+}
+
+/** Runs `fn` and returns the ToolFailure it throws (fails the test when it throws nothing or something else). */
+export function failure(fn: () => unknown): ToolFailure {
+  try {
+    fn();
+  } catch (error) {
+    if (error instanceof ToolFailure) return error;
+    throw error;
+  }
+  throw new Error('expected a ToolFailure, nothing was thrown');
 }
