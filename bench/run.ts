@@ -25,6 +25,7 @@ const suites: Array<[string, Bench | null]> = [
   ['js', await optional('./js.js', 'benchJs')],
   ['python', await optional('./python.js', 'benchPython')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
+  ['contention', await optional('./contention.js', 'benchContention')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),
