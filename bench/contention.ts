@@ -42,7 +42,10 @@ export async function benchContention(): Promise<Record<string, unknown>> {
   writeFileSync(join(tools, 'appender.py'), APPENDER_PY);
   define('js.appender', 'js-runner', 'appender.js', 'exec.js');
   define('py.appender', 'py-runner', 'appender.py', 'exec.py');
-  const engine = await createEngine({ workspace: dir, project: 'bench', watch: false, persist: false });
+  // ARIUM_BENCH_MAX_ATTEMPTS compares settings of max_attempts (BENCHMARKS.md); unset, the default.
+  const attempts = Number(process.env.ARIUM_BENCH_MAX_ATTEMPTS);
+  const policy = Number.isInteger(attempts) && attempts > 0 ? { max_attempts: attempts } : {};
+  const engine = await createEngine({ workspace: dir, project: 'bench', watch: false, persist: false, policy });
   try {
     const out: Record<string, unknown> = {};
     for (const [name, tool] of [
