@@ -147,6 +147,11 @@ export class ReadView implements TreeView {
     return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
   }
 
+  /** Whether the view already holds the state `path` had at its start. */
+  captured(path: string): boolean {
+    return this.#images?.has(path) === true;
+  }
+
   /** Keeps the state `path` had before a commit that is about to change it, unless an earlier one was kept. */
   capture(path: string, image: NodeImage): void {
     this.#images ??= new Map();

@@ -8,7 +8,7 @@ import { ProjectLock } from '../store/lock.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore } from '../store/objects.js';
 import { parentOf } from './path.js';
-import { imageOf, ReadView } from './read-view.js';
+import { imageOf, type NodeImage, ReadView } from './read-view.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
 import { decodeTree, TreeIndex } from './tree-index.js';
 import { Vfs, type WriteOptions } from './vfs.js';
@@ -231,8 +231,13 @@ export class VfsState {
     const capture = (paths: Iterable<string>): void => {
       if (this.#active.size === 0) return;
       for (const path of paths) {
-        const image = imageOf(vfs, path);
-        for (const view of this.#active) view.capture(path, image);
+        // A view keeps the first pre-image of a path: read the content only for views that lack it.
+        let image: NodeImage | undefined;
+        for (const view of this.#active) {
+          if (view.captured(path)) continue;
+          image ??= imageOf(vfs, path);
+          view.capture(path, image);
+        }
       }
     };
     return {
