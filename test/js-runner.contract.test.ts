@@ -324,3 +324,51 @@ describe('isolation between calls', () => {
     expect(second).toEqual(clean);
   });
 });
+
+describe('a ctx.vfs failure the tool does not catch', () => {
+  const tool = (id: string, body: string) => ({
+    [`${id}.json`]: definition({ id, entry: `${id}.js`, permissions: ['exec.js', 'vfs.read', 'vfs.write'] }),
+    [`${id}.js`]: `export default async function run(input, ctx) {\n${body}\n}\n`,
+  });
+  let project: ReturnType<typeof tempProject>;
+  let own: Engine;
+
+  beforeAll(async () => {
+    project = tempProject({
+      ...tool('over-quota', "await ctx.vfs.write('/big.bin', new Uint8Array(2048));"),
+      ...tool('missing', "return await ctx.vfs.read('/nope.txt');"),
+      ...tool('rethrown', "try { await ctx.vfs.read('/nope.txt'); } catch (e) { e.code = 'QUOTA_EXCEEDED'; e.details = { forged: true }; throw e; }"),
+      ...tool('forged', "const e = new Error('made up'); e.name = 'VfsError'; e.code = 'QUOTA_EXCEEDED'; throw e;"),
+      ...tool('misused', "await ctx.vfs.write('/x.txt', 42);"),
+    });
+    own = await openEngine(project, { vfsQuota: { max_bytes: 1024 } });
+  });
+  afterAll(async () => {
+    await own.close();
+    project.remove();
+  });
+
+  it('ends the call with its own code and details, and the tool’s stack', async () => {
+    const quota = errorOf(await own.call('over-quota', {}));
+    expect(quota).toMatchObject({ code: 'QUOTA_EXCEEDED', stage: 'execution', details: { path: '/big.bin', limit: 'max_bytes', max: 1024 } });
+    expect(quota.message).toMatch(/^Write would bring the VFS to 2048 bytes, over its quota of 1024/);
+    expect(quota.stack).toContain('over-quota.js');
+    expect(errorOf(await own.call('missing', {}))).toMatchObject({ code: 'NOT_FOUND', details: { path: '/nope.txt' } });
+  });
+
+  it('keeps the engine’s code even when the tool changed the error before rethrowing it', async () => {
+    const error = errorOf(await own.call('rethrown', {}));
+    expect(error).toMatchObject({ code: 'NOT_FOUND', details: { path: '/nope.txt' } });
+    expect(error.details).not.toHaveProperty('forged');
+  });
+
+  it('an error the tool made to look like one is its own: TOOL_ERROR', async () => {
+    expect(errorOf(await own.call('forged', {}))).toMatchObject({ code: 'TOOL_ERROR', message: 'VfsError: made up' });
+  });
+
+  it('a misuse of ctx.vfs (a bad argument) stays the tool’s error: TOOL_ERROR naming it', async () => {
+    const error = errorOf(await own.call('misused', {}));
+    expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { name: 'VfsError', vfs_code: 'INVALID_INPUT' } });
+    expect(error.message).toMatch(/^VfsError: ctx\.vfs\.write: /);
+  });
+});

@@ -3,7 +3,7 @@ import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
-import { endsCall, isVfsOp, runVfsOp, toWire } from '../shared/vfs-ops.js';
+import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
 /**
@@ -308,7 +308,15 @@ export class SandboxProcess {
       return;
     }
     const error = message.error ?? { code: 'INTERNAL', message: 'The sandbox reported a failure without details' };
-    const code: ErrorCode = KNOWN_CODES.has(error.code) ? error.code : 'INTERNAL';
+    let code: ErrorCode = KNOWN_CODES.has(error.code) ? error.code : 'INTERNAL';
+    let text = String(error.message);
+    if ((error.details as { uncaught?: unknown } | undefined)?.uncaught === true) {
+      // The tool let a ctx.vfs failure escape: the call ends with its code, or as the tool's own error.
+      code = uncaughtVfsCode(error.code);
+      const { uncaught: _, ...details } = error.details as Record<string, unknown>;
+      error.details = code === 'TOOL_ERROR' ? { ...details, name: 'VfsError', vfs_code: String(error.code) } : details;
+      if (code === 'TOOL_ERROR') text = `VfsError: ${text}`;
+    }
     const stage = code === 'DENIED' ? 'permission' : 'execution';
     const options: ConstructorParameters<typeof ToolFailure>[3] = {};
     if (error.details && typeof error.details === 'object') {
@@ -318,7 +326,7 @@ export class SandboxProcess {
       if (typeof intrusion === 'string') pending.ctx.intrusion(intrusion.slice(0, 300), String(error.message).slice(0, 500));
     }
     if (typeof error.stack === 'string' && error.stack !== '') options.toolStack = error.stack;
-    pending.reject(new ToolFailure(stage, code, String(error.message), options));
+    pending.reject(new ToolFailure(stage, code, text, options));
   }
 
   /** A draining process ends once the calls sent to it are done; no new ones come (see `accepting`). */

@@ -124,3 +124,24 @@ export function toWire(failure: ToolFailure): WireError {
   if (failure.details) wire.details = failure.details;
   return wire;
 }
+
+/**
+ * Codes a call may end with when the tool lets a `ctx.vfs` failure escape: what happened to the VFS
+ * (the caller learns the file was missing or the quota full, as from the builtins). Failures that are
+ * the tool's own misuse of `ctx.vfs` (a bad argument, too many requests pending) stay `TOOL_ERROR`.
+ */
+const UNCAUGHT_VFS_CODES: ReadonlySet<string> = new Set<ErrorCode>([
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'NOT_A_DIRECTORY',
+  'IS_A_DIRECTORY',
+  'NOT_EMPTY',
+  'INVALID_PATH',
+  'NOT_TEXT',
+  'QUOTA_EXCEEDED',
+]);
+
+/** The code a call ends with when its tool did not catch a `ctx.vfs` failure of code `code`. */
+export function uncaughtVfsCode(code: unknown): ErrorCode {
+  return typeof code === 'string' && UNCAUGHT_VFS_CODES.has(code) ? (code as ErrorCode) : 'TOOL_ERROR';
+}

@@ -312,6 +312,9 @@ export class CallRun {
       case 3:
         this.#kill = 'memory';
         return this.#end(this.#memoryFailure(String(a)));
+      case 5:
+        // A ctx.vfs failure the tool did not catch: the engine decides which codes the call may end with.
+        return this.#end(failure(String(a?.[0]), String(b), { stack: toolStack(c), details: { ...a?.[1], uncaught: true } }));
       default:
         return this.#end(failure('TOOL_ERROR', String(a)));
     }

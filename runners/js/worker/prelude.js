@@ -28,7 +28,11 @@
   const mapSize = getDesc(Map.prototype, 'size').get;
   const CSet = Set;
   const setHas = Set.prototype.has;
+  const CWeakMap = WeakMap;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
   const CPromise = Promise;
+  const promiseThen = Promise.prototype.then;
   const CError = Error;
   const CTypeError = TypeError;
   const RangeErrorProto = RangeError.prototype;
@@ -162,6 +166,12 @@
     }
     defineProp(G, 'console', { __proto__: null, value: freeze(consoleObject), writable: true, enumerable: false, configurable: true });
 
+    /**
+     * The engine's code and details of each error `hostFailure` made, kept apart from the error itself
+     * (whose fields a tool may change): an error of these the tool lets escape ends the call with them.
+     */
+    const hostCodes = new CWeakMap();
+
     /** The Error a tool sees when a host operation fails: `code` is one of the engine's error codes. */
     const hostFailure = (payload) => {
       const own = (key) => (payload !== null && typeof payload === 'object' && hasOwn(payload, key) ? payload[key] : undefined);
@@ -172,6 +182,7 @@
       defineProp(error, 'code', data(typeof code === 'string' ? code : 'INTERNAL'));
       const details = own('details');
       if (details !== undefined) defineProp(error, 'details', data(details));
+      call(weakSet, hostCodes, error, { __proto__: null, code: typeof code === 'string' ? code : 'INTERNAL', details });
       return error;
     };
 
@@ -229,29 +240,39 @@
       return bytes;
     };
 
-    /** One request to the host; the worker answers through `deliver`. */
-    const request = (op, args) =>
+    /**
+     * The Error is made in a reaction to the failed request, not where the failure is known: a reaction
+     * of a promise the tool awaits carries the tool's frames ("at async run (tool.js:3:9)") in its stack.
+     */
+    const rethrow = (payload) => {
+      throw hostFailure(payload);
+    };
+
+    /** One request to the host; the worker answers through `deliver`. A failure rejects with the host's payload. */
+    const ask = (op, args) =>
       new CPromise((resolve, reject) => {
-        if (closed) return reject(hostFailure({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' }));
+        if (closed) return reject({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' });
         if (call(mapSize, pending) >= MAX_PENDING) {
-          return reject(hostFailure({ code: 'BUSY', message: `More than ${MAX_PENDING} VFS operations are pending; await some first` }));
+          return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} VFS operations are pending; await some first` });
         }
         const bytes = prepare(op, args);
-        if (typeof bytes === 'string') return reject(hostFailure({ code: 'INVALID_INPUT', message: bytes }));
+        if (typeof bytes === 'string') return reject({ code: 'INVALID_INPUT', message: bytes });
         if (pendingBytes > 0 && pendingBytes + bytes > MAX_PENDING_BYTES) {
           const mb = MAX_PENDING_BYTES / (1024 * 1024);
-          return reject(hostFailure({ code: 'BUSY', message: `More than ${mb} MB of VFS data is pending; await some operations first` }));
+          return reject({ code: 'BUSY', message: `More than ${mb} MB of VFS data is pending; await some operations first` });
         }
         const id = nextRequest++;
         try {
           send('vfs', id, op, args);
         } catch (error) {
           const [, message] = describe(error);
-          return reject(hostFailure({ code: 'INVALID_INPUT', message: `ctx.vfs.${op}: the arguments cannot be sent to the host (${message})` }));
+          return reject({ code: 'INVALID_INPUT', message: `ctx.vfs.${op}: the arguments cannot be sent to the host (${message})` });
         }
         pendingBytes += bytes;
         call(mapSet, pending, id, [resolve, reject, bytes]);
       });
+
+    const request = (op, args) => call(promiseThen, ask(op, args), undefined, rethrow);
 
     const vfs = freeze({
       read: (path, options) => request('read', [path, options]),
@@ -283,7 +304,10 @@
       // the guard refuses a resizable buffer over the budget with V8's words and the reason after them.
       const growFailed = call(strSlice, message, 0, 25) === 'WebAssembly.Memory.grow()';
       const bufferRefused = call(strSlice, message, 0, 31) === 'Array buffer allocation failed:';
+      // Only an object can be a WeakMap key; looking one up runs none of its code (no Proxy trap).
+      const host = thrown !== null && (typeof thrown === 'object' || typeof thrown === 'function') ? call(weakGet, hostCodes, thrown) : undefined;
       if (rangeError && (growFailed || bufferRefused || call(setHas, ALLOCATION_FAILURES, message))) finish(3, message, message);
+      else if (host !== undefined) finish(5, [host.code, host.details], message, stack);
       else finish(1, name, message, stack);
     };
 
@@ -335,7 +359,7 @@
       pendingBytes -= waiter[2];
       if (closed) return;
       if (ok) waiter[0](payload);
-      else waiter[1](hostFailure(payload));
+      else waiter[1](payload);
     }
 
     /**
