@@ -3,7 +3,7 @@ import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
 import { Executor } from './execution.js';
-import type { CallLimits, Policy } from './limits.js';
+import { type CallLimits, ERROR_MESSAGE_CHARS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
@@ -266,7 +266,7 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
       tool,
       stage: thrown.stage,
       code: thrown.code,
-      message: thrown.message,
+      message: bounded(thrown.message),
       retryable: isRetryable(thrown.code),
     };
     if (thrown.details) info.details = thrown.details;
@@ -284,9 +284,15 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
     tool,
     stage,
     code: 'INTERNAL',
-    message: `Internal error in the engine while running ${tool}: ${message}`,
+    message: bounded(`Internal error in the engine while running ${tool}: ${message}`),
     retryable: false,
   };
+}
+
+/** A message cut to ERROR_MESSAGE_CHARS, saying how much was cut. */
+function bounded(message: string): string {
+  if (message.length <= ERROR_MESSAGE_CHARS) return message;
+  return `${message.slice(0, ERROR_MESSAGE_CHARS)}… (${message.length - ERROR_MESSAGE_CHARS} more characters cut)`;
 }
 
 /**

@@ -93,3 +93,10 @@ export const TOOL_LIMIT_CEILINGS: Readonly<CallLimits> = Object.freeze({
   output_bytes: 64 * 1024 * 1024,
   max_attempts: 100,
 });
+
+/**
+ * An error message in a result is cut to this many characters, ending with how many were cut: a tool
+ * may throw a message of any size, and a caller (often a model) should not have to read megabytes of it.
+ * The tool's stack is bounded separately by each runner.
+ */
+export const ERROR_MESSAGE_CHARS = 4096;

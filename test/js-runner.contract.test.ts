@@ -372,3 +372,44 @@ describe('a ctx.vfs failure the tool does not catch', () => {
     expect(error.message).toMatch(/^VfsError: ctx\.vfs\.write: /);
   });
 });
+
+describe('what a tool hands the engine, bounded', () => {
+  const tool = (id: string, body: string) => ({
+    [`${id}.json`]: definition({ id, entry: `${id}.js`, permissions: ['exec.js', 'vfs.read', 'vfs.write'] }),
+    [`${id}.js`]: `export default async function run(input, ctx) {\n${body}\n}\n`,
+  });
+  let project: ReturnType<typeof tempProject>;
+  let own: Engine;
+
+  beforeAll(async () => {
+    project = tempProject({
+      ...tool('wide', "await ctx.vfs.write('/w.bin', new Uint16Array([1, 2]));"),
+      ...tool(
+        'bytes',
+        "await ctx.vfs.write('/a.bin', new Uint8Array([1, 2]).subarray(1)); await ctx.vfs.write('/b.bin', new Uint8Array([3, 4]).buffer); return [...(await ctx.vfs.read('/a.bin', { encoding: 'bytes' })), ...(await ctx.vfs.read('/b.bin', { encoding: 'bytes' }))];",
+      ),
+      ...tool('wordy', "throw new Error('x'.repeat(8400));"),
+    });
+    own = await openEngine(project);
+  });
+  afterAll(async () => {
+    await own.close();
+    project.remove();
+  });
+
+  it('ctx.vfs.write takes a Uint8Array (its view, not its whole buffer) or an ArrayBuffer, and refuses other typed arrays', async () => {
+    expect(dataOf(await own.call('bytes', {}))).toEqual([2, 3, 4]);
+    const error = errorOf(await own.call('wide', {}));
+    expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { vfs_code: 'INVALID_INPUT' } });
+    expect(error.message).toContain('content is a Uint16Array: pass a string, a Uint8Array or an ArrayBuffer');
+    expect(own.vfs.exists('/w.bin')).toBe(false);
+  });
+
+  it('an error message is cut to 4096 characters, saying how many were cut', async () => {
+    const error = errorOf(await own.call('wordy', {}));
+    expect(error.code).toBe('TOOL_ERROR');
+    const [kept, cut] = error.message.split('… (');
+    expect(kept).toBe(`Error: ${'x'.repeat(4089)}`);
+    expect(cut).toMatch(/^\d+ more characters cut\)$/);
+  });
+});

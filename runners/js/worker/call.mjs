@@ -241,6 +241,16 @@ export class CallRun {
         this.#deliver(rid, false, { code: 'BUSY', message: 'Too many VFS operations are pending' });
         return;
       }
+      const content = a === 'write' ? b[1] : undefined;
+      if (ArrayBuffer.isView(content) && !(content instanceof Uint8Array)) {
+        // Another typed array's bytes depend on the machine's byte order: the tool says which bytes it means.
+        const kind = Object.prototype.toString.call(content).slice(8, -1);
+        this.#deliver(rid, false, {
+          code: 'INVALID_INPUT',
+          message: `ctx.vfs.write: content is a ${kind}: pass a string, a Uint8Array or an ArrayBuffer (new Uint8Array(view.buffer, view.byteOffset, view.byteLength) writes its bytes as they are in memory)`,
+        });
+        return;
+      }
       this.#queue.push({ rid, op: a, args: b, bytes: requestBytes(b) });
       this.#pump();
     }
