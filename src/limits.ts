@@ -49,6 +49,12 @@ export interface VfsQuota {
   max_name_length: number;
   /** Largest single file. */
   max_file_bytes: number;
+  /**
+   * File content one call may write in all: every write counts, also a write over the same file again,
+   * since the engine holds each until the call commits. Host changes (`engine.vfs`, imports) are not
+   * bounded by it.
+   */
+  max_call_bytes: number;
 }
 
 /** Limits of the registry when it reads tool definition files. */
@@ -79,6 +85,7 @@ export const DEFAULT_VFS_QUOTA: Readonly<VfsQuota> = Object.freeze({
   max_path_length: 4096,
   max_name_length: 255,
   max_file_bytes: 64 * 1024 * 1024,
+  max_call_bytes: 128 * 1024 * 1024,
 });
 
 export const DEFAULT_REGISTRY_LIMITS: Readonly<RegistryLimits> = Object.freeze({

@@ -149,4 +149,31 @@ describe('QUOTA_EXCEEDED', () => {
     expect(tree(engine)).toEqual(before);
     expect(engine.vfs.exists('/slow.txt')).toBe(false);
   });
+
+  it('on what one call writes in all (max_call_bytes), also over the same file again and again', async () => {
+    const engine = await open(
+      { max_call_bytes: 1000 },
+      {
+        rewrite: (ctx) => {
+          for (let i = 0; i < 20; i++) ctx.vfs.write('/same.txt', String(i).repeat(100));
+          return 'done';
+        },
+        fits: (ctx) => {
+          for (let i = 0; i < 9; i++) ctx.vfs.write('/same.txt', String(i).repeat(100));
+          return 'done';
+        },
+      },
+    );
+    const before = tree(engine);
+    const error = failed(await engine.call('rewrite', {}));
+    expect(error).toMatchObject({ stage: 'execution', code: 'QUOTA_EXCEEDED', details: { path: '/same.txt', limit: 'max_call_bytes', max: 1000 } });
+    expect(error.message).toContain('This call would have written 1200 bytes in all, over the 1000 one call may write (max_call_bytes)');
+    expect(tree(engine)).toEqual(before);
+    // The bound is per call: the next call starts from nothing, and the host's own changes are not bounded by it.
+    expect(await engine.call('fits', {})).toMatchObject({ ok: true });
+    expect(await engine.call('fits', {})).toMatchObject({ ok: true });
+    engine.vfs.write('/host.bin', Buffer.alloc(5000));
+    expect(engine.vfs.stat('/host.bin').size).toBe(5000);
+    expect(failed(await write(engine, '/big.txt', 'b'.repeat(1001)))).toMatchObject({ code: 'QUOTA_EXCEEDED', details: { limit: 'max_call_bytes' } });
+  });
 });

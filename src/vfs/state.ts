@@ -126,7 +126,7 @@ export class VfsState {
   begin(): Transaction {
     const view = new ReadView(this.vfs);
     this.#active.add(view);
-    return new Transaction(view, view);
+    return new Transaction(view, view, this.vfs.quota.max_call_bytes);
   }
 
   /**
@@ -187,11 +187,11 @@ export class VfsState {
         cause: error,
       });
     }
-    this.#durably(txn.ops);
+    this.#durably(txn.handOver(), true);
   }
 
   /** Journals `ops` (when durable) and applies them to the committed tree. */
-  #durably(ops: readonly JournalOp[]): void {
+  #durably(ops: JournalOp[], consume = false): void {
     if (this.#journal) {
       try {
         this.#journal.append({ seq: this.#seq + 1, ops: [...ops] });
@@ -210,7 +210,7 @@ export class VfsState {
     }
     this.#seq++;
     this.#changes++;
-    applyOps(this.#target(), ops);
+    applyOps(this.#target(), ops, consume);
     if (this.#journal && this.#journal.size > this.#checkpointBytes) {
       try {
         this.#writeCheckpoint();

@@ -33,9 +33,14 @@ export class Transaction {
   #deltaBytes = 0;
   #deltaNodes = 0;
 
-  constructor(base: TreeView, view: ReadView | null = null) {
+  /** File content this transaction may write in all (null: unbounded, for the host's own changes). */
+  readonly #maxWritten: number | null;
+  #written = 0;
+
+  constructor(base: TreeView, view: ReadView | null = null, maxWritten: number | null = null) {
     this.#base = base;
     this.view = view;
+    this.#maxWritten = maxWritten;
   }
 
   resolve(path: unknown): string {
@@ -131,7 +136,10 @@ export class Transaction {
     if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
     if (type === 'file' && options.exclusive) throw fail('ALREADY_EXISTS', `File already exists: ${path}`, path);
     const previous = type === 'file' ? this.read(path) : null;
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.from(data);
+    // A Buffer is taken as it is, not copied: every caller hands over one of its own, and the committed
+    // tree copies what it stores. A copy here held each write twice until the call ended.
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.isBuffer(data) ? data : Buffer.from(data);
+    this.#spend(bytes.length, path);
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
     const nodes = missing.length + (previous ? 0 : 1);
     this.#reserve(content.length - (previous?.length ?? 0), nodes, path, content.length);
@@ -223,6 +231,28 @@ export class Transaction {
     return { from, to, overwritten: target !== null };
   }
 
+  /**
+   * Hands the transaction's ops to its commit and forgets its changes, so that what it wrote is held by
+   * the ops alone and freed as the commit applies them.
+   */
+  handOver(): JournalOp[] {
+    this.#overlay.clear();
+    return this.ops.splice(0);
+  }
+
+  /** Counts what a write hands the engine to hold until commit, against the call's bound. */
+  #spend(bytes: number, path: string): void {
+    if (this.#maxWritten !== null && this.#written + bytes > this.#maxWritten) {
+      throw new ToolFailure(
+        'execution',
+        'QUOTA_EXCEEDED',
+        `This call would have written ${this.#written + bytes} bytes in all, over the ${this.#maxWritten} one call may write (max_call_bytes); write less in one call`,
+        { details: { path, limit: 'max_call_bytes', max: this.#maxWritten } },
+      );
+    }
+    this.#written += bytes;
+  }
+
   #reserve(deltaBytes: number, deltaNodes: number, path: string, fileBytes: number): void {
     this.#base.checkQuota(this.#deltaBytes + deltaBytes, this.#deltaNodes + deltaNodes, path, fileBytes);
     this.#deltaBytes += deltaBytes;
@@ -239,9 +269,15 @@ export interface OpTarget {
   typeOf(path: string): EntryType | null;
 }
 
-/** Replays journal ops on `target`. A delete of something already gone is not an error (it is what was wanted). */
-export function applyOps(target: OpTarget, ops: readonly JournalOp[]): void {
-  for (const op of ops) {
+/**
+ * Replays journal ops on `target`. A delete of something already gone is not an error (it is what was
+ * wanted). With `consume`, each op is dropped from `ops` once applied, so the content it carried can be
+ * freed while the rest are applied (the target keeps a copy of its own).
+ */
+export function applyOps(target: OpTarget, ops: JournalOp[] | readonly JournalOp[], consume = false): void {
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i] as JournalOp;
+    if (consume) (ops as Array<JournalOp | null>)[i] = null;
     switch (op.op) {
       case 'write':
         target.write(op.path, op.data, { parents: false, append: op.append === true, exclusive: op.create === true });
