@@ -268,6 +268,8 @@ describe('outputs', () => {
     ['throwing-getter', 'INVALID_OUTPUT', '/x'],
     ['proxy', 'INVALID_OUTPUT', '/'],
     ['nested-proxy', 'INVALID_OUTPUT', '/'],
+    ['throwing-proxy', 'INVALID_OUTPUT', '/'],
+    ['nested-throwing-proxy', 'INVALID_OUTPUT', '/list/1'],
     ['date', 'INVALID_OUTPUT', '/when'],
     ['map', 'INVALID_OUTPUT', '/m'],
     ['typed-array', 'INVALID_OUTPUT', '/bytes'],

@@ -88,8 +88,7 @@
 
   /**
    * Checks that a tool's return value is plain JSON within `maxBytes`, reading only own data properties
-   * (never calling a getter). Returns null, or [code, reason, pointer]. A Proxy passes its traps here but
-   * is refused when the value is copied out (V8's serializer does not clone proxies).
+   * (never calling a getter). Returns null, or [code, reason, pointer].
    */
   function checkOutput(root, maxBytes) {
     const path = [];
@@ -123,7 +122,20 @@
       }
       return bytes > maxBytes ? fail('OUTPUT_LIMIT', `the output is larger than ${maxBytes} bytes of JSON`) : null;
     };
+    // A Proxy cannot be told from a plain object inside the isolate without running its traps (V8 has no
+    // such test; its serializer refuses proxies when the output is copied out, whatever they answer
+    // here). A trap, or anything else, that throws while the value is read ends the check here, at its
+    // place: the output is not plain JSON.
     const walkObject = (value) => {
+      const depth = path.length;
+      try {
+        return readObject(value);
+      } catch {
+        path.length = depth;
+        return fail('INVALID_OUTPUT', 'reading this value threw: a Proxy or other exotic object is not plain JSON');
+      }
+    };
+    const readObject = (value) => {
       if (call(setHas, ancestors, value)) return fail('INVALID_OUTPUT', 'the value contains a cycle');
       if (path.length >= 1000) return fail('OUTPUT_LIMIT', 'the output is nested deeper than 1000 levels');
       const proto = getProto(value);
