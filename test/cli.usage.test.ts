@@ -91,6 +91,45 @@ describe('usage errors exit 2 with a hint', () => {
   });
 });
 
+describe('global options before the command', () => {
+  it('work as after it, each of them', async () => {
+    const after = await cli(['tools', ...P, '--json']);
+    expect(after.code).toBe(0);
+    for (const args of [
+      [...P, '--json', 'tools'],
+      ['--workspace=ws', '--project=p', 'tools', '--json'],
+      ['--json', '--workspace', 'ws', 'tools', '--project', 'p'],
+      ['--no-color', '--grant', 'vfs.read', ...P, 'tools', '--json'],
+      ['--recover', ...P, '--json', 'tools'],
+    ]) {
+      const r = await cli(args);
+      expect([args.join(' '), r.code, r.err]).toEqual([args.join(' '), 0, '']);
+      expect(parseJson(r)).toEqual(parseJson(after));
+    }
+  });
+
+  it('--help before a command shows its help; before nothing, the general help', async () => {
+    expect((await cli(['--help', 'tools'])).out).toBe((await cli(['tools', '--help'])).out);
+    expect((await cli([...P, '-h', 'call'])).out).toMatch(/^usage: arium call/);
+    const general = await cli(['--project', 'p', '--help']);
+    expect(general.code).toBe(0);
+    expect(general.out).toContain('Commands:');
+  });
+
+  it('an unknown or command option before the command is a usage error that says what may come first', async () => {
+    const r = await cli(['--colour', 'tools']);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('unknown option --colour before the command; only global options');
+    expect((await cli(['--projct', 'p', 'tools'])).err).toContain('unknown option --projct before the command; did you mean --project?');
+    expect((await cli(['--force', 'init', 'x'])).err).toContain('only global options (--workspace, --project');
+    const json = await cli(['--json', '--projct', 'p', 'tools']);
+    expect(json.code).toBe(2);
+    expect(parseJson(json).error.code).toBe('USAGE');
+    expect((await cli(['--project'])).err).toContain('option --project needs a value');
+    expect((await cli([...P, '--project', 'q', 'tools'])).err).toContain('Option --project is given twice');
+  });
+});
+
 describe('engine and configuration errors exit 3', () => {
   it('a missing project says how to create it', async () => {
     const r = await cli(['tools', '--workspace', 'ws', '--project', 'nope']);

@@ -55,11 +55,17 @@ arium <command> --help shows a command's arguments and options.
  * code. Never calls process.exit and never throws, so tests run it in-process with a fake io.
  */
 export async function main(argv: readonly string[], io: CliIo): Promise<number> {
-  const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+  let split: { name: string | undefined; rest: string[] };
+  try {
+    split = commandFirst(argv);
+  } catch (error) {
+    return usageError(io, argv.includes('--json'), `arium: ${(error as Error).message} (see arium --help)`);
+  }
+  const { name, rest } = split;
+  if (name === undefined || name === 'help' || ((rest.includes('--help') || rest.includes('-h')) && !COMMANDS.has(name))) {
     io.stdout.write(help());
     // Bare `arium` is a usage error that helps; asking for help is not an error.
-    return name === undefined ? EXIT.usage : EXIT.ok;
+    return name === undefined && !rest.includes('--help') && !rest.includes('-h') ? EXIT.usage : EXIT.ok;
   }
   const json = rest.includes('--json');
   const command = COMMANDS.get(name);
@@ -84,6 +90,44 @@ export async function main(argv: readonly string[], io: CliIo): Promise<number> 
   } catch (error) {
     return report(ctx, command, error);
   }
+}
+
+/**
+ * Finds the command among the arguments: global options may come before it (`arium --project x
+ * tools`), and are handed on after it, where every command's parser takes them. Only global options
+ * may come first; a value option takes the next argument as its value.
+ */
+function commandFirst(argv: readonly string[]): { name: string | undefined; rest: string[] } {
+  const before: string[] = [];
+  let i = 0;
+  for (; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '-h') {
+      before.push(arg);
+      continue;
+    }
+    if (!arg.startsWith('--') || arg === '--') break;
+    const eq = arg.indexOf('=');
+    const flag = arg.slice(2, eq === -1 ? undefined : eq);
+    const spec = Object.hasOwn(GLOBAL_FLAGS, flag) ? GLOBAL_FLAGS[flag] : undefined;
+    if (!spec) {
+      const near = closest(flag, Object.keys(GLOBAL_FLAGS));
+      throw new UsageError(
+        `unknown option --${flag} before the command; ${near ? `did you mean --${near}? ` : ''}only global options (${Object.keys(GLOBAL_FLAGS)
+          .map((k) => `--${k}`)
+          .join(', ')}) may come before it`,
+      );
+    }
+    before.push(arg);
+    if (spec.value && eq === -1) {
+      const value = argv[i + 1];
+      if (value === undefined) throw new UsageError(`option --${flag} needs a value: --${flag} ${spec.arg ?? '<value>'}`);
+      before.push(value);
+      i++;
+    }
+  }
+  const name = argv[i];
+  return { name, rest: [...argv.slice(i + 1), ...before] };
 }
 
 /** With --json even a failure prints one JSON document on stdout; the message also goes to stderr for people. */
