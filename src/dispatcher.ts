@@ -68,6 +68,8 @@ export class Dispatcher {
     let invocationSent = false;
     /** How many times the tool ran (0 when the call failed before it ran). */
     const runs = { count: 0 };
+    /** The caller's input, copied; past validation, with the schema's defaults filled in. */
+    let copy: unknown;
     try {
       const opts = options ?? {};
       if (opts.trace_id !== undefined) {
@@ -78,7 +80,6 @@ export class Dispatcher {
         }
         meta.trace_id = opts.trace_id;
       }
-      let copy: unknown;
       let inputError: unknown = null;
       try {
         copy = copyInput(input, { bytes: policy.input_bytes, depth: policy.input_depth });
@@ -156,6 +157,7 @@ export class Dispatcher {
           tool: label,
           duration_ms: meta.duration_ms,
           output_bytes: outputBytes,
+          input: forEvent(copy, policy.event_payload_bytes),
           output: forEvent(output, policy.event_payload_bytes),
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
@@ -186,6 +188,8 @@ export class Dispatcher {
           duration_ms: meta.duration_ms,
           error,
           attempts: runs.count,
+          // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
+          ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
         });
       }
       return { ok: false, error, meta };

@@ -28,6 +28,8 @@ export interface ToolResultEvent extends BaseEvent {
   tool: string;
   duration_ms: number;
   output_bytes: number;
+  /** The input the tool ran with (the caller's, with the schema's defaults filled in), redacted and capped. */
+  input: unknown;
   /** The output, secrets redacted and size-capped like the input. */
   output: unknown;
   vfs: VfsChangeSummary | null;
@@ -42,6 +44,8 @@ export interface ToolErrorEvent extends BaseEvent {
   error: ErrorInfo;
   /** How many times the tool ran (0 when the call failed before it ran). */
   attempts: number;
+  /** The input as the tool got it (defaults filled in), once the call passed validation. */
+  input?: unknown;
 }
 
 export interface SecurityEvent extends BaseEvent {

@@ -102,15 +102,19 @@ function usesPatterns(value: unknown, depth = 0): boolean {
   return false;
 }
 
-const instances = new Map<Draft, InstanceType<AjvClass>>();
+const instances = new Map<string, InstanceType<AjvClass>>();
 
-function instance(draft: Draft): InstanceType<AjvClass> {
-  let ajv = instances.get(draft);
+function instance(draft: Draft, defaults: boolean): InstanceType<AjvClass> {
+  const key = `${draft}${defaults ? '+defaults' : ''}`;
+  let ajv = instances.get(key);
   if (!ajv) {
     const Cls = draft === '2020-12' ? Ajv2020 : draft === '2019-09' ? Ajv2019 : Ajv07;
-    ajv = new Cls(OPTIONS);
+    // useDefaults fills in a missing property (or array item) that declares a "default", in the value
+    // being checked. ajv does not apply a default under oneOf/anyOf/not, and in strict mode refuses such
+    // a schema; the schema is compiled strictly (without defaults) first, so this instance need not be.
+    ajv = new Cls(defaults ? { ...OPTIONS, useDefaults: true, strictSchema: false } : OPTIONS);
     addFormats(ajv);
-    instances.set(draft, ajv);
+    instances.set(key, ajv);
   }
   return ajv;
 }
@@ -132,17 +136,26 @@ export function draftOf(schema: unknown): Draft {
 const compiled = new Map<string, Validator>();
 const MAX_CACHED = 5000;
 
-export function compileSchema(schema: unknown): Validator {
+/**
+ * Compiles a schema once (cached by content). With `defaults`, checking a value also fills in the
+ * properties it lacks that the schema gives a `default` (a tool's input: the tool sees them filled in);
+ * the value is changed in place, so callers check their own copy.
+ */
+export function compileSchema(schema: unknown, options: { defaults?: boolean } = {}): Validator {
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
     if (typeof schema === 'boolean') throw new SchemaError('a boolean schema is not allowed here; use an object schema');
     throw new SchemaError('a schema must be a JSON object');
   }
+  const defaults = options.defaults === true;
   const text = JSON.stringify(schema);
-  const key = createHash('sha256').update(text).digest('hex');
+  const key = `${defaults ? 'd' : 'p'}${createHash('sha256').update(text).digest('hex')}`;
   const hit = compiled.get(key);
   if (hit) return hit;
+  // The strict compile finds the author's mistakes (an unknown keyword such as "requried"); the checks
+  // are then made by the instance that applies defaults.
+  if (defaults) compileSchema(schema);
   const draft = draftOf(schema);
-  const ajv = instance(draft);
+  const ajv = instance(draft, defaults);
   // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
   const copy = JSON.parse(text);
   // Checked here rather than left to compile(), whose error is one flat string: this way the author

@@ -283,3 +283,65 @@ describe("a schema's regular expressions", () => {
     expect([output.code, output.message]).toEqual(['INVALID_OUTPUT', expect.stringContaining('backtracks too much')]);
   });
 });
+
+describe('JSON Schema defaults', () => {
+  const SCHEMA = {
+    type: 'object',
+    properties: {
+      greeting: { type: 'string', default: 'hello' },
+      options: { type: 'object', default: {}, properties: { times: { type: 'integer', default: 2 } } },
+      mode: { oneOf: [{ type: 'object', properties: { fast: { type: 'boolean', default: true } } }] },
+    },
+  };
+  let own: Engine;
+  let ownProject: TempProject;
+  const seen: unknown[] = [];
+
+  beforeAll(async () => {
+    ownProject = tempProject({ 'tool.js': TRIVIAL_JS, 'defaults.json': definition({ id: 'defaults', schema: SCHEMA }) });
+    own = await openEngine(ownProject, {
+      runners: [
+        new FakeRunner({
+          defaults: (ctx) => {
+            seen.push(structuredClone(ctx.input));
+            return ctx.input;
+          },
+        }),
+      ],
+    });
+  });
+  afterAll(async () => {
+    await own.close();
+    ownProject.remove();
+  });
+
+  it('fill in what the input lacks, nested ones too; the tool and the result event see them, the caller’s object is untouched', async () => {
+    const events = recordEvents(own);
+    const input = { mode: {} };
+    const result = await own.call('defaults', input);
+    const filled = { greeting: 'hello', options: { times: 2 }, mode: {} };
+    expect(result).toMatchObject({ ok: true, data: filled });
+    expect(seen.at(-1)).toEqual(filled);
+    expect(input).toEqual({ mode: {} });
+    expect(events.find((e) => e.type === 'ToolInvocationEvent')).toMatchObject({ input: { mode: {} } });
+    expect(events.find((e) => e.type === 'ToolResultEvent')).toMatchObject({ input: filled });
+  });
+
+  it('never replace a given value, not even null; a default under oneOf is not applied (ajv) and is no load error', async () => {
+    expect(own.problems()).toEqual([]);
+    expect((await own.call('defaults', { greeting: 'hi', options: { times: 5 } })).ok && seen.at(-1)).toEqual({
+      greeting: 'hi',
+      options: { times: 5 },
+    });
+    const events = recordEvents(own);
+    const error = (await own.call('defaults', { greeting: null })) as ErrResult;
+    expect(error.error).toMatchObject({ code: 'INVALID_INPUT', details: { violations: [{ pointer: '/greeting' }] } });
+    expect(events.find((e): e is ToolErrorEvent => e.type === 'ToolErrorEvent')).not.toHaveProperty('input');
+  });
+
+  it('a typo next to a default is still a load error, in strict mode', () => {
+    expect(() => compileSchema({ type: 'object', properties: { a: { type: 'string', default: 'x', minLenght: 1 } } }, { defaults: true })).toThrow(
+      'strict mode: unknown keyword: "minLenght"',
+    );
+  });
+});

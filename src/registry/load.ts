@@ -122,7 +122,7 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   let validateInput: Tool['validateInput'];
   let validateOutput: Tool['validateOutput'] = null;
   try {
-    validateInput = compileSchema(spec.schema);
+    validateInput = compileSchema(spec.schema, { defaults: true });
   } catch (error) {
     throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, `/schema${schemaPointer(error)}`, id);
   }
