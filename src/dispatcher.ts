@@ -123,7 +123,7 @@ export class Dispatcher {
       stage = 'execution';
       const runner = this.#d.runners.get(tool.spec.runner);
       if (!runner) {
-        throw new ToolFailure('execution', 'UNAVAILABLE', `No ${tool.spec.runner} is available in this engine to run ${tool.spec.id}`);
+        throw new ToolFailure('execution', 'MISCONFIGURED', `No ${tool.spec.runner} is set up in this engine to run ${tool.spec.id}`);
       }
       meta.runner = runner.name;
       const toolId = tool.spec.id;

@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   'CONFLICT',
   'CANCELLED',
   'UNAVAILABLE',
+  'MISCONFIGURED',
   'CORRUPT_STATE',
   'INTERNAL',
 ] as const;

@@ -27,13 +27,13 @@ describe('without a working isolated-vm', () => {
         return dir;
       },
     ],
-  ])('builtins still work and a JS call is UNAVAILABLE with how to fix it (isolated-vm %s)', async (_case, dir) => {
+  ])('builtins still work and a JS call is MISCONFIGURED (not retryable) with how to fix it (isolated-vm %s)', async (_case, dir) => {
     const runner = new JsRunner({ isolatedVm: dir() });
     const engine = await jsEngine('project', { runners: [runner] });
     try {
       dataOf(await engine.call('fs.write', { path: '/still.txt', content: 'works' }));
       const error = errorOf(await engine.call('reverse', { text: 'x' }));
-      expect(error).toMatchObject({ code: 'UNAVAILABLE', stage: 'execution', retryable: true });
+      expect(error).toMatchObject({ code: 'MISCONFIGURED', stage: 'execution', retryable: false });
       expect(error.message).toMatch(/npm install isolated-vm@[56]/);
       expect(error.message).not.toContain(temp);
       const status = await engine.status();

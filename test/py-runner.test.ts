@@ -646,12 +646,13 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
 });
 
 describe('Python runner availability', () => {
-  it('a missing interpreter is a clear UNAVAILABLE, not a crash', async () => {
+  it('a missing interpreter is a clear MISCONFIGURED (not retryable), not a crash', async () => {
     const project = copyFixtureProject('python');
     const engine = await openEngine(project, { runners: [new PythonRunner({ python: '/nonexistent/bin/python3' })] });
     try {
       const error = failed(await engine.call('py.echo', {}));
-      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.code).toBe('MISCONFIGURED');
+      expect(error.retryable).toBe(false);
       expect(error.message).toMatch(/\/nonexistent\/bin\/python3 was not found/);
       expect(error.message).toMatch(/arium\.json/);
       const status = await engine.status();
@@ -662,7 +663,7 @@ describe('Python runner availability', () => {
     }
   });
 
-  it('an interpreter older than the harness needs is a clear UNAVAILABLE naming both versions', async () => {
+  it('an interpreter older than the harness needs is a clear MISCONFIGURED naming both versions', async () => {
     const project = copyFixtureProject('python');
     // Answers the engine's probe as a Python 3.8 would (3.8 has no socket.send_fds, which the server needs).
     const fake = join(project.dir, 'python3.8');
@@ -671,7 +672,7 @@ describe('Python runner availability', () => {
     const engine = await openEngine(project, { runners: [new PythonRunner({ python: fake })] });
     try {
       const error = failed(await engine.call('py.echo', {}));
-      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.code).toBe('MISCONFIGURED');
       expect(error.message).toMatch(/is Python 3\.8\.18; Python tools need 3\.9 or later/);
     } finally {
       await engine.close();
@@ -696,7 +697,7 @@ describe('Python runner availability', () => {
     const engine = await openEngine(project, { runners: [new PythonRunner({ isolation: 'rlimits', strict: true })] });
     try {
       const error = failed(await engine.call('py.echo', {}));
-      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.code).toBe('MISCONFIGURED');
       expect(error.message).toMatch(/strict/);
       const status = await engine.status();
       expect(status.runners['py-runner']).toMatchObject({ available: false, isolation: 'rlimits', namespaces: false, strict: true });
@@ -713,7 +714,7 @@ describe('Python runner availability', () => {
     const engine = await openEngine(project);
     try {
       const error = failed(await engine.call('py.echo', {}));
-      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.code).toBe('MISCONFIGURED');
       expect(error.message).toMatch(/no-such-python3 was not found on PATH/);
     } finally {
       await engine.close();

@@ -20,7 +20,7 @@ export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler']): B
     entryPath: null,
     toolsDir: null,
     declared: Object.freeze(full.permissions.map(parsePermission)),
-    validateInput: compileSchema(full.schema),
+    validateInput: compileSchema(full.schema, { defaults: true }),
     validateOutput: full.output_schema ? compileSchema(full.output_schema) : null,
     hash: createHash('sha256').update(JSON.stringify(full)).digest('hex'),
   });

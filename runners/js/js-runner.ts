@@ -3,7 +3,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
-import { SandboxProcess } from './sandbox-process.js';
+import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
 
 export interface JsRunnerOptions {
   /** Folder of the isolated-vm package to use. Default: the one installed with the engine. */
@@ -135,7 +135,7 @@ export class JsRunner implements Runner {
 
   #start(): SandboxProcess {
     const ivmDir = this.#ivmDir();
-    if (!ivmDir) throw new ToolFailure('execution', 'UNAVAILABLE', `isolated-vm is not installed. ${installAdvice()}`);
+    if (!ivmDir) throw new ToolFailure('execution', 'MISCONFIGURED', `isolated-vm is not installed. ${installAdvice()}`);
     const worker = workerPath();
     const typescriptDir = packageDir('typescript');
     const execArgv = ['--no-node-snapshot', '--no-warnings'];
@@ -212,7 +212,9 @@ export class JsRunner implements Runner {
     this.#lastProblem = reason;
     // The reason can name host paths: it stays in status(); callers get its gist and the fix.
     const gist = reason.replace(/(?:\/[^\s'"]+)+/g, '…');
-    return new ToolFailure('execution', 'UNAVAILABLE', `The JS sandbox could not start (${gist}). ${installAdvice()}`, {
+    // isolated-vm that does not load is the machine's setup, which a retry does not change.
+    const code = error instanceof IsolatedVmUnloadable ? 'MISCONFIGURED' : 'UNAVAILABLE';
+    return new ToolFailure('execution', code, `The JS sandbox could not start (${gist}). ${installAdvice()}`, {
       details: { runner: 'js-runner' },
     });
   }

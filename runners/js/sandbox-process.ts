@@ -59,6 +59,11 @@ export function toolRef(tool: Tool): ToolRef {
   return { entry: tool.entryPath, root: tool.toolsDir };
 }
 
+/** isolated-vm could not be loaded in the sandbox process (not built for this Node, or broken): a setup problem. */
+export class IsolatedVmUnloadable extends Error {
+  override readonly name = 'IsolatedVmUnloadable';
+}
+
 export class SandboxProcess {
   readonly ready: Promise<WorkerInfo>;
   /** Called once when the process is gone (crashed, stopped, or drained). */
@@ -102,7 +107,7 @@ export class SandboxProcess {
           resolve(this.#info);
         } else if (message?.t === 'unavailable') {
           this.#unavailable = String(message.reason);
-          reject(new Error(this.#unavailable));
+          reject(new IsolatedVmUnloadable(this.#unavailable));
         } else {
           this.#onMessage(message);
         }

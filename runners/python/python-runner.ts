@@ -103,7 +103,7 @@ export class PythonRunner implements Runner {
     if (this.#options.strict && isolation.mode === 'rlimits') {
       throw new ToolFailure(
         'execution',
-        'UNAVAILABLE',
+        'MISCONFIGURED',
         `strict isolation is on and this machine offers no namespace isolation for Python tools (${isolation.reason ?? 'rlimits only'}); install bubblewrap or turn "strict" off`,
         { details: { isolation: isolation.mode } },
       );
@@ -132,10 +132,10 @@ export class PythonRunner implements Runner {
       if (wanted === 'rlimits') return { mode: 'rlimits', reason: 'rlimits-only isolation was asked for' };
       const bwrap = wanted === 'unshare' ? 'not asked for' : await bwrapProblem();
       if (bwrap === null) return { mode: 'bubblewrap' };
-      if (wanted === 'bubblewrap') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need bubblewrap here, but ${bwrap}`);
+      if (wanted === 'bubblewrap') throw new ToolFailure('execution', 'MISCONFIGURED', `Python tools need bubblewrap here, but ${bwrap}`);
       const unshare = await unshareProblem();
       if (unshare === null) return { mode: 'unshare', ...(wanted === 'auto' ? { reason: bwrap } : {}) };
-      if (wanted === 'unshare') throw new ToolFailure('execution', 'UNAVAILABLE', `Python tools need namespaces here, but ${unshare}`);
+      if (wanted === 'unshare') throw new ToolFailure('execution', 'MISCONFIGURED', `Python tools need namespaces here, but ${unshare}`);
       return { mode: 'rlimits', reason: `${bwrap}; ${unshare}` };
     })();
     return this.#isolation;
@@ -258,7 +258,7 @@ export class PythonRunner implements Runner {
     try {
       interpreter = await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
     } catch (error) {
-      throw new ToolFailure('execution', 'UNAVAILABLE', (error as Error).message, { details: { runner: 'py-runner' } });
+      throw new ToolFailure('execution', 'MISCONFIGURED', (error as Error).message, { details: { runner: 'py-runner' } });
     }
     const isolation = await this.isolation();
     const key = serverKey(toolsDir, slot);

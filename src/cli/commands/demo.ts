@@ -51,7 +51,7 @@ async function session(ctx: Context, engine: Engine): Promise<number> {
       const took = c.dim(`${result.meta.duration_ms.toFixed(2)} ms`);
       if (result.ok) ctx.out(`  ${c.green('✓ ok')} ${took}\n${indent((step.show ?? showData)(result.data, c), '    ')}`);
       // An unavailable runner is told by the caller's one-line note, not as an error of the session.
-      else if (step.optional && result.error.code === 'UNAVAILABLE') return result;
+      else if (step.optional && unavailable(result.error.code)) return result;
       else ctx.out(`  ${c.red('✗ error')} ${took}${step.expectError ? c.dim(' (expected)') : ''}\n${indent(formatError(result.error, c), '  ')}`);
     }
     return result;
@@ -103,7 +103,7 @@ async function projectTool(tool: ToolInfo, call: Caller, note: (text: string) =>
   // engine.tool(id) is what a caller checks first; the registry may have dropped the tool since tools() was read.
   if (!engine.tool(tool.id)) return note(`${tool.id} is no longer in the registry`);
   const result = await call({ title: `${tool.name}: ${tool.description}`, tool: tool.id, input: example, optional: true });
-  if (!result.ok && result.error.code === 'UNAVAILABLE') {
+  if (!result.ok && unavailable(result.error.code)) {
     note(`the ${tool.runner} is not available here, so ${tool.id} did not run: ${result.error.message}`);
     return;
   }
@@ -134,3 +134,8 @@ start. Needs only the builtins. With --json: { project, trace_id, steps, notes, 
   flags: {},
   run,
 };
+
+/** A runner this machine cannot run (not installed, not set up): the demo notes it and goes on. */
+function unavailable(code: string): boolean {
+  return code === 'UNAVAILABLE' || code === 'MISCONFIGURED';
+}
