@@ -133,6 +133,43 @@ describe('hot reload of the tools folder', () => {
     expect(engine.tool('demo.echo')).toBeDefined();
   });
 
+  it('a file added later that reuses a serving id never takes it over, even when its name sorts first', async () => {
+    const dup = registryEvent((e) => e.problems.some((p) => p.file === 'tools/aa-echo.json'));
+    project.write('aa-echo.json', definition({ id: 'demo.echo', description: 'the newcomer' }));
+    const problem = (await dup).problems.find((p) => p.file === 'tools/aa-echo.json');
+    expect(problem).toMatchObject({ id: 'demo.echo', at: '/id' });
+    expect(problem?.message).toBe('duplicate id "demo.echo": already defined by tools/echo.json; the file already serving it keeps it');
+    expect(engine.tool('demo.echo')).toMatchObject({ description: 'version 1', source: 'tools/echo.json' });
+    // Still so after an explicit re-read, and after the serving file changes.
+    await engine.refresh();
+    expect(engine.tool('demo.echo')?.source).toBe('tools/echo.json');
+    const changed = registryEvent((e) => e.updated.includes('demo.echo'));
+    project.write('echo.json', definition({ id: 'demo.echo', description: 'version 2' }));
+    await changed;
+    expect(engine.tool('demo.echo')).toMatchObject({ description: 'version 2', source: 'tools/echo.json' });
+    // When the serving file gives the id up, the newcomer gets it on that same reload.
+    const handover = registryEvent((e) => e.updated.includes('demo.echo') && e.added.includes('demo.renamed'));
+    project.write('echo.json', definition({ id: 'demo.renamed' }));
+    const event = await handover;
+    expect(event.problems).toEqual([]);
+    expect(engine.tool('demo.echo')).toMatchObject({ description: 'the newcomer', source: 'tools/aa-echo.json' });
+  });
+
+  it('at the first load, of two files with one id the first in name order wins', async () => {
+    await engine.close();
+    project.write('aa-echo.json', definition({ id: 'demo.echo', description: 'first by name' }));
+    engine = await openEngine(project, { watch: true });
+    expect(engine.tool('demo.echo')).toMatchObject({ description: 'first by name', source: 'tools/aa-echo.json' });
+    expect(engine.problems()).toEqual([
+      {
+        file: 'tools/echo.json',
+        id: 'demo.echo',
+        at: '/id',
+        message: 'duplicate id "demo.echo": already defined by tools/aa-echo.json; the first file (in name order) wins',
+      },
+    ]);
+  });
+
   it('hands an id over when the file that owned it is deleted and a duplicate remains', async () => {
     const dup = registryEvent((e) => e.problems.some((p) => p.file === 'tools/zz-echo.json'));
     project.write('zz-echo.json', definition({ id: 'demo.echo', description: 'the duplicate' }));

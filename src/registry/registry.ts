@@ -39,7 +39,7 @@ export interface RegistryOptions {
  * Builtin tools plus the tools defined in a project's `tools/*.json`. The whole folder is re-read on any
  * change (only files whose fingerprint changed are parsed again), so the outcome never depends on the
  * order or the coalescing of watcher events: files are taken in name order and the first file to
- * define an id owns it.
+ * define an id owns it, unless another file is serving that id already (then that one keeps it).
  */
 export class Registry {
   readonly #options: RegistryOptions;
@@ -249,8 +249,8 @@ export class Registry {
     );
     for (const file of [...this.#files.keys()]) if (!seen.has(file)) this.#files.delete(file);
 
-    const next = new Map<string, Tool>();
-    const owner = new Map<string, string>();
+    // Every file's tool (or the last version of it that loaded), in name order, by id.
+    const candidates = new Map<string, Tool[]>();
     for (const name of names) {
       const state = this.#files.get(join(toolsDir as string, name));
       if (!state) continue;
@@ -265,23 +265,26 @@ export class Registry {
         tool = state.lastGood ?? undefined;
       }
       if (!tool) continue;
-      const id = tool.spec.id;
-      const first = owner.get(id);
-      if (first !== undefined) {
-        problems.push({
-          file: tool.source,
-          id,
-          at: '/id',
-          message: `duplicate id "${id}": already defined by ${first}; the first file (in name order) wins`,
-        });
-        continue;
+      const list = candidates.get(tool.spec.id);
+      if (list) list.push(tool);
+      else candidates.set(tool.spec.id, [tool]);
+    }
+    const next = new Map<string, Tool>();
+    for (const [id, list] of candidates) {
+      // A file that is serving an id keeps it: a file added later never takes it over, whatever its name.
+      // Among files that are all new to the id, the first in name order wins.
+      const serving = this.#tools.get(id)?.source;
+      const owner = list.find((t) => t.source === serving) ?? (list[0] as Tool);
+      for (const tool of list) {
+        if (tool === owner) continue;
+        const why = owner.source === serving ? 'the file already serving it keeps it' : 'the first file (in name order) wins';
+        problems.push({ file: tool.source, id, at: '/id', message: `duplicate id "${id}": already defined by ${owner.source}; ${why}` });
       }
       if (next.size >= limits.max_tools) {
-        problems.push({ file: tool.source, id, message: `the project already has ${limits.max_tools} tools, the most one project may define` });
+        problems.push({ file: owner.source, id, message: `the project already has ${limits.max_tools} tools, the most one project may define` });
         continue;
       }
-      owner.set(id, tool.source);
-      next.set(id, tool);
+      next.set(id, owner);
     }
     this.#publish(next, problems);
   }
