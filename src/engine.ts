@@ -79,17 +79,22 @@ export interface Engine {
   /** The grants callers get unless a call narrows them. */
   readonly grants: readonly string[];
   readonly policy: Readonly<Policy>;
-  call(id: string, input: unknown, options?: CallOptions): Promise<ToolResult>;
+  /**
+   * Calls a tool; never throws. `T` is what the caller expects in `data` on success (the engine checks
+   * the output against the tool's output_schema, if it has one, not against `T`).
+   */
+  call<T = unknown>(id: string, input: unknown, options?: CallOptions): Promise<ToolResult<T>>;
   tools(): ToolInfo[];
   tool(id: string): ToolInfo | undefined;
   /** Definition files that did not load, with the reason. */
   problems(): RegistryProblem[];
   /** Re-reads the tools folder now (the watcher does this on its own). */
   refresh(): Promise<void>;
+  /** The project, its tools and problems, open transactions, and each runner's state (async: runners are asked). */
   status(): Promise<EngineStatus>;
   /** Saves the live tree as a snapshot. */
   snapshot(options?: { label?: string; message?: string }): SnapshotInfo;
-  /** Every snapshot, oldest first. */
+  /** Every snapshot, oldest first (`arium log` and `vfs.log` list them newest first). */
   snapshots(): SnapshotInfo[];
   /** Compares `live` or snapshots (id, prefix, label, `latest`); default: newest snapshot → live. */
   diff(from?: string, to?: string, options?: DiffOptions): DiffResult;
@@ -226,7 +231,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     config,
     grants: grants.texts(),
     policy,
-    call: (id, input, callOptions) => dispatcher.call(id, input, callOptions),
+    call: <T>(id: string, input: unknown, callOptions?: CallOptions) => dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>,
     tools: () => registry.list().map(toolInfo),
     tool: (id) => {
       const tool = registry.get(id);

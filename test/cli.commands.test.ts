@@ -138,6 +138,7 @@ describe('history and transfer commands', () => {
     expect(readFileSync(join(ws.root, 'out', 'x.txt'), 'utf8')).toBe('x');
     const again = await cli(['export', '/in', 'out', ...P]);
     expect(again.code).toBe(1);
-    expect(again.err).toContain('not empty');
+    expect(again.err).toContain('not empty (add --overwrite to write into it)');
+    expect((await cli(['export', '/in', 'out', '--overwrite', ...P])).code).toBe(0);
   });
 });

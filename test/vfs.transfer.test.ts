@@ -97,7 +97,9 @@ describe('export', () => {
   it('refuses a non-empty target unless overwrite', () => {
     mkdirSync(join(root, 'out'));
     writeFileSync(join(root, 'out', 'keep.txt'), 'keep');
-    expect(failure(() => engine.exportTo('/data', join(root, 'out'))).code).toBe('ALREADY_EXISTS');
+    const refused = failure(() => engine.exportTo('/data', join(root, 'out')));
+    expect(refused.code).toBe('ALREADY_EXISTS');
+    expect(refused.message).toContain('(pass { overwrite: true } to write into it)');
     engine.exportTo('/data', join(root, 'out'), { overwrite: true });
     expect(readFileSync(join(root, 'out', 'keep.txt'), 'utf8')).toBe('keep');
   });

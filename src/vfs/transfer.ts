@@ -114,8 +114,8 @@ export function exportHost(
   mkdirSync(resolve(hostDir), { recursive: true });
   const root = realpathSync(resolve(hostDir));
   if (!options.overwrite && readdirSync(root).length > 0) {
-    throw new ToolFailure('execution', 'ALREADY_EXISTS', `The target folder ${root} is not empty (pass overwrite to write into it)`, {
-      details: { path: root },
+    throw new ToolFailure('execution', 'ALREADY_EXISTS', `The target folder ${root} is not empty (pass { overwrite: true } to write into it)`, {
+      details: { path: root, option: 'overwrite' },
     });
   }
   const report: TransferReport = { files: 0, dirs: 0, bytes: 0, skipped: [] };

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { type Engine, ToolFailure } from '../../index.js';
 import { bool, maxPositionals as noExtra, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
@@ -25,7 +26,23 @@ async function exportCmd(ctx: Context): Promise<number> {
   const [vfsPath, hostDir] = ctx.parsed.positionals;
   if (!vfsPath || !hostDir) throw new UsageError('arium export needs a VFS path and a host folder: arium export <vfs-path> <host-dir>');
   return withEngine(ctx, (engine) => {
-    const r = engine.exportTo(vfsPath, resolve(ctx.io.cwd, hostDir), { overwrite: bool(ctx.parsed, 'overwrite') }, progress(ctx, 'exported files'));
+    let r: ReturnType<Engine['exportTo']>;
+    try {
+      r = engine.exportTo(vfsPath, resolve(ctx.io.cwd, hostDir), { overwrite: bool(ctx.parsed, 'overwrite') }, progress(ctx, 'exported files'));
+    } catch (error) {
+      // The library names its option; here the way to say it is the command's flag.
+      if (error instanceof ToolFailure && error.details?.option === 'overwrite') {
+        throw new ToolFailure(
+          error.stage,
+          error.code,
+          `The target folder ${String(error.details.path)} is not empty (add --overwrite to write into it)`,
+          {
+            details: error.details,
+          },
+        );
+      }
+      throw error;
+    }
     if (ctx.json) ctx.emit(r);
     else ctx.out(`${ctx.c.green('exported')} ${r.files} files, ${r.dirs} folders, ${r.bytes} bytes to ${hostDir}`);
     return EXIT.ok;
