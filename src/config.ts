@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import { join, resolve } from 'node:path';
+import type { AuditRotation } from './audit.js';
+import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import { compileSchema, summarize } from './validation.js';
 
 /**
@@ -17,8 +18,11 @@ export interface ProjectConfig {
   vfs?: Record<string, number>;
   /** Keep the VFS in `.arium/` (default true). */
   persist?: boolean;
-  /** Append events to `.arium/audit.jsonl` (true) or to this path, relative to the project. */
-  audit_log?: boolean | string;
+  /**
+   * Append events to `.arium/audit.jsonl` (true), to this path relative to the project (a string), or
+   * as the object says: `path`, and rotation by `max_bytes` keeping `files` rotated files.
+   */
+  audit_log?: AuditSetting;
   /** Python interpreter for Python tools (a path, e.g. a virtualenv's bin/python). */
   python?: string;
   /** Refuse to run Python tools without namespace isolation. */
@@ -49,7 +53,21 @@ export const PROJECT_CONFIG_SCHEMA = {
     policy: { type: 'object', additionalProperties: false, properties: positiveIntegers(Object.keys(DEFAULT_POLICY)) },
     vfs: { type: 'object', additionalProperties: false, properties: positiveIntegers(Object.keys(DEFAULT_VFS_QUOTA)) },
     persist: { type: 'boolean' },
-    audit_log: { type: ['boolean', 'string'] },
+    audit_log: {
+      oneOf: [
+        { type: 'boolean' },
+        { type: 'string', minLength: 1 },
+        {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            path: { type: 'string', minLength: 1 },
+            max_bytes: { type: 'integer', minimum: 4096, description: `default ${DEFAULT_AUDIT_ROTATION.max_bytes}` },
+            files: { type: 'integer', minimum: 1, maximum: 100, description: `default ${DEFAULT_AUDIT_ROTATION.files}` },
+          },
+        },
+      ],
+    },
     python: { type: 'string', minLength: 1 },
     strict: { type: 'boolean' },
   },
@@ -84,4 +102,17 @@ export function loadProjectConfig(projectDir: string): ProjectConfig {
     throw new ProjectConfigError(`${path}: ${summarize(violations)}`, field || undefined);
   }
   return raw as ProjectConfig;
+}
+
+export type AuditSetting = boolean | string | ({ path?: string } & Partial<AuditRotation>);
+
+/**
+ * Where a project's audit log goes and how it rotates, or null when it keeps none. A relative path is
+ * taken from `base` (the project folder for arium.json; the working folder for an engine option).
+ */
+export function auditSettings(setting: AuditSetting | undefined, projectDir: string, base: string): { path: string; rotation: AuditRotation } | null {
+  if (!setting) return null;
+  const given = typeof setting === 'object' ? setting : typeof setting === 'string' ? { path: setting } : {};
+  const path = given.path === undefined ? join(projectDir, '.arium', 'audit.jsonl') : resolve(base, given.path);
+  return { path, rotation: { max_bytes: given.max_bytes ?? DEFAULT_AUDIT_ROTATION.max_bytes, files: given.files ?? DEFAULT_AUDIT_ROTATION.files } };
 }

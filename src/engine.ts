@@ -5,7 +5,7 @@ import { JsRunner } from '../runners/js/index.js';
 import { PythonRunner } from '../runners/python/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
-import { loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
+import { type AuditSetting, auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
 import { type CallOptions, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
@@ -33,7 +33,7 @@ export interface EngineOptions {
   /** Watch the tools folder and reload on change. Default true. */
   watch?: boolean;
   /** Append every event to a JSONL file: `true` for `<project>/.arium/audit.jsonl`, or a path. */
-  auditLog?: boolean | string;
+  auditLog?: AuditSetting;
   /**
    * Keep the VFS and its snapshots in `<project>/.arium/` so they survive a restart (default true).
    * `false` keeps everything in memory.
@@ -161,11 +161,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
   const bus = new EventBus();
   let audit: AuditLog | null = null;
-  const auditLog = options.auditLog ?? config.audit_log;
-  if (auditLog) {
-    const path =
-      typeof auditLog === 'string' ? resolve(options.auditLog === undefined ? projectDir : '.', auditLog) : join(projectDir, '.arium', 'audit.jsonl');
-    audit = new AuditLog(path);
+  const auditing = auditSettings(options.auditLog ?? config.audit_log, projectDir, options.auditLog === undefined ? projectDir : resolve('.'));
+  if (auditing) {
+    audit = new AuditLog(auditing.path, auditing.rotation);
     const log = audit;
     bus.addSink((event) => log.write(event));
   }

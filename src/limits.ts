@@ -107,3 +107,11 @@ export const TOOL_LIMIT_CEILINGS: Readonly<CallLimits> = Object.freeze({
  * The tool's stack is bounded separately by each runner.
  */
 export const ERROR_MESSAGE_CHARS = 4096;
+
+/** When the audit log (`audit_log` in arium.json) is rotated, and how many rotated files are kept. */
+export const DEFAULT_AUDIT_ROTATION = Object.freeze({
+  /** Rotate before a line would take `audit.jsonl` past this size. */
+  max_bytes: 16 * 1024 * 1024,
+  /** `audit.jsonl.1` … `audit.jsonl.4`; the oldest beyond is deleted. */
+  files: 4,
+});

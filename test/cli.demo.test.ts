@@ -2,6 +2,7 @@ import { copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createEngine } from '../src/index.js';
 import { type Json, parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
 let ws: ReturnType<typeof tempWorkspace>;
@@ -151,5 +152,50 @@ describe('arium events', () => {
       .map((l) => JSON.parse(l).tool);
     expect(tools).toContain('fs.stat');
     expect(tools).not.toContain('fs.write');
+  });
+
+  it('reads and follows the audit log across its rotations: every event once, in order', async () => {
+    writeFileSync(join(ws.workspace, 'p', 'arium.json'), JSON.stringify({ audit_log: { max_bytes: 4096, files: 100 } }));
+    const engine = await createEngine({
+      workspace: ws.workspace,
+      project: 'p',
+      watch: false,
+      persist: false,
+      auditLog: { max_bytes: 4096, files: 100 },
+    });
+    try {
+      const emitted: string[] = [];
+      engine.events.on('event', (e) => {
+        if (e.type !== 'RegistryChangeEvent') emitted.push(e.run_id as string);
+      });
+      for (let i = 0; i < 20; i++) await engine.call('fs.write', { path: `/before/${i}.txt`, content: 'x'.repeat(100) });
+      const runIds = (out: string) =>
+        out
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l))
+          .filter((e) => e.type !== 'RegistryChangeEvent')
+          .map((e) => e.run_id);
+      // The log writes what it gathered once per turn of the event loop.
+      await new Promise((r) => setImmediate(r));
+      // The latest 30 reach back over a rotation into audit.jsonl.1 and before.
+      expect(runIds((await cli(['events', ...P, '--json', '--limit', '30'])).out)).toEqual(emitted.slice(-30));
+
+      const stop = new AbortController();
+      const following = cli(['events', ...P, '--follow', '--limit', '0', '--json'], { interrupt: stop.signal });
+      await new Promise((r) => setTimeout(r, 300));
+      const mark = emitted.length;
+      // Many rotations between two polls of the follower, then some more after a pause.
+      await Promise.all(Array.from({ length: 40 }, (_, i) => engine.call('fs.write', { path: `/during/${i}.txt`, content: 'y'.repeat(i) })));
+      await new Promise((r) => setTimeout(r, 400));
+      for (let i = 0; i < 10; i++) await engine.call('fs.stat', { path: '/during/1.txt' });
+      await new Promise((r) => setTimeout(r, 600));
+      stop.abort();
+      const followed = await following;
+      expect(followed.code).toBe(0);
+      expect(runIds(followed.out)).toEqual(emitted.slice(mark));
+    } finally {
+      await engine.close();
+    }
   });
 });

@@ -34,6 +34,12 @@ describe('arium init', () => {
     expect(existsSync(resolve(toolsDir, def.$schema))).toBe(true);
     const config = JSON.parse(readFileSync(join(ws.workspace, 'fresh', 'arium.json'), 'utf8'));
     expect(resolve(dirname(toolsDir), config.$schema)).toMatch(/schema[/\\]project\.schema\.json$/);
+    // A new project keeps an audit log, so `arium events` shows its calls from the start.
+    expect(config.audit_log).toBe(true);
+    expect((await cli(['call', 'fs.write', '{"path":"/a","content":"a"}', '--workspace', 'ws', '--project', 'fresh'])).code).toBe(0);
+    const events = await cli(['events', '--workspace', 'ws', '--project', 'fresh', '--json']);
+    expect(events.code).toBe(0);
+    expect(events.out).toContain('"tool":"fs.write"');
   });
 
   it('takes the name from --project, then "demo"', async () => {

@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Engine, EngineEvent, EngineOptions, SecurityEvent, ToolErrorEvent, ToolInvocationEvent, ToolResultEvent } from '../src/index.js';
@@ -275,5 +275,41 @@ describe('the JSONL audit log', () => {
       .split('\n')
       .map((line) => JSON.parse(line).type);
     expect(types).toEqual(['RegistryChangeEvent', 'ToolInvocationEvent', 'ToolResultEvent']);
+  });
+
+  it('rotates at max_bytes without losing, tearing or reordering a line, with many calls at once', async () => {
+    const engine = await open({ auditLog: { max_bytes: 4096, files: 100 } });
+    const events = recordEvents(engine);
+    for (let round = 0; round < 4; round++) {
+      await Promise.all(Array.from({ length: 50 }, (_, i) => engine.call('fs.write', { path: `/r${round}/f${i}.txt`, content: 'x'.repeat(i) })));
+    }
+    await engine.close();
+    const path = join(project?.dir ?? '', '.arium', 'audit.jsonl');
+    const rotated = readdirSync(join(project?.dir ?? '', '.arium')).filter((f) => f.startsWith('audit.jsonl.'));
+    expect(rotated.length).toBeGreaterThan(10);
+    const files = [
+      ...rotated
+        .map((f) => Number(f.slice('audit.jsonl.'.length)))
+        .sort((a, b) => b - a)
+        .map((n) => `${path}.${n}`),
+      path,
+    ];
+    const lines: EngineEvent[] = [];
+    for (const file of files) {
+      const text = readFileSync(file, 'utf8');
+      expect(text.endsWith('\n')).toBe(true);
+      expect(statSync(file).size).toBeLessThanOrEqual(4096);
+      for (const line of text.trimEnd().split('\n')) lines.push(JSON.parse(line));
+    }
+    // Oldest file first, the start-up registry event, then every event in the order it was emitted.
+    expect(lines.slice(1)).toEqual(JSON.parse(JSON.stringify(events)));
+  });
+
+  it('keeps `files` rotated files and deletes older ones', async () => {
+    const engine = await open({ auditLog: { max_bytes: 4096, files: 2 } });
+    for (let i = 0; i < 60; i++) await engine.call('fs.write', { path: `/f${i}.txt`, content: 'x' });
+    await engine.close();
+    const names = readdirSync(join(project?.dir ?? '', '.arium')).filter((f) => f.startsWith('audit.jsonl'));
+    expect(names.sort()).toEqual(['audit.jsonl', 'audit.jsonl.1', 'audit.jsonl.2']);
   });
 });

@@ -1,7 +1,8 @@
-import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadProjectConfig, ProjectConfigError } from '../../config.js';
+import { rotatedPath } from '../../audit.js';
+import { auditSettings, loadProjectConfig, ProjectConfigError } from '../../config.js';
 import { EngineConfigError, type EngineEvent } from '../../index.js';
 import { bool, int, maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
@@ -24,30 +25,41 @@ function auditPath(ctx: Context): string {
   const dir = join(ctx.workspace, ctx.project);
   if (!existsSync(dir))
     throw new EngineConfigError(`Project "${ctx.project}" not found: ${dir} is not a folder (create it with \`arium init ${ctx.project}\`)`);
-  let setting: boolean | string | undefined;
+  let settings: ReturnType<typeof auditSettings>;
   try {
-    setting = loadProjectConfig(dir).audit_log;
+    settings = auditSettings(loadProjectConfig(dir).audit_log, dir, dir);
   } catch (error) {
     if (error instanceof ProjectConfigError) throw new EngineConfigError(error.message, 'arium.json');
     throw error;
   }
-  if (!setting) {
+  if (!settings) {
     throw new EngineConfigError(
       `Project "${ctx.project}" keeps no audit log, so there are no events to show. Set "audit_log": true in ${join(dir, 'arium.json')}: ` +
         'every engine on the project (CLI calls, servers) then appends its events to .arium/audit.jsonl',
       'audit_log',
     );
   }
-  return typeof setting === 'string' ? resolve(dir, setting) : join(dir, '.arium', 'audit.jsonl');
+  return settings.path;
 }
 
-/** Reads bytes [from, to) of the file. */
-function readRange(path: string, from: number, to: number): string {
+/** Bytes [from, to) of an open file. */
+function readFd(fd: number, from: number, to: number): string {
+  const buffer = Buffer.alloc(to - from);
+  const n = readSync(fd, buffer, 0, buffer.length, from);
+  return buffer.subarray(0, n).toString('utf8');
+}
+
+/** The whole lines of the last TAIL_BYTES of a file (a torn last line is left out) and where they end. */
+function tailLines(path: string): { lines: string[]; end: number; complete: boolean } {
   const fd = openSync(path, 'r');
   try {
-    const buffer = Buffer.alloc(to - from);
-    const n = readSync(fd, buffer, 0, buffer.length, from);
-    return buffer.subarray(0, n).toString('utf8');
+    const size = fstatSync(fd).size;
+    const start = Math.max(0, size - TAIL_BYTES);
+    const lines = readFd(fd, start, size).split('\n');
+    // A torn last line (a writer mid-append) is read again once it is whole.
+    const tail = lines.pop() ?? '';
+    if (start > 0) lines.shift();
+    return { lines, end: size - Buffer.byteLength(tail), complete: start === 0 };
   } finally {
     closeSync(fd);
   }
@@ -59,6 +71,78 @@ function parse(line: string): EngineEvent | null {
     return EVENT_TYPES.has(String(value?.type)) && typeof value.at === 'string' ? (value as EngineEvent) : null;
   } catch {
     return null;
+  }
+}
+
+/**
+ * Follows the log across rotations: the file being read stays open, so what its writer still adds
+ * under its rotated name is read; once a new log has its first line (the writer finishes a file before
+ * starting the next), the files rotated since are read in order, then the new one.
+ */
+class Follower {
+  readonly #path: string;
+  readonly #print: (line: string) => void;
+  #fd: number | null = null;
+  #offset = 0;
+
+  constructor(path: string, print: (line: string) => void, at: number) {
+    this.#path = path;
+    this.#print = print;
+    if (existsSync(path)) {
+      this.#fd = openSync(path, 'r');
+      this.#offset = at;
+    }
+  }
+
+  poll(): void {
+    if (this.#fd === null) {
+      if (!existsSync(this.#path)) return;
+      this.#fd = openSync(this.#path, 'r');
+      this.#offset = 0;
+    }
+    this.#drain();
+    let current: ReturnType<typeof statSync> | null = null;
+    try {
+      current = statSync(this.#path);
+    } catch {}
+    const own = fstatSync(this.#fd);
+    if (current === null || current.ino === own.ino) {
+      if (own.size < this.#offset) this.#offset = 0; // truncated or replaced in place: start it over
+      return;
+    }
+    if (current.size === 0) return; // a new log without a line yet: the rotated one may still grow
+    this.#drain();
+    let n = 1;
+    while (existsSync(rotatedPath(this.#path, n)) && statSync(rotatedPath(this.#path, n)).ino !== own.ino) n++;
+    // Files rotated after this one (newer, so lower numbers), oldest first.
+    for (let k = n - 1; k >= 1; k--) this.#readWhole(rotatedPath(this.#path, k));
+    closeSync(this.#fd);
+    this.#fd = openSync(this.#path, 'r');
+    this.#offset = 0;
+    this.#drain();
+  }
+
+  #drain(): void {
+    const fd = this.#fd as number;
+    const size = fstatSync(fd).size;
+    if (size <= this.#offset) return;
+    const lines = readFd(fd, this.#offset, size).split('\n');
+    const tail = lines.pop() ?? '';
+    for (const line of lines) this.#print(line);
+    this.#offset = size - Buffer.byteLength(tail);
+  }
+
+  #readWhole(path: string): void {
+    try {
+      const lines = readFileSync(path, 'utf8').split('\n');
+      lines.pop();
+      for (const line of lines) this.#print(line);
+    } catch {}
+  }
+
+  close(): void {
+    if (this.#fd !== null) closeSync(this.#fd);
+    this.#fd = null;
   }
 }
 
@@ -74,16 +158,19 @@ async function run(ctx: Context): Promise<number> {
     else ctx.out(event ? formatEvent(event, ctx.c) : ctx.c.red(`unreadable audit line: ${clip(line, 120)}`));
   };
 
-  let offset = 0;
+  let end = 0;
   if (existsSync(path)) {
-    const size = statSync(path).size;
-    const start = Math.max(0, size - TAIL_BYTES);
-    const lines = readRange(path, start, size).split('\n');
-    // A torn last line (a writer mid-append) is read again once it is whole.
-    const tail = lines.pop() ?? '';
-    if (start > 0) lines.shift();
-    for (const line of limit === 0 ? [] : lines.slice(-limit)) print(line);
-    offset = size - Buffer.byteLength(tail);
+    const current = tailLines(path);
+    end = current.end;
+    // The latest events may reach back into the rotated files: newest first, until there are enough.
+    let backlog = current.lines.filter((l) => l.trim() !== '');
+    let complete = current.complete;
+    for (let n = 1; complete && backlog.length < limit && existsSync(rotatedPath(path, n)); n++) {
+      const older = tailLines(rotatedPath(path, n));
+      backlog = [...older.lines.filter((l) => l.trim() !== ''), ...backlog];
+      complete = older.complete;
+    }
+    for (const line of limit === 0 ? [] : backlog.slice(-limit)) print(line);
   } else if (!ctx.json) {
     ctx.io.stderr.write(ctx.c.dim(`no events yet: ${path} does not exist until an engine on the project emits one\n`));
   }
@@ -91,16 +178,14 @@ async function run(ctx: Context): Promise<number> {
 
   const signal = ctx.io.interrupt();
   if (!ctx.json) ctx.io.stderr.write(ctx.c.dim(`following ${path} (Ctrl-C to stop)\n`));
-  while (!signal.aborted) {
-    await sleep(POLL_MS, undefined, { signal }).catch(() => {});
-    if (!existsSync(path)) continue;
-    const size = statSync(path).size;
-    if (size < offset) offset = 0; // the log was truncated or replaced: start it over
-    if (size === offset) continue;
-    const lines = readRange(path, offset, size).split('\n');
-    const tail = lines.pop() ?? '';
-    for (const line of lines) print(line);
-    offset = size - Buffer.byteLength(tail);
+  const follower = new Follower(path, print, end);
+  try {
+    while (!signal.aborted) {
+      await sleep(POLL_MS, undefined, { signal }).catch(() => {});
+      if (!signal.aborted) follower.poll();
+    }
+  } finally {
+    follower.close();
   }
   return EXIT.ok;
 }

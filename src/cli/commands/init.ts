@@ -84,7 +84,11 @@ def run(input, ctx):
     return {"words": len(words)}
 `,
     ],
-    ['arium.json', json({ ...schemaRef(projectDir, 'project.schema.json'), grants: ['vfs.read', 'vfs.write', 'exec.js', 'exec.py'] })],
+    [
+      'arium.json',
+      // The audit log is on, so `arium events` shows what agents did; it rotates at 16 MiB, keeping 4 files.
+      json({ ...schemaRef(projectDir, 'project.schema.json'), grants: ['vfs.read', 'vfs.write', 'exec.js', 'exec.py'], audit_log: true }),
+    ],
   ]);
 }
 
@@ -144,7 +148,8 @@ export const initSpec: CommandSpec = {
   usage: 'arium init [project] [--force]',
   summary: 'create a project folder with example tools (a JavaScript and a Python tool)',
   details: `Creates <workspace>/<project>/ with tools/ (text-upper.json + upper.js for the js-runner,
-text-words.json + words.py for the py-runner) and an arium.json granting what they need.
+text-words.json + words.py for the py-runner) and an arium.json granting what they need, with the
+audit log on (arium events shows every call).
 The project name defaults to --project, then "demo". An existing, non-empty project is refused
 unless --force, which rewrites the example files and leaves every other file alone.`,
   flags: { force: { help: 'rewrite the example files in an existing project' } },
