@@ -1,6 +1,8 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, test } from 'vitest';
+import { installAdvice } from '../runners/js/locate.js';
+import { checkIsolatedVm } from '../src/cli/probes.js';
 import { TOOL_META_SCHEMA } from '../src/index.js';
 import { parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
@@ -140,5 +142,18 @@ describe('history and transfer commands', () => {
     expect(again.code).toBe(1);
     expect(again.err).toContain('not empty (add --overwrite to write into it)');
     expect((await cli(['export', '/in', 'out', '--overwrite', ...P])).code).toBe(0);
+  });
+});
+
+describe('arium doctor on isolated-vm', () => {
+  it('gives the advice a JS call gives: the isolated-vm line that builds on this Node', async () => {
+    const missing = await checkIsolatedVm(() => {
+      throw new Error('Cannot find module isolated-vm/package.json');
+    });
+    expect(missing).toMatchObject({ name: 'isolated-vm', ok: false, detail: 'not installed', fix: installAdvice() });
+    expect(installAdvice('20.20.2')).toContain('`npm install isolated-vm@5`');
+    expect(installAdvice('22.1.0')).toContain('`npm install isolated-vm@6`');
+    expect(installAdvice('24.21.0')).toContain('`npm install isolated-vm@6`');
+    expect(installAdvice('24.21.0')).toContain('On Node 24.21.0');
   });
 });

@@ -43,11 +43,11 @@ export function packageDir(name: string): string | null {
 }
 
 /** What to run to make isolated-vm loadable here, for UNAVAILABLE messages and `status()`. */
-export function installAdvice(): string {
-  const major = Number(process.versions.node.split('.')[0]);
+export function installAdvice(node = process.versions.node): string {
+  const major = Number(node.split('.')[0]);
   const version = major >= 22 ? 'isolated-vm@6' : 'isolated-vm@5';
   return (
-    `JavaScript tools need the native package isolated-vm. On Node ${process.versions.node}, install it with ` +
+    `JavaScript tools need the native package isolated-vm. On Node ${node}, install it with ` +
     `\`npm install ${version}\` (isolated-vm 5.x builds on Node 20, 6.x on Node 22 and 24); building it needs ` +
     'python3, make and a C++ compiler when no prebuilt binary matches.'
   );

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
+import { installAdvice } from '../../runners/js/locate.js';
 import { harnessDir, MIN_PYTHON_MINOR } from '../../runners/python/interpreter.js';
 import { LANDLOCK_SCOPES } from '../../runners/python/isolation.js';
 
@@ -55,17 +56,14 @@ export function checkNode(version = process.versions.node): Check {
   };
 }
 
-export async function checkIsolatedVm(): Promise<Check> {
+/** `locate` finds isolated-vm's package.json (tests give one that fails). */
+export async function checkIsolatedVm(locate = () => createRequire(import.meta.url).resolve('isolated-vm/package.json')): Promise<Check> {
   let path: string;
   try {
-    path = dirname(createRequire(import.meta.url).resolve('isolated-vm/package.json'));
+    path = dirname(locate());
   } catch {
-    return {
-      name: 'isolated-vm',
-      ok: false,
-      detail: 'not installed',
-      fix: 'npm install (it builds isolated-vm from source: needs python3, make and g++)',
-    };
+    // The same advice a JS call gives: on Node 22 and later a plain `npm install` leaves isolated-vm out.
+    return { name: 'isolated-vm', ok: false, detail: 'not installed', fix: installAdvice() };
   }
   // Node 20+ must start without its snapshot for isolated-vm to load; the JS runner's process does the same.
   const script = `const ivm=require(${JSON.stringify(path)});const i=new ivm.Isolate({memoryLimit:16});const r=i.compileScriptSync('6*7').runSync(i.createContextSync());i.dispose();console.log(r, require(${JSON.stringify(`${path}/package.json`)}).version)`;
@@ -77,7 +75,7 @@ export async function checkIsolatedVm(): Promise<Check> {
     name: 'isolated-vm',
     ok: false,
     detail: r.error ?? firstLine(r.stderr || r.stdout),
-    fix: 'rebuild it for this Node: npm rebuild isolated-vm (5.x supports Node 20, 6.x Node 22 and later)',
+    fix: `rebuild it for this Node (npm rebuild isolated-vm), or reinstall it: ${installAdvice()}`,
   };
 }
 
