@@ -16,7 +16,7 @@ import type { Runner, RunnerStatus } from './runner.js';
 import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
 import type { GcReport } from './vfs/gc.js';
 import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
-import { type RecoveryReport, type SnapshotInfo, VfsState } from './vfs/state.js';
+import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
 import { exportHost, importHost, type TransferReport } from './vfs/transfer.js';
 
 export interface EngineOptions {
@@ -41,6 +41,13 @@ export interface EngineOptions {
   persist?: boolean;
   /** Open a damaged state folder by keeping what is intact (see `engine.recovery`). */
   recover?: boolean;
+  /**
+   * Open a project another engine holds, to inspect it: its durable state is read without the lock and
+   * nothing is written to it; calls that would change the VFS, snapshots, restores and gc are refused
+   * (`UNAVAILABLE`, details.reason `read-only`). No watcher; the audit log, if any, is appended to but
+   * never rotated (its holder rotates it).
+   */
+  readOnly?: boolean;
   /** Runners to use in place of (or besides) the defaults, keyed by their `name`. */
   runners?: readonly Runner[];
 }
@@ -76,6 +83,8 @@ export interface Engine {
   readonly config: Readonly<ProjectConfig>;
   /** What opening the state folder had to repair or give up (`recover`). */
   readonly recovery: RecoveryReport;
+  /** Set when the engine was opened read-only on a project another engine holds (its pid, if known). */
+  readonly readOnly: { holder: number | null } | null;
   /** The grants callers get unless a call narrows them. */
   readonly grants: readonly string[];
   readonly policy: Readonly<Policy>;
@@ -128,6 +137,26 @@ function checkNumbers<T extends object>(defaults: T, given: Partial<T>, name: st
 const checkPolicy = (policy: Partial<Policy>) => checkNumbers(DEFAULT_POLICY, policy, 'policy');
 const checkQuota = (quota: Partial<VfsQuota>) => checkNumbers(DEFAULT_VFS_QUOTA, quota, 'vfsQuota');
 
+/** How often a read-only open reads the state again when its holder changed it meanwhile. */
+const READ_ONLY_ATTEMPTS = 50;
+
+/** Opens a held project's state read-only, reading again (after a short pause) while its holder is mid-change. */
+function openReadOnly(dir: string | null, quota: Partial<VfsQuota>): VfsState {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return new VfsState({ dir, quota, readOnly: true });
+    } catch (error) {
+      if (!(error instanceof InconsistentReadError)) throw error;
+      if (attempt >= READ_ONLY_ATTEMPTS) {
+        throw new StateCorruptError(
+          `Could not read a consistent state of ${dir} in ${READ_ONLY_ATTEMPTS} tries: the engine holding it kept changing it (${error.message}); try again`,
+        );
+      }
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10 + Math.random() * 20);
+    }
+  }
+}
+
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const project = options.project ?? 'demo';
   if (typeof project !== 'string' || !PROJECT_NAME.test(project) || project.includes('..')) {
@@ -163,16 +192,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   let audit: AuditLog | null = null;
   const auditing = auditSettings(options.auditLog ?? config.audit_log, projectDir, options.auditLog === undefined ? projectDir : resolve('.'));
   if (auditing) {
-    audit = new AuditLog(auditing.path, auditing.rotation);
+    // A read-only engine shares the log with the engine that holds the project, which alone rotates it.
+    audit = new AuditLog(auditing.path, options.readOnly ? { ...auditing.rotation, max_bytes: Number.POSITIVE_INFINITY } : auditing.rotation);
     const log = audit;
     bus.addSink((event) => log.write(event));
   }
 
-  const state = new VfsState({
-    dir: (options.persist ?? config.persist) === false ? null : join(projectDir, '.arium'),
-    quota: vfsQuota,
-    recover: options.recover === true,
-  });
+  const stateDir = (options.persist ?? config.persist) === false ? null : join(projectDir, '.arium');
+  const state = options.readOnly
+    ? openReadOnly(stateDir, vfsQuota)
+    : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
   const builtin = new BuiltinRunner();
   // JsRunner loads nothing native here: isolated-vm lives in its sandbox process, started on first use.
   const runners = new Map<RunnerName, Runner>([
@@ -202,7 +231,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   });
   try {
     await registry.refresh();
-    if (options.watch ?? true) await registry.watch();
+    if ((options.watch ?? true) && !options.readOnly) await registry.watch();
   } catch (error) {
     await registry.close();
     state.close();
@@ -226,6 +255,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     events: bus,
     vfs: new HostVfs(state),
     recovery: state.recovery,
+    readOnly: state.readOnly,
     config,
     grants: grants.texts(),
     policy,

@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { createEngine, type Engine } from '../index.js';
+import { createEngine, type Engine, ProjectLockedError } from '../index.js';
 import { bool, list, type Parsed, str } from './args.js';
 import { type CliIo, type Paint, paint, wantsColour } from './io.js';
 
@@ -34,14 +34,21 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
     workspace,
     project,
     projectGiven: str(parsed, 'project') !== undefined,
-    open: () =>
-      createEngine({
-        workspace,
-        project,
-        watch: false,
-        ...(grants ? { grants } : {}),
-        ...(bool(parsed, 'recover') ? { recover: true } : {}),
-      }),
+    open: async () => {
+      const options = { workspace, project, watch: false, ...(grants ? { grants } : {}), ...(bool(parsed, 'recover') ? { recover: true } : {}) };
+      try {
+        return await createEngine(options);
+      } catch (error) {
+        // Another engine (an agent's) holds the project: inspect what it made durable, without its lock.
+        if (!(error instanceof ProjectLockedError) || options.recover) throw error;
+        const engine = await createEngine({ ...options, readOnly: true });
+        const holder = engine.readOnly?.holder;
+        io.stderr.write(
+          `arium: project "${project}" is held by another engine${holder ? ` (pid ${holder})` : ''}: showing what it has made durable, read-only; changes are refused\n`,
+        );
+        return engine;
+      }
+    },
     out: (text) => io.stdout.write(`${text}\n`),
     emit: (value) => io.stdout.write(`${JSON.stringify(value, null, 2)}\n`),
   };

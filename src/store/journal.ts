@@ -56,13 +56,17 @@ export class Journal {
   readonly #fd: number;
   #size: number;
 
-  constructor(path: string) {
+  /** Only reads: a torn tail is left as it is (its writer may be finishing it), and appends are refused. */
+  readonly #readOnly: boolean;
+
+  constructor(path: string, options: { readOnly?: boolean } = {}) {
     this.path = path;
+    this.#readOnly = options.readOnly === true;
     const created = !existsSync(path);
-    this.#fd = openSync(path, 'a+', 0o600);
+    this.#fd = openSync(path, this.#readOnly ? 'r' : 'a+', 0o600);
     this.#size = fstatSync(this.#fd).size;
     // fdatasync makes appended records durable, but not the file's own name: sync the folder once.
-    if (created) fsyncDir(dirname(path));
+    if (created && !this.#readOnly) fsyncDir(dirname(path));
   }
 
   get size(): number {
@@ -120,7 +124,7 @@ export class Journal {
       off = end;
     }
     const dropped = read - off;
-    if (dropped > 0) {
+    if (dropped > 0 && !this.#readOnly) {
       ftruncateSync(this.#fd, off);
       fdatasyncSync(this.#fd);
       this.#size = off;

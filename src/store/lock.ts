@@ -4,6 +4,13 @@ import { hostname } from 'node:os';
 /** Another live engine holds the project. */
 export class ProjectLockedError extends Error {
   override readonly name = 'ProjectLockedError';
+  constructor(
+    message: string,
+    /** The pid of the engine that holds the project, when the lock file names it. */
+    readonly holder: number | null = null,
+  ) {
+    super(message);
+  }
 }
 
 function alive(pid: number): boolean {
@@ -26,6 +33,16 @@ function guardOwnerGone(guard: string): boolean {
     return gone(JSON.parse(readFileSync(guard, 'utf8')));
   } catch {
     return false;
+  }
+}
+
+/** The pid of the engine that holds the lock at `path`, or null when there is none or it says no pid. */
+export function lockHolder(path: string): number | null {
+  try {
+    const owner = JSON.parse(readFileSync(path, 'utf8')) as { pid?: unknown };
+    return typeof owner.pid === 'number' ? owner.pid : null;
+  } catch {
+    return null;
   }
 }
 
@@ -88,6 +105,7 @@ export class ProjectLock {
       if (typeof owner.pid === 'number') {
         throw new ProjectLockedError(
           `Another Arium engine (pid ${owner.pid} on ${owner.host}) holds this project's state (${this.path}); close it first, or remove the lock file if that process is gone`,
+          owner.pid,
         );
       }
       // An engine that has just created the file may not have written it yet: look again shortly.

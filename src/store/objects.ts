@@ -71,11 +71,15 @@ export class ObjectStore {
   /** Whether the store folder itself was created by this engine (then its parent needs syncing once). */
   #newStore: boolean;
 
-  constructor(dir: string) {
+  /** Reads the store and never writes to it: what would be written stays in memory (a read-only view). */
+  readonly #readOnly: boolean;
+
+  constructor(dir: string, options: { readOnly?: boolean } = {}) {
     this.dir = dir;
+    this.#readOnly = options.readOnly === true;
     // A new store's own name becomes durable with the first sync (its parent folder is synced then).
     this.#newStore = !existsSync(dir);
-    mkdirSync(dir, { recursive: true });
+    if (!this.#readOnly) mkdirSync(dir, { recursive: true });
   }
 
   static hash(kind: ObjectKind, bytes: Uint8Array): string {
@@ -136,6 +140,7 @@ export class ObjectStore {
    * durable elsewhere (a journal record) and `sync()` fsyncs them later.
    */
   writePending(synced: boolean): void {
+    if (this.#readOnly) return;
     for (const object of this.#pending.values()) this.#write(object.hash, object.stored, synced);
     this.#pending.clear();
   }
@@ -168,6 +173,10 @@ export class ObjectStore {
    */
   restore(object: StoredObject): void {
     if (!HASH.test(object.hash)) throw new CorruptObjectError(`Malformed object name "${object.hash}"`, object.hash);
+    if (this.#readOnly) {
+      this.#pending.set(object.hash, object);
+      return;
+    }
     const path = this.#path(object.hash);
     let current: Buffer | null = null;
     try {
@@ -179,6 +188,7 @@ export class ObjectStore {
 
   /** Makes every object written or added since the last call durable, names included. */
   sync(): void {
+    if (this.#readOnly) return;
     this.writePending(true);
     for (const path of this.#unsynced) {
       const fd = openSync(path, 'r');

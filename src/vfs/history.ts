@@ -87,6 +87,7 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
  * uncommitted work is never lost.
  */
 export function restore(state: VfsState, ref: TreeRef, call?: ToolVfs): RestoreResult {
+  state.assertWritable('The restore');
   const target = state.resolveSnapshot(ref);
   const live = state.liveRoot();
   // Read the whole change first: a snapshot with a damaged object fails here, before any backup is taken.

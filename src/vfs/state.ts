@@ -1,10 +1,22 @@
-import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, truncateSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  statSync,
+  truncateSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
 import { fsyncDir, writeFileAtomic } from '../store/atomic.js';
 import { Journal, JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
-import { ProjectLock } from '../store/lock.js';
+import { lockHolder, ProjectLock } from '../store/lock.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore } from '../store/objects.js';
 import { parentOf } from './path.js';
@@ -45,6 +57,17 @@ export interface StateOptions {
   recover?: boolean;
   /** Fold the journal into a checkpoint once it is this large. */
   checkpointBytes?: number;
+  /**
+   * Read the durable state of a project another engine holds, without its lock and without writing
+   * anything; changes are refused. Throws InconsistentReadError when the holder changed the state
+   * while it was read (read it again).
+   */
+  readOnly?: boolean;
+}
+
+/** A read-only open met the state mid-change by the engine that holds it: reading it again will do. */
+export class InconsistentReadError extends Error {
+  override readonly name = 'InconsistentReadError';
 }
 
 /** Above this many new object bytes, a snapshot syncs its objects in place rather than journaling them. */
@@ -71,7 +94,7 @@ export class VfsState {
   readonly recovery: RecoveryReport = { torn_bytes: 0, lost: [] };
   readonly objects: Objects;
   readonly #index = new TreeIndex();
-  readonly #journal: Journal | null = null;
+  #journal: Journal | null = null;
   readonly #lock: ProjectLock | null = null;
   readonly #checkpointBytes: number;
   #snapshots: SnapshotInfo[] = [];
@@ -81,6 +104,7 @@ export class VfsState {
   #folded = 0;
   #changes = 0;
   #closed = false;
+  #readOnly: { holder: number | null } | null = null;
   /** Views of the transactions begun and not yet committed or ended: commits hand them pre-images. */
   readonly #active = new Set<ReadView>();
 
@@ -93,6 +117,12 @@ export class VfsState {
       return;
     }
     const dir = options.dir;
+    if (options.readOnly) {
+      this.#readOnly = { holder: lockHolder(join(dir, 'lock')) };
+      this.objects = new ObjectStore(join(dir, 'objects'), { readOnly: true });
+      this.#readWithoutLock(dir);
+      return;
+    }
     mkdirSync(dir, { recursive: true });
     this.#lock = new ProjectLock(join(dir, 'lock'));
     this.#lock.acquire();
@@ -111,6 +141,39 @@ export class VfsState {
       this.#lock.release();
       throw error;
     }
+  }
+
+  /**
+   * Loads what the holder made durable: the checkpoint, the journal's whole records (a record being
+   * appended is not there yet) and the snapshot log. The holder may fold its journal into a new
+   * checkpoint, or collect garbage, while this reads: a journal that does not continue the checkpoint
+   * read, an object gone, or live.json replaced meanwhile means a mixed view, and InconsistentReadError.
+   */
+  #readWithoutLock(dir: string): void {
+    const live = join(dir, 'live.json');
+    const before = stamp(live);
+    try {
+      this.#snapshots = this.#readSnapshots(false);
+      const ref = this.#readLive(false);
+      this.#seq = ref.seq;
+      this.#folded = ref.seq;
+      if (ref.root) this.#materialize(ref.root, false);
+      if (existsSync(join(dir, 'journal'))) {
+        this.#journal = new Journal(join(dir, 'journal'), { readOnly: true });
+        this.#replay(false);
+      }
+    } catch (error) {
+      if (error instanceof StateCorruptError || error instanceof CorruptObjectError || error instanceof JournalCorruptError) {
+        throw new InconsistentReadError(`the state changed while it was read (${error.message})`, { cause: error });
+      }
+      throw error;
+    }
+    if (stamp(live) !== before) throw new InconsistentReadError('live.json was replaced while the state was read');
+  }
+
+  /** Set when the state was opened read-only: the pid of the engine that holds it, if known. */
+  get readOnly(): { holder: number | null } | null {
+    return this.#readOnly;
   }
 
   get snapshots(): readonly SnapshotInfo[] {
@@ -159,7 +222,7 @@ export class VfsState {
   commit(txn: Transaction): void {
     this.end(txn);
     if (txn.ops.length === 0) return;
-    this.#ensureOpen();
+    this.assertWritable('The call');
     if (txn.basis !== null && txn.basis !== this.#changes) {
       throw new ToolFailure(
         'execution',
@@ -275,7 +338,7 @@ export class VfsState {
 
   /** Folds the journal into the live checkpoint. Throws UNAVAILABLE when the disk refuses (the journal still holds everything). */
   checkpoint(): string {
-    this.#ensureOpen();
+    this.assertWritable('Garbage collection');
     return unavailable('The checkpoint', () => this.#writeCheckpoint(false));
   }
 
@@ -313,7 +376,7 @@ export class VfsState {
    * journal does not hold the tree twice.
    */
   snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
-    this.#ensureOpen();
+    this.assertWritable('A snapshot');
     const root = this.#index.write(this.vfs, this.objects);
     const stats = this.vfs.usage();
     const dirs = stats.dirs;
@@ -379,7 +442,7 @@ export class VfsState {
 
   /** Brings the live tree to a snapshot's content as one durable, atomic change. */
   applyRoot(root: string, build: (root: string) => JournalOp[]): JournalOp[] {
-    this.#ensureOpen();
+    this.assertWritable('The restore');
     const ops = build(root);
     if (ops.length > 0) {
       applyOps(new Transaction(this.vfs), ops);
@@ -391,7 +454,7 @@ export class VfsState {
   close(): void {
     if (this.#closed) return;
     try {
-      if (this.#journal) this.#writeCheckpoint(false);
+      if (this.#journal && !this.#readOnly) this.#writeCheckpoint(false);
     } catch {
       // Nothing is lost: the journal holds every acknowledged change and the next start replays it.
     } finally {
@@ -403,6 +466,19 @@ export class VfsState {
 
   #ensureOpen(): void {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The engine is closed');
+  }
+
+  /** Refuses a change of a state opened read-only, saying whose it is and how to change it. */
+  assertWritable(what: string): void {
+    this.#ensureOpen();
+    if (!this.#readOnly) return;
+    const holder = this.#readOnly.holder;
+    throw new ToolFailure(
+      'execution',
+      'UNAVAILABLE',
+      `${what} needs to change the project, which another engine${holder === null ? '' : ` (pid ${holder})`} holds: it was opened read-only, to inspect it. Make the change through that engine, or stop it and try again`,
+      { details: { reason: 'read-only', holder } },
+    );
   }
 
   #replaySnapshot(record: JournalRecord, known: Set<string>, recover: boolean): void {
@@ -456,7 +532,7 @@ export class VfsState {
     // A record is appended with its newline in one write: a last line without one was torn by a crash
     // and never acknowledged. Cut it off, or the next record would be glued to it.
     const whole = bytes.lastIndexOf(0x0a) + 1;
-    if (whole < bytes.length) {
+    if (whole < bytes.length && !this.#readOnly) {
       truncateSync(path, whole);
       this.recovery.torn_bytes += bytes.length - whole;
     }
@@ -559,6 +635,16 @@ export class VfsState {
       }
       this.#seq = record.seq;
     }
+  }
+}
+
+/** What changes when a file is replaced or rewritten (its inode, size and time), or null when it is absent. */
+function stamp(path: string): string | null {
+  try {
+    const st = statSync(path);
+    return `${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch {
+    return null;
   }
 }
 
