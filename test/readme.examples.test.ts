@@ -1,0 +1,235 @@
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import ts from 'typescript';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadProjectConfig } from '../src/config.js';
+import { createEngine, type Engine } from '../src/index.js';
+
+/**
+ * Every fenced block of the README is run or checked here, by what it is: a tool definition is loaded
+ * with the code blocks its entry names and called; a tool module is run as a tool; the library example
+ * is type-checked under --strict and run; the arium.json example is loaded. A block this file does not
+ * know fails the test: a new example must come with its check. Blocks that cannot run in a test say why.
+ */
+const ROOT = resolve(import.meta.dirname, '..');
+const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const temp = mkdtempSync(join(tmpdir(), 'arium-readme-'));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
+
+interface Block {
+  lang: string;
+  line: number;
+  code: string;
+  first: string;
+}
+
+function blocks(): Block[] {
+  const out: Block[] = [];
+  const lines = README.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(\S*)\s*$/.exec(lines[i] as string);
+    if (!open) continue;
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && !/^```\s*$/.test(lines[i] as string); i++) body.push(lines[i] as string);
+    out.push({ lang: open[1] as string, line: start + 1, code: `${body.join('\n')}\n`, first: body[0] ?? '' });
+  }
+  return out;
+}
+
+/** A block's file name, from its first line's comment (`# tools/reverse.py, …`, `// workspace/…/x.js (abridged)`). */
+const fileOf = (block: Block) => /^(?:#|\/\/)\s*(?:\S*\/)?([\w.-]+\.(?:py|js|mjs|ts))\b/.exec(block.first)?.[1];
+
+/** How a tool module is called, in order on one VFS: the files to add first, the input, and what it must return. */
+type Case = { seed?: Record<string, string>; input: Record<string, unknown>; returns: unknown };
+const MODULES: Record<string, Case[]> = {
+  'reverse.py': [{ input: { text: 'hello' }, returns: { text: 'olleh' } }],
+  // On a VFS without /notes as well as with notes in it.
+  'demo-notes-index.js': [
+    { input: {}, returns: { notes: 0 } },
+    { seed: { '/notes/a.md': '# a', '/notes/sub/b.md': '# b' }, input: {}, returns: { notes: 3 } },
+  ],
+  'demo_word_freq.py': [
+    {
+      input: { text: 'a b a c a b' },
+      returns: {
+        top: [
+          ['a', 3],
+          ['b', 2],
+          ['c', 1],
+        ],
+      },
+    },
+  ],
+};
+
+/** Blocks that are not run, and why. */
+const NOT_RUN: Array<[lang: string, first: RegExp, why: string]> = [
+  [
+    'sh',
+    /^# \(a\) install, build, and run the main job/,
+    'the fresh-machine commands (npm install, the demo, the tests): CI runs exactly these (.ci/run)',
+  ],
+  [
+    'sh',
+    /^npm install git\+https:/,
+    'installs from the network with a placeholder URL; test/package.install.test.ts installs the packed package instead',
+  ],
+  ['', /^src\/\s+engine:/, 'a folder listing, not code'],
+];
+
+let project = 0;
+async function engineWith(files: Record<string, string>, options: Parameters<typeof createEngine>[0] = {}): Promise<Engine> {
+  const workspace = join(temp, `ws${project++}`);
+  for (const [name, content] of Object.entries(files)) {
+    mkdirSync(join(workspace, 'p', 'tools', name, '..'), { recursive: true });
+    writeFileSync(join(workspace, 'p', 'tools', name), content);
+  }
+  mkdirSync(join(workspace, 'p', 'tools'), { recursive: true });
+  return createEngine({ workspace, project: 'p', watch: false, persist: false, ...options });
+}
+
+async function runModule(block: Block): Promise<void> {
+  const file = fileOf(block) as string;
+  const cases = MODULES[file];
+  if (!cases) throw new Error(`README line ${block.line}: no input is known for the tool module ${file}; add it to MODULES`);
+  const python = file.endsWith('.py');
+  const definition = {
+    id: 'readme.example',
+    description: `README example ${file}`,
+    runner: python ? 'py-runner' : 'js-runner',
+    entry: file,
+    schema: { type: 'object' },
+    permissions: [python ? 'exec.py' : 'exec.js', 'vfs.read', 'vfs.write'],
+  };
+  const engine = await engineWith({ 'example.json': JSON.stringify(definition), [file]: block.code });
+  try {
+    expect(engine.problems()).toEqual([]);
+    for (const one of cases) {
+      for (const [path, content] of Object.entries(one.seed ?? {})) engine.vfs.write(path, content);
+      const result = await engine.call('readme.example', one.input);
+      expect(result.ok ? result.data : result.error).toEqual(one.returns);
+    }
+  } finally {
+    await engine.close();
+  }
+}
+
+async function runDefinition(block: Block, all: Block[]): Promise<void> {
+  const definition = JSON.parse(block.code) as { id: string; entry: string; examples?: unknown[] };
+  const code = all.find((b) => fileOf(b) === definition.entry);
+  if (!code) throw new Error(`README line ${block.line}: the definition's entry ${definition.entry} has no code block (a first line naming it)`);
+  const engine = await engineWith({ 'def.json': block.code, [definition.entry]: code.code });
+  try {
+    expect(engine.problems()).toEqual([]);
+    expect(definition.examples?.length).toBeGreaterThan(0);
+    for (const example of definition.examples ?? []) {
+      const result = await engine.call(definition.id, example);
+      expect(result.ok ? null : result.error).toBeNull();
+    }
+  } finally {
+    await engine.close();
+  }
+}
+
+/** The result shapes: each example value is what a real call gives, but for what varies (ids, times). */
+async function checkResults(block: Block): Promise<void> {
+  const values = block.code.split(/\n(?=\{ "ok")/).map((text) => JSON.parse(text));
+  const engine = await engineWith({});
+  try {
+    engine.vfs.write('/a.txt', 'x');
+    const ok = await engine.call('fs.read', { path: '/a.txt' });
+    engine.vfs.delete('/a.txt');
+    const failed = await engine.call('fs.read', { path: '/a.txt' });
+    const [okExample, errExample] = values;
+    expect(Object.keys(ok).sort()).toEqual(Object.keys(okExample).sort());
+    expect(Object.keys(ok.meta)).toEqual(expect.arrayContaining(Object.keys(okExample.meta)));
+    expect(failed.ok ? null : failed.error).toEqual(errExample.error);
+  } finally {
+    await engine.close();
+  }
+}
+
+async function checkConfig(block: Block): Promise<void> {
+  const dir = join(temp, `config${project++}`);
+  mkdirSync(join(dir, 'p', 'tools'), { recursive: true });
+  writeFileSync(join(dir, 'p', 'arium.json'), block.code);
+  expect(loadProjectConfig(join(dir, 'p'))).toEqual(JSON.parse(block.code));
+  const engine = await createEngine({ workspace: dir, project: 'p', watch: false, persist: false });
+  await engine.close();
+}
+
+/** The library example: type-checked as a user's own TypeScript (strict, importing 'arium'), then run. */
+async function runLibraryExample(block: Block): Promise<void> {
+  const dir = join(temp, 'library');
+  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+  symlinkSync(ROOT, join(dir, 'node_modules', 'arium'));
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'user', type: 'module', private: true }));
+  writeFileSync(join(dir, 'example.ts'), block.code);
+  const program = ts.createProgram([join(dir, 'example.ts')], {
+    strict: true,
+    noUncheckedIndexedAccess: true,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022,
+    noEmit: true,
+    skipLibCheck: true,
+    types: ['node'],
+    typeRoots: [join(ROOT, 'node_modules', '@types')],
+  });
+  const problems = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  expect(problems).toEqual([]);
+  // Run it where it expects to be: a folder with ./workspace/demo, here a copy of the demo project.
+  cpSync(join(ROOT, 'workspace', 'demo'), join(dir, 'workspace', 'demo'), {
+    recursive: true,
+    filter: (source) => !source.includes(`${join('demo', '.arium')}`),
+  });
+  const js = ts.transpileModule(block.code, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+  writeFileSync(join(dir, 'example.mjs'), js);
+  const out = execFileSync(process.execPath, ['--no-node-snapshot', join(dir, 'example.mjs')], { cwd: dir, encoding: 'utf8' });
+  // It printed the diff of its write and the Python runner's availability, and its audit log holds the call.
+  expect(out).toContain('+hi');
+  expect(out.trim().split('\n').at(-1)).toMatch(/^(true|false)$/);
+  expect(readFileSync(join(dir, 'workspace', 'demo', '.arium', 'audit.jsonl'), 'utf8')).toContain('"tool":"fs.write"');
+}
+
+describe('every code block of the README', () => {
+  const all = blocks();
+
+  it('is one this test knows', () => {
+    const unknown = all.filter((block) => {
+      if (NOT_RUN.some(([lang, first]) => lang === block.lang && first.test(block.first))) return false;
+      if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
+      if (block.lang === 'json' || block.lang === 'ts') return false;
+      return true;
+    });
+    expect(unknown.map((b) => `line ${b.line}: \`\`\`${b.lang} ${b.first}`)).toEqual([]);
+  });
+
+  it.each(all.filter((b) => b.lang === 'js' || b.lang === 'python').map((b) => [`line ${b.line} (${fileOf(b)})`, b] as const))(
+    'the tool module at %s runs as a tool',
+    { timeout: 30_000 },
+    async (_name, block) => runModule(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'json').map((b) => [`line ${b.line}`, b] as const))(
+    'the JSON at %s is what it says',
+    { timeout: 30_000 },
+    async (_name, block) => {
+      const first = block.code.trimStart();
+      if (first.startsWith('{ "ok"')) return checkResults(block);
+      const value = JSON.parse(block.code) as Record<string, unknown>;
+      if ('runner' in value) return runDefinition(block, all);
+      if ('grants' in value || 'policy' in value) return checkConfig(block);
+      throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
+    },
+  );
+
+  it.each(all.filter((b) => b.lang === 'ts').map((b) => [`line ${b.line}`, b] as const))(
+    'the TypeScript at %s type-checks under --strict and runs',
+    { timeout: 60_000 },
+    async (_name, block) => runLibraryExample(block),
+  );
+});
