@@ -218,6 +218,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     toolsPath: join(realProject, 'tools'),
     builtins: builtin.tools(),
     limits: registryLimits,
+    checkCode: (tool) => runners.get(tool.spec.runner)?.check?.(tool) ?? Promise.resolve(null),
     onRetired: (tools) => {
       for (const tool of tools) runners.get(tool.spec.runner)?.forget?.(tool);
     },

@@ -29,6 +29,15 @@ export interface RunContext {
   readonly meta: Record<string, unknown>;
 }
 
+/** A syntax error found in a tool's code before it is called. */
+export interface CodeProblem {
+  /** The file, relative to the tools folder. */
+  file: string;
+  line: number;
+  column: number;
+  message: string;
+}
+
 export interface RunnerStatus {
   available: boolean;
   /** Why not, and how to fix it, when unavailable. */
@@ -52,6 +61,11 @@ export interface Runner {
    * so it never loses a race, and it skips the awaits of `run`.
    */
   runSync?(ctx: RunContext): unknown;
+  /**
+   * Looks for syntax errors in a tool's code without running it; null when it finds none or cannot
+   * check here (no interpreter, say). The registry reports what it finds as a load problem.
+   */
+  check?(tool: Tool): Promise<CodeProblem | null>;
   /** Called when a tool is added or changed, so the runner may warm caches off the call path. */
   prepare?(tool: Tool): void;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */

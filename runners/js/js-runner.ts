@@ -1,9 +1,10 @@
 import { dirname } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
-import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
+import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
 import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
+import { jsSyntaxProblem } from './syntax.js';
 
 export interface JsRunnerOptions {
   /** Folder of the isolated-vm package to use. Default: the one installed with the engine. */
@@ -57,6 +58,11 @@ export class JsRunner implements Runner {
       throw this.#unavailable(error);
     }
     return sandbox.call(ctx);
+  }
+
+  async check(tool: Tool): Promise<CodeProblem | null> {
+    if (!tool.entryPath || !tool.toolsDir) return null;
+    return jsSyntaxProblem(tool.entryPath, tool.toolsDir);
   }
 
   prepare(tool: Tool): void {

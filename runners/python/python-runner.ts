@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
-import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
+import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
 import {
@@ -17,6 +17,7 @@ import {
   unshareProblem,
 } from './isolation.js';
 import { ServerProcess } from './server-process.js';
+import { PythonSyntaxChecker } from './syntax.js';
 
 export interface PythonRunnerOptions {
   /** The interpreter (a path, e.g. a virtualenv's bin/python, or a name on PATH). Default `python3`. */
@@ -68,6 +69,12 @@ const RETRY_START_MS = 5_000;
  * confined as `isolation.ts` describes. THREAT_MODEL.md says what this does and does not guarantee.
  */
 export class PythonRunner implements Runner {
+  /** Syntax checks by tool hash (the entry's content is in it). */
+  readonly #checks = new Map<string, Promise<CodeProblem | null>>();
+  // A missing interpreter is reported when a tool is called (MISCONFIGURED): the check reports nothing.
+  readonly #syntax = new PythonSyntaxChecker(() =>
+    findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd()).then((i) => i.executable),
+  );
   readonly name = 'py-runner' as const;
   readonly interruptible = true;
   readonly #options: PythonRunnerOptions;
@@ -111,6 +118,18 @@ export class PythonRunner implements Runner {
     const server = await this.#server(tool);
     ctx.meta.isolation = isolation.mode;
     return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024);
+  }
+
+  async check(tool: Tool): Promise<CodeProblem | null> {
+    if (this.#closed || !tool.entryPath || !tool.toolsDir) return null;
+    // A tool's hash covers its entry's content: one compile per version of the file.
+    let found = this.#checks.get(tool.hash);
+    if (!found) {
+      if (this.#checks.size >= 1000) this.#checks.clear();
+      found = this.#syntax.check(tool.entryPath, tool.toolsDir);
+      this.#checks.set(tool.hash, found);
+    }
+    return found;
   }
 
   forget(tool: Tool): void {

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { type FSWatcher, watch } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
+import type { CodeProblem } from '../runner.js';
 import type { Tool } from '../tool.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
 
@@ -33,6 +34,8 @@ export interface RegistryOptions {
   onRetired?: (tools: Tool[]) => void;
   /** Quiet time after a file event before the folder is read again. */
   debounceMs?: number;
+  /** Looks for syntax errors in a served tool's code (its runner's `check`); what it finds is a problem. */
+  checkCode?: (tool: Tool) => Promise<CodeProblem | null>;
 }
 
 /**
@@ -285,6 +288,20 @@ export class Registry {
         continue;
       }
       next.set(id, owner);
+    }
+    const check = this.#options.checkCode;
+    if (check) {
+      // The tool is still served (a call reports the same error, in full); the problem says it early.
+      const found = await Promise.all([...next.values()].map(async (tool) => [tool, await check(tool).catch(() => null)] as const));
+      for (const [tool, code] of found) {
+        if (code)
+          problems.push({
+            file: `tools/${code.file}`,
+            id: tool.spec.id,
+            at: `${code.line}:${code.column}`,
+            message: `syntax error: ${code.message}`,
+          });
+      }
     }
     this.#publish(next, problems);
   }
