@@ -60,16 +60,19 @@ export class PythonSyntaxChecker {
     const files = batch.map((w) => w.entry);
     execFile(executable, ['-I', '-B', '-c', SCRIPT, ...files], { timeout: CHECK_MS, env: {}, maxBuffer: 1024 * 1024 }, (_error, stdout) => {
       const lines = String(stdout ?? '').split('\n');
-      batch.forEach((w, i) => {
+      for (const [i, w] of batch.entries()) {
+        let found: { line?: number; column?: number; message?: string } = {};
         try {
-          const found = JSON.parse(lines[i] ?? '') as { line?: number; column?: number; message?: string };
-          if (typeof found.message !== 'string') return w.done(null);
-          w.done({ file: relative(w.toolsDir, w.entry), line: Number(found.line) || 1, column: Number(found.column) || 1, message: found.message });
+          found = JSON.parse(lines[i] ?? '');
         } catch {
           // Not checked (the process was stopped, say): the call will tell.
-          w.done(null);
         }
-      });
+        w.done(
+          typeof found.message === 'string'
+            ? { file: relative(w.toolsDir, w.entry), line: Number(found.line) || 1, column: Number(found.column) || 1, message: found.message }
+            : null,
+        );
+      }
     });
   }
 }
