@@ -327,11 +327,13 @@ describe('isolation between calls', () => {
   });
 });
 
+/** A JS tool `id` that may read and write, whose body is `body`. */
+const tool = (id: string, body: string) => ({
+  [`${id}.json`]: definition({ id, entry: `${id}.js`, permissions: ['exec.js', 'vfs.read', 'vfs.write'] }),
+  [`${id}.js`]: `export default async function run(input, ctx) {\n${body}\n}\n`,
+});
+
 describe('a ctx.vfs failure the tool does not catch', () => {
-  const tool = (id: string, body: string) => ({
-    [`${id}.json`]: definition({ id, entry: `${id}.js`, permissions: ['exec.js', 'vfs.read', 'vfs.write'] }),
-    [`${id}.js`]: `export default async function run(input, ctx) {\n${body}\n}\n`,
-  });
   let project: ReturnType<typeof tempProject>;
   let own: Engine;
 
@@ -376,10 +378,6 @@ describe('a ctx.vfs failure the tool does not catch', () => {
 });
 
 describe('what a tool hands the engine, bounded', () => {
-  const tool = (id: string, body: string) => ({
-    [`${id}.json`]: definition({ id, entry: `${id}.js`, permissions: ['exec.js', 'vfs.read', 'vfs.write'] }),
-    [`${id}.js`]: `export default async function run(input, ctx) {\n${body}\n}\n`,
-  });
   let project: ReturnType<typeof tempProject>;
   let own: Engine;
 

@@ -1,23 +1,10 @@
 import { createHash } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, EngineOptions, RunContext, ToolErrorEvent, ToolResultEvent } from '../src/index.js';
-import { VfsState } from '../src/vfs/state.js';
+import type { VfsState } from '../src/vfs/state.js';
 import type { Transaction } from '../src/vfs/transaction.js';
 import { deferred, definition, FakeRunner, failure, openEngine, recordEvents, type TempProject, tempProject } from './support/project.js';
-
-/** /keep.txt, /src/a.txt, /src/sub/b.txt, /d/x.txt, /d/y.txt, /empty/ */
-function seeded(): VfsState {
-  const state = new VfsState({ dir: null });
-  state.change((txn) => {
-    txn.write('/keep.txt', 'keep\n');
-    txn.write('/src/a.txt', 'alpha\n');
-    txn.write('/src/sub/b.txt', 'beta\n');
-    txn.write('/d/x.txt', 'x\n');
-    txn.write('/d/y.txt', 'y\n');
-    txn.mkdir('/empty');
-  });
-  return state;
-}
+import { seededState } from './support/state.js';
 
 type Tree = Pick<Transaction, 'list' | 'read' | 'stat'>;
 
@@ -42,7 +29,7 @@ function otherCall(state: VfsState, change: (txn: Transaction) => void): void {
 
 describe('a transaction reads the tree as it was when it began', () => {
   it('whatever other calls commit meanwhile: contents, stats, folders, moves and deletes', () => {
-    const state = seeded();
+    const state = seededState();
     const before = fingerprint(state.vfs);
     const txn = state.begin();
     otherCall(state, (t) => {
@@ -71,7 +58,7 @@ describe('a transaction reads the tree as it was when it began', () => {
   });
 
   it('one that only read commits whatever changed: it saw one consistent tree', () => {
-    const state = seeded();
+    const state = seededState();
     const reader = state.begin();
     expect(reader.read('/keep.txt').toString()).toBe('keep\n');
     otherCall(state, (t) => t.write('/keep.txt', 'changed'));
@@ -81,7 +68,7 @@ describe('a transaction reads the tree as it was when it began', () => {
   });
 
   it('ended transactions stop collecting what others change (nothing leaks)', () => {
-    const state = seeded();
+    const state = seededState();
     const a = state.begin();
     const b = state.begin();
     expect(state.open).toBe(2);
@@ -122,7 +109,7 @@ describe('a commit is refused when another call changed what the transaction rea
   ];
 
   it.each(cases)('%s', (_name, read, change, path) => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     read(txn);
     txn.write('/result.txt', 'what it computed');
@@ -136,7 +123,7 @@ describe('a commit is refused when another call changed what the transaction rea
   });
 
   it.each(cases)('but not when the change was elsewhere: %s', (_name, read) => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     read(txn);
     txn.write('/result.txt', 'what it computed');
@@ -149,7 +136,7 @@ describe('a commit is refused when another call changed what the transaction rea
   });
 
   it('a folder listed without recursion ignores changes deeper down', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.list('/src');
     txn.write('/count.txt', '2');

@@ -8,6 +8,7 @@ import { createEngine, type Engine, isRetryable, type RunContext, type Runner, t
 import { VfsState } from '../src/vfs/state.js';
 import type { Transaction } from '../src/vfs/transaction.js';
 import { failure } from './support/project.js';
+import { seededState } from './support/state.js';
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
   let resolve!: (value: T) => void;
@@ -25,20 +26,6 @@ function memoryState(quota: ConstructorParameters<typeof VfsState>[0]['quota'] =
   return new VfsState({ dir: null, quota });
 }
 
-/** A committed tree to work over: /keep.txt, /src/a.txt, /src/sub/b.txt, /d/x.txt, /d/y.txt, /empty/ */
-function seeded(quota: ConstructorParameters<typeof VfsState>[0]['quota'] = {}): VfsState {
-  const state = memoryState(quota);
-  const txn = state.begin();
-  txn.write('/keep.txt', 'keep\n');
-  txn.write('/src/a.txt', 'alpha\n');
-  txn.write('/src/sub/b.txt', 'beta\n');
-  txn.write('/d/x.txt', 'x\n');
-  txn.write('/d/y.txt', 'y\n');
-  txn.mkdir('/empty');
-  state.commit(txn);
-  return state;
-}
-
 /** Every path of a tree with its type and content hash: equal fingerprints, equal trees. */
 function fingerprint(vfs: { list: Transaction['list']; read: Transaction['read'] }): Record<string, string> {
   const out: Record<string, string> = {};
@@ -50,7 +37,7 @@ function fingerprint(vfs: { list: Transaction['list']; read: Transaction['read']
 
 describe('transaction overlay', () => {
   it('reads its own writes while the committed tree stays as it was until commit', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.write('/keep.txt', 'changed\n');
     txn.write('/new/deep/file.txt', 'new\n');
@@ -66,7 +53,7 @@ describe('transaction overlay', () => {
   });
 
   it('appends to what it wrote itself, and to committed content', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.write('/keep.txt', 'more\n', { append: true });
     txn.write('/keep.txt', 'again\n', { append: true });
@@ -76,7 +63,7 @@ describe('transaction overlay', () => {
   });
 
   it('hides a deleted folder entirely, and a folder recreated in its place holds only the new files', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     expect(txn.delete('/d', { recursive: true })).toEqual({ deleted: 3, bytes: 4 });
     expect(txn.exists('/d')).toBe(false);
@@ -91,7 +78,7 @@ describe('transaction overlay', () => {
   });
 
   it('deletes a file then writes it again with new content', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.delete('/keep.txt');
     expect(txn.exists('/keep.txt')).toBe(false);
@@ -101,7 +88,7 @@ describe('transaction overlay', () => {
   });
 
   it('refuses what a filesystem refuses, with the same codes as the committed VFS', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     expect(failure(() => txn.delete('/d')).code).toBe('NOT_EMPTY');
     expect(failure(() => txn.delete('/nope')).code).toBe('NOT_FOUND');
@@ -117,7 +104,7 @@ describe('transaction overlay', () => {
   });
 
   it('moves a folder with everything below it, including files the call wrote there', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.write('/src/sub/c.txt', 'gamma\n');
     txn.mkdir('/src/sub/deeper');
@@ -140,7 +127,7 @@ describe('transaction overlay', () => {
   });
 
   it('refuses to move a folder into itself or over a folder that contains it', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     const into = failure(() => txn.move('/src', '/src/sub/inside'));
     expect(into.code).toBe('INVALID_PATH');
@@ -157,7 +144,7 @@ describe('transaction overlay', () => {
   });
 
   it('moves onto an existing path only with overwrite, and only file over file or folder over folder', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     expect(failure(() => txn.move('/keep.txt', '/d/x.txt')).code).toBe('ALREADY_EXISTS');
     expect(failure(() => txn.move('/keep.txt', '/src', { overwrite: true })).code).toBe('IS_A_DIRECTORY');
@@ -170,7 +157,7 @@ describe('transaction overlay', () => {
   });
 
   it('lists committed and uncommitted entries merged, sorted, with their own sizes', () => {
-    const state = seeded();
+    const state = seededState();
     const txn = state.begin();
     txn.write('/d/c.txt', 'ccc\n');
     txn.write('/d/y.txt', 'longer y\n');
@@ -226,7 +213,7 @@ describe('transaction overlay', () => {
 
 describe('transaction isolation', () => {
   it('two calls running at once never see each other’s uncommitted writes', () => {
-    const state = seeded();
+    const state = seededState();
     const one = state.begin();
     const two = state.begin();
     one.write('/one.txt', '1');
@@ -250,7 +237,7 @@ describe('transaction isolation', () => {
   });
 
   it('calls that read nothing the other changed both commit', () => {
-    const state = seeded();
+    const state = seededState();
     const one = state.begin();
     const two = state.begin();
     one.write('/one.txt', '1');
@@ -264,7 +251,7 @@ describe('transaction isolation', () => {
   });
 
   it('an abandoned transaction leaves nothing behind', () => {
-    const state = seeded();
+    const state = seededState();
     const before = fingerprint(state.vfs);
     const txn = state.begin();
     txn.write('/ghost.txt', 'boo');
@@ -297,7 +284,7 @@ describe('commit conflicts', () => {
     ],
     ['a folder where another call put a file', (t: Transaction) => t.write('/thing', 'file'), (t: Transaction) => t.write('/thing/inner.txt', 'x')],
   ])('%s fails with CONFLICT (retryable) and changes nothing', (_name, winner, loser) => {
-    const state = seeded();
+    const state = seededState();
     const first = state.begin();
     const second = state.begin();
     winner(first);
@@ -315,7 +302,7 @@ describe('commit conflicts', () => {
   });
 
   it('of two appends to one file running at once, the later commit is refused: it read the old end', () => {
-    const state = seeded();
+    const state = seededState();
     const first = state.begin();
     const second = state.begin();
     first.write('/keep.txt', 'one\n', { append: true });
@@ -330,7 +317,7 @@ describe('commit conflicts', () => {
   });
 
   it('two calls that each create the same file exclusively: the second fails with CONFLICT', () => {
-    const state = seeded();
+    const state = seededState();
     const first = state.begin();
     const second = state.begin();
     first.write('/lock.txt', 'first', { exclusive: true });
@@ -341,7 +328,7 @@ describe('commit conflicts', () => {
   });
 
   it('a delete of something another call deleted first is refused: run again, it would find nothing', () => {
-    const state = seeded();
+    const state = seededState();
     const first = state.begin();
     const second = state.begin();
     first.delete('/keep.txt');
@@ -354,7 +341,7 @@ describe('commit conflicts', () => {
   });
 
   it('replaying ops still refuses what no longer applies when nothing was read (a host change)', () => {
-    const state = seeded();
+    const state = seededState();
     const first = state.begin();
     first.delete('/d', { recursive: true });
     state.commit(first);
