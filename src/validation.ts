@@ -185,6 +185,15 @@ export function compileSchema(schema: unknown, options: { defaults?: boolean } =
   return validator;
 }
 
+/**
+ * A validator compiled on its first use: for the engine's own schemas (the builtins'), which are known
+ * good, so that starting an engine (every CLI command) does not pay for compiling schemas no call uses.
+ */
+export function lazyValidator(schema: Record<string, unknown>, options: { defaults?: boolean } = {}): Validator {
+  let compiled: Validator | null = null;
+  return Object.assign((value: unknown) => (compiled ??= compileSchema(schema, options))(value), { draft: draftOf(schema) });
+}
+
 /** What a check stopped by PATTERN_CHECK_MS reports: one violation, at the value itself. */
 const tooSlow = (): Violation => ({
   pointer: '',

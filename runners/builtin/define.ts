@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { parsePermission } from '../../src/permissions.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool, ToolSpec } from '../../src/tool.js';
-import { compileSchema } from '../../src/validation.js';
+import { compileSchema, lazyValidator } from '../../src/validation.js';
 
 /** A builtin tool: its definition and the function that runs it in-process. */
 export interface Builtin {
@@ -20,7 +20,7 @@ export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler']): B
     entryPath: null,
     toolsDir: null,
     declared: Object.freeze(full.permissions.map(parsePermission)),
-    validateInput: compileSchema(full.schema, { defaults: true }),
+    validateInput: lazyValidator(full.schema, { defaults: true }),
     validateOutput: full.output_schema ? compileSchema(full.output_schema) : null,
     hash: createHash('sha256').update(JSON.stringify(full)).digest('hex'),
   });

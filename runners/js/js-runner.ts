@@ -62,7 +62,7 @@ export class JsRunner implements Runner {
 
   async check(tool: Tool): Promise<CodeProblem | null> {
     if (!tool.entryPath || !tool.toolsDir) return null;
-    return jsSyntaxProblem(tool.entryPath, tool.toolsDir);
+    return await jsSyntaxProblem(tool.entryPath, tool.toolsDir);
   }
 
   prepare(tool: Tool): void {
