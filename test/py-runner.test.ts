@@ -197,7 +197,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       // attacker's processes are forked.
       await withOneServer(project, { isolation: mode }, async (single) => {
         const secret = `victim-secret-${randomUUID()}`;
-        const victim = single.call('py.attack', { attack: 'hold', secret, seconds: 1.0 });
+        const victim = single.call('py.attack.patient', { attack: 'hold', secret, seconds: 1.0 });
         await sleep(300);
         for (let i = 0; i < 4; i++) {
           const parts = [secret.slice(0, 12), secret.slice(12)];
@@ -507,7 +507,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
     it('a bounded fork bomb is stopped by the process limit, and its processes are gone', async () => {
       const marker = String(10000 + Math.floor(Math.random() * 5000));
-      const data = ok<{ started: number }>(await engine.call('py.attack', { attack: 'fork-bomb', marker }));
+      const data = ok<{ started: number }>(await engine.call('py.attack.patient', { attack: 'fork-bomb', marker }));
       const left = processesWith(`sleep\0${marker}\0`);
       for (const pid of left) process.kill(pid, 'SIGKILL');
       // RLIMIT_NPROC binds an unprivileged uid only; as root without one, the process group kill ends them.
@@ -599,7 +599,7 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
   it('a call reaches its own abstract Unix sockets, and where the kernel scopes them (Landlock), no other call reaches them', async () => {
     await withOneServer(project, { isolation: mode }, async (single) => {
       const name = `arium-test-${randomUUID()}`;
-      const listener = single.call('py.attack', { attack: 'abstract-listen', name, seconds: 1.0 });
+      const listener = single.call('py.attack.patient', { attack: 'abstract-listen', name, seconds: 1.0 });
       await sleep(300);
       const sent = ok<{ dgram: string; stream: string }>(await single.call('py.attack', { attack: 'abstract-send', name }));
       const heard = ok<{ reached_own: boolean; received: string[] }>(await listener);
