@@ -191,7 +191,11 @@ export function compileSchema(schema: unknown, options: { defaults?: boolean } =
  */
 export function lazyValidator(schema: Record<string, unknown>, options: { defaults?: boolean } = {}): Validator {
   let compiled: Validator | null = null;
-  return Object.assign((value: unknown) => (compiled ??= compileSchema(schema, options))(value), { draft: draftOf(schema) });
+  const check = (value: unknown) => {
+    compiled ??= compileSchema(schema, options);
+    return compiled(value);
+  };
+  return Object.assign(check, { draft: draftOf(schema) });
 }
 
 /** What a check stopped by PATTERN_CHECK_MS reports: one violation, at the value itself. */
