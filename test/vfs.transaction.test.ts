@@ -212,7 +212,8 @@ describe('transaction overlay', () => {
 });
 
 describe('transaction isolation', () => {
-  it('two calls running at once never see each other’s uncommitted writes', () => {
+  /** Two calls at once: one writes /one.txt and rewrites /keep.txt, two writes /two.txt and deletes /src. */
+  function twoCalls() {
     const state = seededState();
     const one = state.begin();
     const two = state.begin();
@@ -220,6 +221,11 @@ describe('transaction isolation', () => {
     one.write('/keep.txt', 'one was here');
     two.write('/two.txt', '2');
     two.delete('/src', { recursive: true });
+    return { state, one, two };
+  }
+
+  it('two calls running at once never see each other’s uncommitted writes', () => {
+    const { state, one, two } = twoCalls();
     expect(one.exists('/two.txt')).toBe(false);
     expect(one.exists('/src/a.txt')).toBe(true);
     expect(two.exists('/one.txt')).toBe(false);
@@ -237,13 +243,7 @@ describe('transaction isolation', () => {
   });
 
   it('calls that read nothing the other changed both commit', () => {
-    const state = seededState();
-    const one = state.begin();
-    const two = state.begin();
-    one.write('/one.txt', '1');
-    one.write('/keep.txt', 'one was here');
-    two.write('/two.txt', '2');
-    two.delete('/src', { recursive: true });
+    const { state, one, two } = twoCalls();
     state.commit(one);
     state.commit(two);
     expect(state.vfs.list('/').entries.map((e) => e.name)).toEqual(['d', 'empty', 'keep.txt', 'one.txt', 'two.txt']);
