@@ -19,6 +19,7 @@ import errno
 import io
 import json
 import marshal
+import math
 import os
 import platform
 import resource
@@ -455,6 +456,45 @@ class Context:
         self._channel.send({"t": "log", "level": level, "message": " ".join(str(p) for p in parts)})
 
 
+def _json_path(key):
+    """A key as json.dumps writes it, escaped for a JSON pointer."""
+    text = {True: "true", False: "false", None: "null"}.get(key, key) if isinstance(key, (bool, type(None))) else str(key)
+    return text.replace("~", "~0").replace("/", "~1")
+
+
+MAX_OUTPUT_DEPTH = 500
+
+
+def json_problem(value, path="", on_path=None, depth=0):
+    """Where `value` stops being JSON, for an output json.dumps refused: (JSON pointer, reason), or None."""
+    if on_path is None:
+        on_path = set()
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, "%r is not a JSON number" % float(value))
+    if not isinstance(value, (dict, list, tuple)):
+        return (path, "a value of type %s, which JSON has not" % type(value).__name__)
+    if id(value) in on_path:
+        return (path, "a cycle: the value contains itself")
+    if depth >= MAX_OUTPUT_DEPTH:
+        return (path, "nested deeper than %d levels" % MAX_OUTPUT_DEPTH)
+    on_path.add(id(value))
+    try:
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(value, dict):
+                if isinstance(key, float) and not math.isfinite(key):
+                    return (path, "the key %r is not a JSON number" % float(key))
+                if not (key is None or isinstance(key, (str, int, float, bool))):
+                    return (path, "a key of type %s (JSON keys are strings)" % type(key).__name__)
+            found = json_problem(item, "%s/%s" % (path, _json_path(key)), on_path, depth + 1)
+            if found is not None:
+                return found
+    finally:
+        on_path.discard(id(value))
+    return None
+
+
 def _clean_traceback(error, tools_prefix):
     """The tool's own frames only, with paths relative to the tools folder."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(tools_prefix)]
@@ -507,6 +547,12 @@ def serve(config, channel_fd, entries, code):
             text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as error:
             reply = {"t": "error", "kind": "invalid_output", "message": _describe(error)}
+            try:
+                found = json_problem(result)
+            except BaseException:  # a hostile container the walk could not go through
+                found = None
+            if found is not None:
+                reply["pointer"], reply["reason"] = found
         else:
             if len(text) > job["limits"]["output_bytes"]:
                 reply = {"t": "error", "kind": "output_limit", "message": "%d characters of JSON" % len(text)}

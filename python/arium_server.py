@@ -236,26 +236,44 @@ class Server:
             self.running = False
             return
         for message in self.host_reader.feed(data):
-            kind = message.get("t")
-            if kind == "call":
-                self.start(message)
-            elif kind == "vfs-reply":
+            try:
+                self.from_host(message)
+            except Exception as error:
+                # A fault of the server's own with one message must not stop the server and the calls it runs.
+                traceback.print_exc()
+                if message.get("t") != "call":
+                    continue
+                why = "the Python sandbox failed to start the call (%s)" % arium_child._describe(error)
                 call = self.calls.get(message.get("id"))
-                if call and call.proc.sock is not None:
-                    try:
-                        arium_proto.send(call.proc.sock, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
-                    except OSError:
-                        pass
-            elif kind == "kill":
-                call = self.calls.get(message.get("id"))
-                if call:
-                    self.kill(call, "engine")
+                if call is not None:
+                    call.failure = call.failure or {"code": "UNAVAILABLE", "message": why}
+                    self.kill(call, "protocol")
+                    self.maybe_finish(call)
                 else:
-                    self.unqueue(message.get("id"))
-            elif kind == "forget":
-                self.recent.pop(message.get("entry"), None)
-            elif kind == "shutdown":
-                self.running = False
+                    self.queue = [job for job in self.queue if job is not message]
+                    self.answer_unstarted(message.get("id"), "UNAVAILABLE", why)
+
+    def from_host(self, message):
+        kind = message.get("t")
+        if kind == "call":
+            self.start(message)
+        elif kind == "vfs-reply":
+            call = self.calls.get(message.get("id"))
+            if call and call.proc.sock is not None:
+                try:
+                    arium_proto.send(call.proc.sock, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
+                except OSError:
+                    pass
+        elif kind == "kill":
+            call = self.calls.get(message.get("id"))
+            if call:
+                self.kill(call, "engine")
+            else:
+                self.unqueue(message.get("id"))
+        elif kind == "forget":
+            self.recent.pop(message.get("entry"), None)
+        elif kind == "shutdown":
+            self.running = False
 
     def remember(self, entry):
         """A tool was called: warm processes forked from now on compile it ahead (with the one called before)."""
@@ -435,7 +453,7 @@ class Server:
         call = Call(job, proc)
         proc.call = call
         self.calls[call.id] = call
-        call.reader = arium_proto.Reader(self.config["max_frame"])
+        call.reader = arium_proto.Reader(self.frame_limit(job))
         self.selector.register(proc.sock, selectors.EVENT_READ, ("sock", call))
         for fd in proc.pipes:
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", call))
@@ -445,6 +463,11 @@ class Server:
             pass  # the process is gone: its exit ends the call
         if proc.status is not None:
             self.maybe_finish(call)
+
+    def frame_limit(self, job):
+        """The largest frame a call's process may send: the configured bound, or more when the call's
+        largest output needs it (its JSON inside a JSON string: 7 bytes for a control character)."""
+        return max(self.config["max_frame"], 8 * job["limits"]["output_bytes"] + (1 << 20))
 
     def on_sock(self, call):
         if self.read_sock(call, final=False):
@@ -472,8 +495,9 @@ class Server:
             try:
                 frames = call.reader.feed(data)
             except arium_proto.FrameError as error:
-                code = "OUTPUT_LIMIT" if "allowed" in str(error) else "TOOL_ERROR"
-                call.failure = call.failure or {"code": code, "message": "the tool's process sent %s" % error}
+                # Only the harness writes frames here; anything else (a tool writing to the socket) is
+                # garbage, a broken protocol: TOOL_ERROR, whatever size its "header" announces.
+                call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process broke the protocol on its channel: it sent %s" % error}
                 self.kill(call, "protocol")
                 frames = []
             for frame in frames:

@@ -325,10 +325,22 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       ['big', 'OUTPUT_LIMIT'],
       ['exit', 'TOOL_ERROR'],
       ['hostile-str', 'TOOL_ERROR'],
+      ['nested-nan', 'INVALID_OUTPUT'],
     ])('a tool returning or raising %s ends as %s', async (kind, code) => {
       const error = failed(await engine.call('py.fail', { kind }));
       expect(error.code).toBe(code);
       expect(error.stage).toBe('execution');
+    });
+
+    it.each([
+      ['nested-nan', '/a/1/b~1c', 'inf is not a JSON number'],
+      ['nested-object', '/a/1/when', 'a value of type object, which JSON has not'],
+      ['cycle', '/0', 'a cycle: the value contains itself'],
+      ['set', '/x', 'a value of type set, which JSON has not'],
+    ])('an output that is not JSON (%s) is INVALID_OUTPUT naming its JSON pointer', async (kind, pointer, reason) => {
+      const error = failed(await engine.call('py.fail', { kind }));
+      expect(error).toMatchObject({ code: 'INVALID_OUTPUT', details: { pointer, reason } });
+      expect(error.message).toBe(`The output is not plain JSON at "${pointer}": ${reason}`);
     });
 
     it('a tool file replaced by a FIFO after it loaded fails its call at once, as not a regular file (it would hold the open)', async () => {
@@ -442,8 +454,8 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
     it('garbage written to every descriptor fails only that call', async () => {
       const [error, other] = await Promise.all([engine.call('py.attack', { attack: 'garbage-fds' }), engine.call('py.echo', { still: 'fine' })]);
-      expect(['OUTPUT_LIMIT', 'TOOL_ERROR']).toContain(failed(error).code);
-      expect(failed(error).message).toMatch(/sent a message/);
+      expect(failed(error).code).toBe('TOOL_ERROR');
+      expect(failed(error).message).toMatch(/broke the protocol on its channel: it sent a frame header announcing 4294967295 bytes/);
       expect(ok<{ input: unknown }>(other).input).toEqual({ still: 'fine' });
     });
 
@@ -458,10 +470,32 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(ok(await engine.call('py.attack', { attack: 'close-stdio' }))).toEqual({ closed: true });
     });
 
+    it.each([
+      ['json-line', /frame header announcing 2065855522 bytes \(7b 22 74 22 '\{"t"'\)/],
+      ['bad-body', /a frame of 64 bytes whose body starts with 6e 6f 74 20 6a 73 6f 6e 'not json'/],
+      ['empty-frame', /a frame header announcing 0 bytes/],
+    ])('%s written on its channel is a protocol error at once: TOOL_ERROR naming it', async (attack, shown) => {
+      // The tool sleeps 5 s after writing, past its 1.5 s timeout: only a refusal at once is not TIMEOUT.
+      const error = failed(await engine.call('py.attack', { attack }));
+      expect(error.code).toBe('TOOL_ERROR');
+      expect(error.message).toMatch(/the tool's process broke the protocol on its channel/);
+      expect(error.message).toMatch(shown);
+      expect(ok(await engine.call('py.echo', { after: attack }))).toBeTruthy();
+    });
+
     it('exec-ing another program ends as a clear error', async () => {
       const error = failed(await engine.call('py.attack', { attack: 'exec' }));
       expect(error.code).toBe('TOOL_ERROR');
       expect(error.message).toMatch(/without a reply/);
+    });
+
+    it('holds no descriptor but /dev/null, its stdout and stderr pipes and its channel', async () => {
+      const { fds, channel } = ok<{ fds: Record<string, string>; channel: number }>(await engine.call('py.attack', { attack: 'fds' }));
+      expect(Object.keys(fds).sort()).toEqual(['0', '1', '2', String(channel)].sort());
+      expect(fds['0']).toBe('/dev/null');
+      expect(fds['1']).toMatch(/^pipe:/);
+      expect(fds['2']).toMatch(/^pipe:/);
+      expect(fds[String(channel)]).toMatch(/^socket:/);
     });
 
     it('dying in the middle of a reply ends as a clear error', async () => {

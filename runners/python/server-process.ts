@@ -258,7 +258,7 @@ export class ServerProcess {
     const id = ctx.tool.spec.id;
     const failure = frame.failure as Frame | undefined;
     if (failure && typeof failure === 'object') {
-      const code = failure.code === 'BUSY' || failure.code === 'OUTPUT_LIMIT' || failure.code === 'UNAVAILABLE' ? failure.code : 'TOOL_ERROR';
+      const code = failure.code === 'BUSY' || failure.code === 'UNAVAILABLE' ? failure.code : 'TOOL_ERROR';
       throw new ToolFailure('execution', code, String(failure.message));
     }
     const reply = frame.reply as Frame | undefined;
@@ -280,8 +280,14 @@ export class ServerProcess {
       switch (reply.kind) {
         case 'memory':
           throw this.#memory(ctx, 'MemoryError');
-        case 'invalid_output':
-          throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned a value that is not JSON: ${message}`);
+        case 'invalid_output': {
+          if (typeof reply.pointer !== 'string')
+            throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned a value that is not JSON: ${message}`);
+          const reason = String(reply.reason ?? message);
+          throw new ToolFailure('execution', 'INVALID_OUTPUT', `The output is not plain JSON at "${reply.pointer || '/'}": ${reason}`, {
+            details: { pointer: reply.pointer, reason },
+          });
+        }
         case 'output_limit':
           throw new ToolFailure('execution', 'OUTPUT_LIMIT', `${id} returned more than ${ctx.limits.output_bytes} bytes of JSON (${message})`, {
             details: { limit: ctx.limits.output_bytes },
