@@ -51,6 +51,9 @@ HOST_OUT = 4
 MAX_HOST_FRAME = 1024 * 1024 * 1024
 VFS_OPS = {"read", "write", "list", "stat", "exists", "delete", "mkdir", "move"}
 LOG_LEVELS = {"log", "info", "warn", "error"}
+# Refused attempts a call's process may report (each one a SecurityEvent), and the length of each.
+MAX_INTRUSIONS = 16
+MAX_INTRUSION_CHARS = 300
 # After the engine's deadline has passed, how long the server waits before killing the call itself.
 DEADLINE_GRACE_S = 1.0
 # Above any descriptor the server holds (arium_child.close_from closes up to it in one system call).
@@ -162,6 +165,8 @@ class Call:
         self.failure = None
         self.killed_by = None
         self.logs = []
+        # What the tool tried and was refused (running a program without sys.exec), as its process said.
+        self.intrusions = []
         self.log_bytes = 0
         self.dropped = 0
         self.partial = {}
@@ -524,6 +529,10 @@ class Server:
                     pass
                 return
             self.to_host({"t": "vfs", "id": call.id, "seq": seq, "op": op, "args": args})
+        elif kind == "intrusion":
+            operation = frame.get("operation")
+            if isinstance(operation, str) and len(call.intrusions) < MAX_INTRUSIONS:
+                call.intrusions.append(operation[:MAX_INTRUSION_CHARS])
         elif kind in ("result", "error"):
             call.reply = frame
             self.kill(call, None)
@@ -714,6 +723,8 @@ class Server:
             message["signal"] = os.WTERMSIG(status)
         elif os.WIFEXITED(status):
             message["exit"] = os.WEXITSTATUS(status)
+        if call.intrusions:
+            message["intrusions"] = call.intrusions
         if call.killed_by in ("engine", "deadline"):
             message["killed"] = call.killed_by
         if call.failure is not None:

@@ -28,6 +28,7 @@ interface Found {
   network: { outcomes: string[]; interfaces: string[] };
   files: { readable: string[]; processes: number };
   persistence: { left: string[]; found: string[] } | null;
+  programs: Record<string, { raised?: string }>;
 }
 
 const why =
@@ -67,6 +68,9 @@ describe.runIf(why === null)('Python sandbox as an unprivileged engine (uid 6553
         expect(found.identity.status.NoNewPrivs, mode).toBe('1');
         expect(found.identity.status.Seccomp, mode).toBe('2');
         expect(found.identity.unshare_user[0], mode).toBe(-1);
+        // No sys.exec: no program runs, whatever the route.
+        expect(found.programs['subprocess.run']?.raised, mode).toBe('PermissionError');
+        expect(found.programs['raw execve']?.raised, mode).toBe('PermissionError');
         if (mode === 'rlimits') {
           expect(found.identity.uid).toBe(65534);
           continue;

@@ -34,6 +34,7 @@ const STOP_GRACE_MS = 3_000;
 const LEVELS: ReadonlySet<string> = new Set(['log', 'info', 'warn', 'error', 'stdout', 'stderr']);
 const SIGXCPU = 24;
 const SIGKILL = 9;
+const MAX_INTRUSIONS = 16;
 
 interface Pending {
   ctx: RunContext;
@@ -148,6 +149,8 @@ export class ServerProcess {
         input: ctx.input,
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         log_bytes: logBytes,
+        // Past the permission gate, a declared permission is a granted one: only then may the call run programs.
+        exec: ctx.tool.declared.some((permission) => permission.name === 'sys.exec'),
         tool: ctx.tool.spec.id,
         run_id: ctx.runId,
         trace_id: ctx.traceId,
@@ -237,6 +240,13 @@ export class ServerProcess {
     if (pending.stopTimer) clearTimeout(pending.stopTimer);
     pending.ctx.signal.removeEventListener('abort', pending.onAbort);
     this.#idle();
+    if (Array.isArray(frame.intrusions)) {
+      // Said by the call's own process (the tool could forge more): at most a few, each a bounded string, about itself; also
+      // for a call already ended (a timeout), since the attempt was made.
+      for (const operation of frame.intrusions.slice(0, MAX_INTRUSIONS)) {
+        pending.ctx.intrusion(String(operation).slice(0, 300), 'running a program needs the sys.exec permission, which the tool does not declare');
+      }
+    }
     if (pending.settled) return;
     pending.settled = true;
     const logs = Array.isArray(frame.logs) ? (frame.logs as Frame[]) : [];

@@ -25,6 +25,7 @@ for (const mode of modes) {
       identity: await call({ attack: 'identity' }),
       network: await call({ attack: 'network' }),
       files: await call({ attack: 'host-files', paths: ['/etc/passwd', workspace] }),
+      programs: await call({ attack: 'run-programs' }),
       // With namespaces only: with rlimits these folders are the host's.
       persistence:
         mode === 'rlimits'
