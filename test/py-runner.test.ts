@@ -587,9 +587,11 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(operations.length).toBeLessThanOrEqual(16);
     });
 
-    it('a tool with sys.exec declared and granted runs programs', async () => {
-      const found = ok<{ printed: string }>(await engine.call('py.spawn', { attack: 'run-self' }));
+    it(`a tool with sys.exec declared and granted runs programs: ${mode === 'rlimits' ? 'any the engine user may' : 'only the interpreter is there'}`, async () => {
+      const found = ok<{ printed: string; id: { ran?: string; raised?: string } }>(await engine.call('py.spawn', { attack: 'run-self' }));
       expect(found.printed).toBe('42');
+      if (mode === 'rlimits') expect(found.id.ran).toBeDefined();
+      else expect(found.id.raised).toBe('FileNotFoundError');
     });
 
     it('a caller not granted sys.exec cannot call a tool that declares it', async () => {
@@ -678,6 +680,24 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
     expect(data.cwd).toEqual([]);
     expect(data.root).not.toContain('home');
     expect(data.root).not.toContain('work');
+  });
+
+  it('shows no program but the interpreter, and the whole standard library still imports', async () => {
+    expect(ok(await engine.call('py.attack', { attack: 'programs-in-view' }))).toEqual({ programs: [], shells: [] });
+    expect(ok(await engine.call('py.stdlib', {}))).toEqual({
+      sqlite: 42,
+      decimal: '3.3',
+      zlib: 'arium',
+      lzma: 'arium',
+      bz2: 'arium',
+      sha256: '53d1fdc4',
+      re: '<a> <b>',
+      json: { a: [1] },
+      ssl: 'OpenSSL',
+      uuid: 36,
+      ctypes: 5,
+      zoneinfo: 'Europe/Paris',
+    });
   });
 
   it('has no network at all', async () => {
