@@ -19,6 +19,7 @@ import errno
 import io
 import json
 import marshal
+import math
 import os
 import platform
 import resource
@@ -130,7 +131,7 @@ def prepare_zygote(config):
     (whose copies they are): each step in a call's process touches objects the fork shares, and every
     page it writes is copied (a step of a few µs costs tens of µs in page faults there). Only state that
     holds nothing of any call, and that the zygote itself does not need, is set here."""
-    global _STDIO, _SECCOMP, _BOUNDING_ERROR, _LANDLOCK
+    global _STDIO, _SECCOMP, _NO_EXEC, _BOUNDING_ERROR, _LANDLOCK
     # The capability bounding set limits what an exec can gain: the zygote never execs, and its effective
     # capabilities (to make PID namespaces) stay. Emptied here, it is empty in every call's process; if
     # it cannot be, each call's process fails to confine itself with this reason.
@@ -155,6 +156,7 @@ def prepare_zygote(config):
     )
     if config["seccomp"]:
         _SECCOMP = arium_seccomp.prepare(arium_seccomp.program(unix_sockets_only=config["namespaces"]))
+        _NO_EXEC = arium_seccomp.prepare(arium_seccomp.exec_program())
     if config["namespaces"] and landlock_abi() >= LANDLOCK_ABI_SCOPES:
         attr = _LandlockAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
         _LANDLOCK = (attr, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
@@ -270,6 +272,7 @@ _compiled = {}
 # or without namespaces).
 _STDIO = None
 _SECCOMP = None
+_NO_EXEC = None
 _BOUNDING_ERROR = None
 _LANDLOCK = None
 
@@ -455,6 +458,101 @@ class Context:
         self._channel.send({"t": "log", "level": level, "message": " ".join(str(p) for p in parts)})
 
 
+# The standard library's ways to run a program, as audit events (PEP 578): os.exec* and os.spawn* (in
+# the forked child), os.posix_spawn*, os.system, subprocess (and os.popen, asyncio's subprocesses),
+# pty.spawn. And the C library's, looked up through ctypes.
+EXEC_EVENTS = frozenset({"os.exec", "os.posix_spawn", "os.system", "subprocess.Popen", "pty.spawn"})
+EXEC_SYMBOLS = frozenset({"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "execveat", "fexecve", "posix_spawn", "posix_spawnp", "system", "popen"})
+MAX_INTRUSIONS = 16
+
+
+def _exec_attempt(event, args):
+    """What a tool tried to run, for the SecurityEvent (never its environment), or None for other events."""
+    if event in EXEC_EVENTS:
+        shown = args[1:2] if event == "subprocess.Popen" else args[:2]
+    elif event.startswith("ctypes.dlsym") and len(args) > 1 and isinstance(args[1], str) and args[1] in EXEC_SYMBOLS:
+        shown = ("ctypes", args[1])
+    else:
+        return None
+    try:
+        parts = [repr(part[:16] if isinstance(part, (list, tuple)) else part)[:200] for part in shown]
+    except BaseException:  # a hostile __repr__ or __getitem__ in what the tool passed
+        parts = []
+    return " ".join([event] + parts)[:300]
+
+
+def forbid_exec(channel, tool):
+    """A call whose tool may not run programs (it does not declare sys.exec): execve and execveat fail
+    in this process and all it starts (a seccomp filter, which nothing can lift), and every route of the
+    standard library to them raises a PermissionError that says why, after the attempt is reported to
+    the engine (a SecurityEvent). Where there is no filter for this architecture, the refusal is the
+    audit hook alone (ctypes could get past it there)."""
+    call_pid = os.getpid()
+    reported = [0]
+    message = "running a program needs the sys.exec permission, which %s does not declare" % tool
+
+    def hook(event, args):
+        if event not in EXEC_EVENTS and not event.startswith("ctypes.dlsym"):
+            return
+        attempt = _exec_attempt(event, args)
+        if attempt is None:
+            return
+        if reported[0] < MAX_INTRUSIONS:
+            reported[0] += 1
+            frame = {"t": "intrusion", "operation": attempt}
+            try:
+                if os.getpid() == call_pid:
+                    channel.send(frame)
+                else:
+                    arium_proto.send(channel.fd, frame)  # a forked child: its copy of the lock may be held forever
+            except BaseException:
+                pass
+        raise PermissionError(errno.EPERM, "%s: %s" % (attempt.split(" ", 1)[0], message))
+
+    sys.addaudithook(hook)
+    if _NO_EXEC is not None:
+        arium_seccomp.install(libc, _NO_EXEC)
+
+
+def _json_path(key):
+    """A key as json.dumps writes it, escaped for a JSON pointer."""
+    text = {True: "true", False: "false", None: "null"}.get(key, key) if isinstance(key, (bool, type(None))) else str(key)
+    return text.replace("~", "~0").replace("/", "~1")
+
+
+MAX_OUTPUT_DEPTH = 500
+
+
+def json_problem(value, path="", on_path=None, depth=0):
+    """Where `value` stops being JSON, for an output json.dumps refused: (JSON pointer, reason), or None."""
+    if on_path is None:
+        on_path = set()
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, "%r is not a JSON number" % float(value))
+    if not isinstance(value, (dict, list, tuple)):
+        return (path, "a value of type %s, which JSON has not" % type(value).__name__)
+    if id(value) in on_path:
+        return (path, "a cycle: the value contains itself")
+    if depth >= MAX_OUTPUT_DEPTH:
+        return (path, "nested deeper than %d levels" % MAX_OUTPUT_DEPTH)
+    on_path.add(id(value))
+    try:
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(value, dict):
+                if isinstance(key, float) and not math.isfinite(key):
+                    return (path, "the key %r is not a JSON number" % float(key))
+                if not (key is None or isinstance(key, (str, int, float, bool))):
+                    return (path, "a key of type %s (JSON keys are strings)" % type(key).__name__)
+            found = json_problem(item, "%s/%s" % (path, _json_path(key)), on_path, depth + 1)
+            if found is not None:
+                return found
+    finally:
+        on_path.discard(id(value))
+    return None
+
+
 def _clean_traceback(error, tools_prefix):
     """The tool's own frames only, with paths relative to the tools folder."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(tools_prefix)]
@@ -490,6 +588,8 @@ def serve(config, channel_fd, entries, code):
     job = message["job"]
     try:
         limit(job, config, mapped)
+        if not job.get("exec"):
+            forbid_exec(channel, job["tool"])
         code = load(job["entry"], config)
         # What else this process compiled ahead tells which tools were called last: not for tool code.
         _compiled.clear()
@@ -507,6 +607,12 @@ def serve(config, channel_fd, entries, code):
             text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as error:
             reply = {"t": "error", "kind": "invalid_output", "message": _describe(error)}
+            try:
+                found = json_problem(result)
+            except BaseException:  # a hostile container the walk could not go through
+                found = None
+            if found is not None:
+                reply["pointer"], reply["reason"] = found
         else:
             if len(text) > job["limits"]["output_bytes"]:
                 reply = {"t": "error", "kind": "output_limit", "message": "%d characters of JSON" % len(text)}

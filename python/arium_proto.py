@@ -1,7 +1,13 @@
 """Frames between the engine, the fork server and a call's process.
 
-A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON. Every channel is a file
-descriptor of its own (never stdout), so nothing a tool prints can be taken for a frame.
+A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON, an object (so its first
+byte is "{"). Every channel is a file descriptor of its own (never stdout), so nothing a tool prints
+can be taken for a frame. JSON escapes every line break, NUL and quote a string holds, so no string
+inside a frame can end it or start another; a frame's length comes only from its header.
+
+Strings may hold lone surrogates ("\ud800": JSON allows them, and a JS caller can send them). They
+cannot be encoded as UTF-8, so a message holding one is sent with every non-ASCII character escaped
+(ensure_ascii): both sides read such escapes back to exactly the same string.
 """
 
 import json
@@ -12,12 +18,25 @@ HEADER = struct.Struct(">I")
 
 
 class FrameError(Exception):
-    """The other side broke the protocol: a frame too large, cut short, or not a JSON object."""
+    """The other side broke the protocol: a header announcing more than the limit (or nothing), a body
+    that does not start like a JSON object, a frame cut short, or one that is not a JSON object."""
 
 
 def encode(message):
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate: rare, so the common case keeps its UTF-8 (escaped, non-ASCII text would grow up to 6x).
+        body = json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
     return HEADER.pack(len(body)) + body
+
+
+def _show(data):
+    """Bytes as a person reads them in an error: hex, and the printable ASCII they hold."""
+    data = bytes(data)
+    text = "".join(chr(b) if 32 <= b < 127 else "." for b in data)
+    return "%s %r" % (data.hex(" "), text)
 
 
 def write_all(fd, data):
@@ -48,9 +67,17 @@ class Reader:
                 if len(self.buffer) < 4:
                     return frames
                 (self.need,) = HEADER.unpack_from(self.buffer)
+                header = bytes(self.buffer[:4])
                 del self.buffer[:4]
-                if self.need > self.limit:
-                    raise FrameError("a message of %d bytes, more than the %d allowed" % (self.need, self.limit))
+                # Garbage (a JSON line, text, random bytes) read as a header is refused at once, not
+                # waited on until it is "complete": a header of '{"t"' announces 2 GB.
+                if self.need > self.limit or self.need < 2:
+                    raise FrameError(
+                        "a frame header announcing %d bytes (%s), not a frame of the protocol (a frame carries 2 to %d bytes)"
+                        % (self.need, _show(header), self.limit)
+                    )
+            if self.buffer and self.buffer[0] != 0x7B:
+                raise FrameError("a frame of %d bytes whose body starts with %s, not a JSON object" % (self.need, _show(self.buffer[:8])))
             if len(self.buffer) < self.need:
                 return frames
             body = bytes(self.buffer[: self.need])

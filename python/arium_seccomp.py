@@ -9,6 +9,8 @@ namespace without network), socket() and socketpair() refuse every family but AF
 (EAFNOSUPPORT): loopback and netlink sockets would otherwise be shared by the calls that run at the
 same time in one fork server's network namespace.
 
+exec_program() is a second filter, for a call whose tool may not run programs: no execve or execveat.
+
 Syscall numbers: Linux arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h.
 """
 
@@ -44,6 +46,7 @@ ARCHES = {
         "x32_bit": 0x40000000,
         "clone": 56,
         "clone3": 435,
+        "exec": (59, 322),  # execve, execveat
         "socket": 41,
         "socketpair": 53,
         "deny": {
@@ -62,6 +65,7 @@ ARCHES = {
         "x32_bit": None,
         "clone": 220,
         "clone3": 435,
+        "exec": (221, 281),  # execve, execveat
         "socket": 198,
         "socketpair": 199,
         "deny": {
@@ -123,6 +127,26 @@ def program(machine=None, unix_sockets_only=False):
         _stmt(RET_K, RET_ALLOW),
     ]
     return b"".join(out)
+
+
+def exec_program(machine=None):
+    """A second filter, loaded in a call's process once its job is known, when the tool may not run
+    programs (it does not declare sys.exec): execve and execveat fail with EPERM. Filters only add up,
+    so the process can never lift it; the first filter (program()) already refuses other architectures.
+    None where this architecture has no table here."""
+    arch = ARCHES.get(machine or platform.machine())
+    if arch is None:
+        return None
+    execve, execveat = arch["exec"]
+    return b"".join(
+        [
+            _stmt(LD_W_ABS, OFFSET_NR),
+            _jump(JEQ_K, execve, 1, 0),
+            _jump(JEQ_K, execveat, 0, 1),
+            _stmt(RET_K, RET_ERRNO | errno.EPERM),
+            _stmt(RET_K, RET_ALLOW),
+        ]
+    )
 
 
 class _Fprog(ctypes.Structure):

@@ -51,6 +51,9 @@ HOST_OUT = 4
 MAX_HOST_FRAME = 1024 * 1024 * 1024
 VFS_OPS = {"read", "write", "list", "stat", "exists", "delete", "mkdir", "move"}
 LOG_LEVELS = {"log", "info", "warn", "error"}
+# Refused attempts a call's process may report (each one a SecurityEvent), and the length of each.
+MAX_INTRUSIONS = 16
+MAX_INTRUSION_CHARS = 300
 # After the engine's deadline has passed, how long the server waits before killing the call itself.
 DEADLINE_GRACE_S = 1.0
 # Above any descriptor the server holds (arium_child.close_from closes up to it in one system call).
@@ -162,6 +165,8 @@ class Call:
         self.failure = None
         self.killed_by = None
         self.logs = []
+        # What the tool tried and was refused (running a program without sys.exec), as its process said.
+        self.intrusions = []
         self.log_bytes = 0
         self.dropped = 0
         self.partial = {}
@@ -236,26 +241,44 @@ class Server:
             self.running = False
             return
         for message in self.host_reader.feed(data):
-            kind = message.get("t")
-            if kind == "call":
-                self.start(message)
-            elif kind == "vfs-reply":
+            try:
+                self.from_host(message)
+            except Exception as error:
+                # A fault of the server's own with one message must not stop the server and the calls it runs.
+                traceback.print_exc()
+                if message.get("t") != "call":
+                    continue
+                why = "the Python sandbox failed to start the call (%s)" % arium_child._describe(error)
                 call = self.calls.get(message.get("id"))
-                if call and call.proc.sock is not None:
-                    try:
-                        arium_proto.send(call.proc.sock, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
-                    except OSError:
-                        pass
-            elif kind == "kill":
-                call = self.calls.get(message.get("id"))
-                if call:
-                    self.kill(call, "engine")
+                if call is not None:
+                    call.failure = call.failure or {"code": "UNAVAILABLE", "message": why}
+                    self.kill(call, "protocol")
+                    self.maybe_finish(call)
                 else:
-                    self.unqueue(message.get("id"))
-            elif kind == "forget":
-                self.recent.pop(message.get("entry"), None)
-            elif kind == "shutdown":
-                self.running = False
+                    self.queue = [job for job in self.queue if job is not message]
+                    self.answer_unstarted(message.get("id"), "UNAVAILABLE", why)
+
+    def from_host(self, message):
+        kind = message.get("t")
+        if kind == "call":
+            self.start(message)
+        elif kind == "vfs-reply":
+            call = self.calls.get(message.get("id"))
+            if call and call.proc.sock is not None:
+                try:
+                    arium_proto.send(call.proc.sock, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
+                except OSError:
+                    pass
+        elif kind == "kill":
+            call = self.calls.get(message.get("id"))
+            if call:
+                self.kill(call, "engine")
+            else:
+                self.unqueue(message.get("id"))
+        elif kind == "forget":
+            self.recent.pop(message.get("entry"), None)
+        elif kind == "shutdown":
+            self.running = False
 
     def remember(self, entry):
         """A tool was called: warm processes forked from now on compile it ahead (with the one called before)."""
@@ -435,7 +458,7 @@ class Server:
         call = Call(job, proc)
         proc.call = call
         self.calls[call.id] = call
-        call.reader = arium_proto.Reader(self.config["max_frame"])
+        call.reader = arium_proto.Reader(self.frame_limit(job))
         self.selector.register(proc.sock, selectors.EVENT_READ, ("sock", call))
         for fd in proc.pipes:
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", call))
@@ -445,6 +468,11 @@ class Server:
             pass  # the process is gone: its exit ends the call
         if proc.status is not None:
             self.maybe_finish(call)
+
+    def frame_limit(self, job):
+        """The largest frame a call's process may send: the configured bound, or more when the call's
+        largest output needs it (its JSON inside a JSON string: 7 bytes for a control character)."""
+        return max(self.config["max_frame"], 8 * job["limits"]["output_bytes"] + (1 << 20))
 
     def on_sock(self, call):
         if self.read_sock(call, final=False):
@@ -472,8 +500,9 @@ class Server:
             try:
                 frames = call.reader.feed(data)
             except arium_proto.FrameError as error:
-                code = "OUTPUT_LIMIT" if "allowed" in str(error) else "TOOL_ERROR"
-                call.failure = call.failure or {"code": code, "message": "the tool's process sent %s" % error}
+                # Only the harness writes frames here; anything else (a tool writing to the socket) is
+                # garbage, a broken protocol: TOOL_ERROR, whatever size its "header" announces.
+                call.failure = call.failure or {"code": "TOOL_ERROR", "message": "the tool's process broke the protocol on its channel: it sent %s" % error}
                 self.kill(call, "protocol")
                 frames = []
             for frame in frames:
@@ -500,6 +529,10 @@ class Server:
                     pass
                 return
             self.to_host({"t": "vfs", "id": call.id, "seq": seq, "op": op, "args": args})
+        elif kind == "intrusion":
+            operation = frame.get("operation")
+            if isinstance(operation, str) and len(call.intrusions) < MAX_INTRUSIONS:
+                call.intrusions.append(operation[:MAX_INTRUSION_CHARS])
         elif kind in ("result", "error"):
             call.reply = frame
             self.kill(call, None)
@@ -690,6 +723,8 @@ class Server:
             message["signal"] = os.WTERMSIG(status)
         elif os.WIFEXITED(status):
             message["exit"] = os.WEXITSTATUS(status)
+        if call.intrusions:
+            message["intrusions"] = call.intrusions
         if call.killed_by in ("engine", "deadline"):
             message["killed"] = call.killed_by
         if call.failure is not None:

@@ -91,6 +91,7 @@ def enter(layout, new_root):
     _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     inside = lambda path: os.path.join(new_root, path.lstrip("/"))  # noqa: E731
     for target, path in layout["symlinks"]:
+        os.makedirs(os.path.dirname(inside(path)), 0o755, exist_ok=True)
         os.symlink(target, inside(path))
     for path in layout["dirs"]:
         os.makedirs(inside(path), 0o755, exist_ok=True)

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PythonRunner, type PythonRunnerOptions } from '../runners/python/index.js';
 import { bwrapProblem, unshareProblem } from '../runners/python/isolation.js';
-import type { Engine, ErrorInfo, SecurityEvent, ToolResult } from '../src/index.js';
+import { DEFAULT_GRANTS, type Engine, type ErrorInfo, type SecurityEvent, type ToolResult } from '../src/index.js';
 import { copyFixtureProject, definition, openEngine, type TempProject } from './support/project.js';
 
 // The Python runner, end to end: every test runs real tool files from fixtures/python/tools through
@@ -44,13 +44,18 @@ function failed(result: ToolResult): ErrorInfo {
   return result.error;
 }
 
-/** Processes on this machine whose command line contains `needle` (NUL-separated argv). */
-function processesWith(needle: string): number[] {
+/**
+ * Live processes on this machine named `comm` (the name a tool's process gives itself with PR_SET_NAME).
+ * Not zombies: a killed process keeps its name until its new parent reaps it, but runs nothing.
+ */
+function processesNamed(comm: string): number[] {
   const found: number[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
-      if (readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(needle)) found.push(Number(name));
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      if (stat.includes(`(${comm})`) && state !== 'Z' && state !== 'X') found.push(Number(name));
     } catch {}
   }
   return found;
@@ -100,6 +105,9 @@ async function zygoteOf(engine: Engine, mode: 'bubblewrap' | 'unshare' | 'rlimit
 async function withOneServer(project: TempProject, options: PythonRunnerOptions, body: (engine: Engine) => Promise<void>): Promise<void> {
   const engine = await openEngine(project, { runners: [new PythonRunner({ ...options, servers: 1 })] });
   try {
+    // The server is up before the body runs: a call that holds for a time set against its timeout is not
+    // also timed from the server's start (about 0.4 s, more on a loaded machine).
+    ok(await engine.call('py.echo', { warm: true }));
     await body(engine);
   } finally {
     await engine.close();
@@ -113,7 +121,8 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
   beforeAll(async () => {
     project = copyFixtureProject('python');
-    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })] });
+    // sys.exec granted, so that py.spawn (which declares it) may run programs; py.attack does not declare it.
+    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })], grants: [...DEFAULT_GRANTS, 'sys.exec'] });
     engine.events.on('security', (event) => security.push(event));
   });
 
@@ -325,10 +334,22 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       ['big', 'OUTPUT_LIMIT'],
       ['exit', 'TOOL_ERROR'],
       ['hostile-str', 'TOOL_ERROR'],
+      ['nested-nan', 'INVALID_OUTPUT'],
     ])('a tool returning or raising %s ends as %s', async (kind, code) => {
       const error = failed(await engine.call('py.fail', { kind }));
       expect(error.code).toBe(code);
       expect(error.stage).toBe('execution');
+    });
+
+    it.each([
+      ['nested-nan', '/a/1/b~1c', 'inf is not a JSON number'],
+      ['nested-object', '/a/1/when', 'a value of type object, which JSON has not'],
+      ['cycle', '/0', 'a cycle: the value contains itself'],
+      ['set', '/x', 'a value of type set, which JSON has not'],
+    ])('an output that is not JSON (%s) is INVALID_OUTPUT naming its JSON pointer', async (kind, pointer, reason) => {
+      const error = failed(await engine.call('py.fail', { kind }));
+      expect(error).toMatchObject({ code: 'INVALID_OUTPUT', details: { pointer, reason } });
+      expect(error.message).toBe(`The output is not plain JSON at "${pointer}": ${reason}`);
     });
 
     it('a tool file replaced by a FIFO after it loaded fails its call at once, as not a regular file (it would hold the open)', async () => {
@@ -442,8 +463,8 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
     it('garbage written to every descriptor fails only that call', async () => {
       const [error, other] = await Promise.all([engine.call('py.attack', { attack: 'garbage-fds' }), engine.call('py.echo', { still: 'fine' })]);
-      expect(['OUTPUT_LIMIT', 'TOOL_ERROR']).toContain(failed(error).code);
-      expect(failed(error).message).toMatch(/sent a message/);
+      expect(failed(error).code).toBe('TOOL_ERROR');
+      expect(failed(error).message).toMatch(/broke the protocol on its channel: it sent a frame header announcing 4294967295 bytes/);
       expect(ok<{ input: unknown }>(other).input).toEqual({ still: 'fine' });
     });
 
@@ -458,10 +479,32 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(ok(await engine.call('py.attack', { attack: 'close-stdio' }))).toEqual({ closed: true });
     });
 
-    it('exec-ing another program ends as a clear error', async () => {
-      const error = failed(await engine.call('py.attack', { attack: 'exec' }));
+    it.each([
+      ['json-line', /frame header announcing 2065855522 bytes \(7b 22 74 22 '\{"t"'\)/],
+      ['bad-body', /a frame of 64 bytes whose body starts with 6e 6f 74 20 6a 73 6f 6e 'not json'/],
+      ['empty-frame', /a frame header announcing 0 bytes/],
+    ])('%s written on its channel is a protocol error at once: TOOL_ERROR naming it', async (attack, shown) => {
+      // The tool sleeps 5 s after writing, past its 1.5 s timeout: only a refusal at once is not TIMEOUT.
+      const error = failed(await engine.call('py.attack', { attack }));
+      expect(error.code).toBe('TOOL_ERROR');
+      expect(error.message).toMatch(/the tool's process broke the protocol on its channel/);
+      expect(error.message).toMatch(shown);
+      expect(ok(await engine.call('py.echo', { after: attack }))).toBeTruthy();
+    });
+
+    it('exec-ing another program (with sys.exec) ends as a clear error', async () => {
+      const error = failed(await engine.call('py.spawn', { attack: 'exec' }));
       expect(error.code).toBe('TOOL_ERROR');
       expect(error.message).toMatch(/without a reply/);
+    });
+
+    it('holds no descriptor but /dev/null, its stdout and stderr pipes and its channel', async () => {
+      const { fds, channel } = ok<{ fds: Record<string, string>; channel: number }>(await engine.call('py.attack', { attack: 'fds' }));
+      expect(Object.keys(fds).sort()).toEqual(['0', '1', '2', String(channel)].sort());
+      expect(fds['0']).toBe('/dev/null');
+      expect(fds['1']).toMatch(/^pipe:/);
+      expect(fds['2']).toMatch(/^pipe:/);
+      expect(fds[String(channel)]).toMatch(/^socket:/);
     });
 
     it('dying in the middle of a reply ends as a clear error', async () => {
@@ -498,6 +541,65 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     });
   });
 
+  describe('running programs needs sys.exec', () => {
+    it('a tool without sys.exec runs no program by any route: a PermissionError naming sys.exec, and a SecurityEvent for each attempt', async () => {
+      const before = security.length;
+      const result = await engine.call('py.attack', { attack: 'run-programs' });
+      const found = ok<Record<string, { ran?: string; raised?: string; errno?: number; message?: string }>>(result);
+      const refused = {
+        raised: 'PermissionError',
+        errno: 1,
+        message: expect.stringMatching(/needs the sys\.exec permission, which py\.attack does not declare/),
+      };
+      for (const route of [
+        'subprocess.run',
+        'subprocess.check_output',
+        'os.system',
+        'os.popen',
+        'os.execv',
+        'os.execve',
+        'os.posix_spawn',
+        'os.posix_spawnp',
+        'pty.spawn',
+        'asyncio',
+        'ctypes.execve',
+        'ctypes.system',
+      ]) {
+        expect(found[route], route).toMatchObject(refused);
+      }
+      // os.spawnv's child cannot exec: it exits 127, as os.spawnv's own code does when exec fails.
+      expect(found['os.spawnv']).toEqual({ ran: '127' });
+      // The system call itself, past every Python-level check: refused by the seccomp filter.
+      expect(found['raw execve']).toMatchObject({ raised: 'PermissionError', errno: 1, message: expect.stringMatching(/execve returned -1/) });
+      const operations = security
+        .slice(before)
+        .filter((e) => e.run_id === result.meta.run_id)
+        .map((e) => {
+          expect(e).toMatchObject({ action: 'intrusion', tool: 'py.attack', permission: null, reason: expect.stringMatching(/sys\.exec/) });
+          return e.operation;
+        });
+      for (const shown of ['subprocess.Popen', 'os.system', 'os.exec', 'os.posix_spawn', 'pty.spawn', "ctypes.dlsym 'ctypes' 'execve'"]) {
+        expect(
+          operations.some((operation) => operation?.startsWith(shown)),
+          shown,
+        ).toBe(true);
+      }
+      expect(operations.length).toBeLessThanOrEqual(16);
+    });
+
+    it(`a tool with sys.exec declared and granted runs programs: ${mode === 'rlimits' ? 'any the engine user may' : 'only the interpreter is there'}`, async () => {
+      const found = ok<{ printed: string; id: { ran?: string; raised?: string } }>(await engine.call('py.spawn', { attack: 'run-self' }));
+      expect(found.printed).toBe('42');
+      if (mode === 'rlimits') expect(found.id.ran).toBeDefined();
+      else expect(found.id.raised).toBe('FileNotFoundError');
+    });
+
+    it('a caller not granted sys.exec cannot call a tool that declares it', async () => {
+      const error = failed(await engine.call('py.spawn', { attack: 'run-self' }, { grants: ['exec.py', 'vfs.write'] }));
+      expect(error).toMatchObject({ code: 'DENIED', stage: 'permission', details: { permission: 'sys.exec' } });
+    });
+  });
+
   describe('nothing survives a call', () => {
     /** True when each call runs as a uid of its own (the engine runs as root and the interpreter is readable by others). */
     async function ownUid(): Promise<boolean> {
@@ -507,8 +609,8 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
     it('a bounded fork bomb is stopped by the process limit, and its processes are gone', async () => {
       const marker = String(10000 + Math.floor(Math.random() * 5000));
-      const data = ok<{ started: number }>(await engine.call('py.attack.patient', { attack: 'fork-bomb', marker }));
-      const left = processesWith(`sleep\0${marker}\0`);
+      const data = ok<{ started: number }>(await engine.call('py.procs', { attack: 'fork-bomb', marker }));
+      const left = processesNamed(`ar${marker}`);
       for (const pid of left) process.kill(pid, 'SIGKILL');
       // RLIMIT_NPROC binds an unprivileged uid only; as root without one, the process group kill ends them.
       if (mode !== 'rlimits' || (await ownUid())) expect(data.started).toBeLessThan(40);
@@ -518,8 +620,8 @@ describe.each(modes)('Python runner (%s)', (mode) => {
 
     it('a setsid + double-fork daemon is gone when the call returns (with namespaces, or a uid of its own)', async () => {
       const marker = String(4000 + Math.floor(Math.random() * 5000));
-      ok(await engine.call('py.attack', { attack: 'daemon', marker }));
-      const left = processesWith(`sleep\0${marker}\0`);
+      ok(await engine.call('py.procs', { attack: 'daemon', marker }));
+      const left = processesNamed(`ar${marker}`);
       for (const pid of left) process.kill(pid, 'SIGKILL');
       if (mode !== 'rlimits' || (await ownUid())) expect(left).toEqual([]);
       // rlimits only, no uid of its own: the documented gap (THREAT_MODEL.md) — the daemon escaped the group kill.
@@ -578,6 +680,24 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
     expect(data.cwd).toEqual([]);
     expect(data.root).not.toContain('home');
     expect(data.root).not.toContain('work');
+  });
+
+  it('shows no program but the interpreter, and the whole standard library still imports', async () => {
+    expect(ok(await engine.call('py.attack', { attack: 'programs-in-view' }))).toEqual({ programs: [], shells: [] });
+    expect(ok(await engine.call('py.stdlib', {}))).toEqual({
+      sqlite: 42,
+      decimal: '3.3',
+      zlib: 'arium',
+      lzma: 'arium',
+      bz2: 'arium',
+      sha256: '53d1fdc4',
+      re: '<a> <b>',
+      json: { a: [1] },
+      ssl: 'OpenSSL',
+      uuid: 36,
+      ctypes: 5,
+      zoneinfo: 'Europe/Paris',
+    });
   });
 
   it('has no network at all', async () => {

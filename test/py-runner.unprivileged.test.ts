@@ -28,6 +28,9 @@ interface Found {
   network: { outcomes: string[]; interfaces: string[] };
   files: { readable: string[]; processes: number };
   persistence: { left: string[]; found: string[] } | null;
+  programs: Record<string, { raised?: string }>;
+  stdlib: { sqlite?: number; ssl?: string; zoneinfo?: string };
+  view: { programs: string[]; shells: string[] } | null;
 }
 
 const why =
@@ -67,6 +70,11 @@ describe.runIf(why === null)('Python sandbox as an unprivileged engine (uid 6553
         expect(found.identity.status.NoNewPrivs, mode).toBe('1');
         expect(found.identity.status.Seccomp, mode).toBe('2');
         expect(found.identity.unshare_user[0], mode).toBe(-1);
+        // No sys.exec: no program runs, whatever the route; the standard library imports (a system
+        // Python here, whose prefix is /usr: only its own folders of /usr are in the view).
+        expect(found.programs['subprocess.run']?.raised, mode).toBe('PermissionError');
+        expect(found.programs['raw execve']?.raised, mode).toBe('PermissionError');
+        expect(found.stdlib, mode).toMatchObject({ sqlite: 42, ssl: 'OpenSSL', zoneinfo: 'Europe/Paris' });
         if (mode === 'rlimits') {
           expect(found.identity.uid).toBe(65534);
           continue;
@@ -76,6 +84,7 @@ describe.runIf(why === null)('Python sandbox as an unprivileged engine (uid 6553
         expect(found.network.interfaces, mode).toEqual(['lo']);
         expect(found.files.readable, mode).toEqual([]);
         expect(found.files.processes, mode).toBe(1);
+        expect(found.view, mode).toEqual({ programs: [], shells: [] });
         // uid 0 of a user namespace owns the sandbox's root: nothing a call writes may stay for the next.
         expect(found.persistence?.left, mode).toContain('/tmp');
         expect(found.persistence?.found, mode).toEqual([]);

@@ -20,18 +20,32 @@ export interface Interpreter {
   roots: string[];
   /** The standard library folder (to check an unprivileged uid can read it). */
   stdlib: string;
+  /**
+   * What the interpreter reads besides its executable, for a sandbox that shows only what it needs:
+   * the folders of `sys.path` and of sysconfig's library paths, and the time zone data (`zoneinfo`).
+   */
+  needs: string[];
 }
 
 export class InterpreterError extends Error {
   override readonly name = 'InterpreterError';
 }
 
-const PROBE = [
-  'import json, os, sys, sysconfig',
-  'print(json.dumps({"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],',
-  ' "roots": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "stdlib": sysconfig.get_paths()["stdlib"]}))',
-].join('\n');
 const PROBE_TIMEOUT_MS = 15_000;
+const PROBE = `
+import json, os, sys, sysconfig
+paths = sysconfig.get_paths()
+dynload = os.path.join(paths["platstdlib"], "lib-dynload")
+try:
+    import zoneinfo
+    tz = list(zoneinfo.TZPATH)
+except Exception:
+    tz = []
+needs = [p for p in sys.path + [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")] + [dynload] + tz if p and os.path.exists(p)]
+print(json.dumps({"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
+ "roots": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "stdlib": paths["stdlib"],
+ "needs": list(dict.fromkeys(needs))}))
+`;
 /** The oldest Python 3 the harness runs on: it passes descriptors with socket.send_fds and watches processes through os.pidfd_open (3.9). */
 export const MIN_PYTHON_MINOR = 9;
 
@@ -67,7 +81,7 @@ function probe(requested: string, path: string): Promise<Interpreter> {
         return;
       }
       try {
-        const facts = JSON.parse(stdout) as { executable: string; version: string; roots: string[]; stdlib: string };
+        const facts = JSON.parse(stdout) as Omit<Interpreter, 'requested'>;
         const [major = 0, minor = 0] = facts.version.split('.').map(Number);
         if (major !== 3 || minor < MIN_PYTHON_MINOR) {
           reject(new InterpreterError(`${requested} is Python ${facts.version}; Python tools need 3.${MIN_PYTHON_MINOR} or later`));
@@ -82,7 +96,14 @@ function probe(requested: string, path: string): Promise<Interpreter> {
           return;
         }
         const roots = [...new Set(facts.roots.filter((r) => existsSync(r)).map((r) => realpathSync(r)))];
-        resolvePromise({ requested, executable: facts.executable, version: facts.version, roots, stdlib: facts.stdlib });
+        resolvePromise({
+          requested,
+          executable: facts.executable,
+          version: facts.version,
+          roots,
+          stdlib: facts.stdlib,
+          needs: Array.isArray(facts.needs) ? facts.needs : [],
+        });
       } catch {
         reject(new InterpreterError(`${requested} did not answer like a Python interpreter`));
       }

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { posix } from 'node:path';
 
 /**
  * What confines a Python call, decided once per runner from what the machine offers.
@@ -84,24 +85,34 @@ export interface SandboxPaths {
   roots: string[];
   harness: string;
   tools: string;
+  /** Folders and files the interpreter reads besides its prefixes (Interpreter.needs). */
+  needs?: string[];
+  /** The shared libraries it loads (libraries.ts); null or absent: show the system's library folders whole. */
+  libraries?: string[] | null;
 }
 
-/** Folders at the top of the host tree that hold libraries the interpreter may load. */
+/** Folders at the top of the host tree that hold the system's programs and libraries. */
 const SYSTEM = ['/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin'];
 const SYSTEM_FILES = ['/etc/ld.so.cache', '/etc/localtime', '/etc/mime.types'];
+/** How many symbolic links one path may pass through before it counts as a loop (as the kernel's 40). */
+const MAX_LINKS = 40;
 
 /**
- * What a sandboxed fork server sees, whichever tool builds it: read-only binds of the system's library
- * folders, a few files, the interpreter's prefixes (with the folders above them made searchable by
- * anyone: on the host they may not be, pyenv under /root is 0700, and each call runs as an unprivileged
- * uid), the harness at /arium and the tools at /tools. Nothing else of the host.
+ * What a sandboxed fork server sees, whichever tool builds it: only what the interpreter needs, read-only
+ * — its prefixes (with the folders above them made searchable by anyone: on the host they may not be,
+ * pyenv under /root is 0700, and each call runs as an unprivileged uid), the folders of its library path
+ * that lie in the system's folders (a system Python's /usr/lib/python3.x, not all of /usr), its
+ * executable, the shared libraries it and its extension modules load, with every symbolic link on the
+ * way to them (/lib64 → usr/lib64, libz.so.1 → libz.so.1.2.13) — and the harness at /arium and the
+ * tools at /tools. No other program of the host is there to run. Without the list of libraries (no
+ * `ldd`), the system's library folders are shown whole instead.
  */
 export interface SandboxLayout {
-  /** [host path, sandbox path], read-only. */
+  /** [host path, sandbox path] of folders, read-only. */
   binds: Array<[string, string]>;
   /** [link target, sandbox path]. */
   symlinks: Array<[string, string]>;
-  /** Single files bound read-only where they exist. */
+  /** Single files bound read-only at the same path, where they exist. */
   files: string[];
   /** Folders made (mode 0755) before the binds under them. */
   dirs: string[];
@@ -109,32 +120,96 @@ export interface SandboxLayout {
 
 export function sandboxLayout(paths: SandboxPaths): SandboxLayout {
   const layout: SandboxLayout = { binds: [], symlinks: [], files: SYSTEM_FILES.filter((f) => existsSync(f)), dirs: [] };
-  for (const dir of SYSTEM) {
-    if (!existsSync(dir)) continue;
-    const stat = lstatSync(dir);
-    if (stat.isSymbolicLink()) layout.symlinks.push([readlinkSync(dir), dir]);
-    else if (stat.isDirectory()) layout.binds.push([dir, dir]);
+  const libraries = paths.libraries ?? null;
+  const inSystem = (path: string) => SYSTEM.some((dir) => path === dir || path.startsWith(`${dir}/`));
+  if (libraries === null) {
+    for (const dir of SYSTEM) {
+      if (!existsSync(dir)) continue;
+      const stat = lstatSync(dir);
+      if (stat.isSymbolicLink()) layout.symlinks.push([readlinkSync(dir), dir]);
+      else if (stat.isDirectory()) layout.binds.push([dir, dir]);
+    }
   }
+  const shown: string[] = [];
+  const covered = (path: string) => shown.some((dir) => path === dir || path.startsWith(`${dir}/`));
   for (const root of paths.roots) {
-    if (SYSTEM.some((dir) => root === dir || root.startsWith(`${dir}/`))) continue;
+    if (inSystem(root)) continue;
     const parts = root.split('/').filter(Boolean);
     for (let i = 1; i < parts.length; i++) {
       const dir = `/${parts.slice(0, i).join('/')}`;
       if (!layout.dirs.includes(dir)) layout.dirs.push(dir);
     }
     layout.binds.push([root, root]);
+    shown.push(root);
+  }
+  if (libraries !== null) {
+    const links = new Map<string, string>();
+    const files = new Set<string>();
+    for (const path of [...(paths.needs ?? []), paths.executable, ...libraries]) {
+      if (covered(path)) continue;
+      const real = resolveLinks(path, links);
+      if (real === null || covered(real)) continue;
+      if (statSync(real).isDirectory()) {
+        layout.binds.push([real, real]);
+        shown.push(real);
+      } else {
+        files.add(real);
+      }
+    }
+    for (const [path, target] of links) if (!covered(path)) layout.symlinks.push([target, path]);
+    for (const file of files) if (!covered(file)) layout.files.push(file);
+    // The folders above what is shown, searchable by a call's uid (made by the tool that builds the
+    // view, they would otherwise have its mode: bubblewrap makes them 0700 as root).
+    for (const path of [...layout.symlinks.map(([, link]) => link), ...layout.files, ...layout.binds.map(([, to]) => to)]) {
+      for (let dir = posix.dirname(path); dir !== '/' && !layout.dirs.includes(dir); dir = posix.dirname(dir)) layout.dirs.push(dir);
+    }
+    layout.dirs.sort((a, b) => a.length - b.length);
   }
   layout.binds.push([paths.harness, '/arium'], [paths.tools, '/tools']);
   return layout;
+}
+
+/**
+ * The real path of `path`, found one component at a time so that every symbolic link on the way is
+ * recorded in `links` (link path → its target as written): the sandbox needs the links too, since
+ * programs name libraries through them. Null when the path is missing or loops.
+ */
+function resolveLinks(path: string, links: Map<string, string>): string | null {
+  let parts = path.split('/').filter(Boolean);
+  let real = '';
+  let hops = 0;
+  for (let i = 0; i < parts.length; ) {
+    const next = `${real}/${parts[i]}`;
+    let stat: ReturnType<typeof lstatSync>;
+    try {
+      stat = lstatSync(next);
+    } catch {
+      return null;
+    }
+    if (stat.isSymbolicLink()) {
+      if (++hops > MAX_LINKS) return null;
+      const target = readlinkSync(next);
+      links.set(next, target);
+      // `real` holds no link, so ".." in the target can be resolved by the text.
+      const resolved = posix.normalize(target.startsWith('/') ? target : `${real}/${target}`);
+      parts = [...resolved.split('/').filter(Boolean), ...parts.slice(i + 1)];
+      real = '';
+      i = 0;
+      continue;
+    }
+    real = next;
+    i++;
+  }
+  return real || '/';
 }
 
 /** The bubblewrap command line of a fork server. Only what the interpreter needs is visible, read-only. */
 export function bwrapCommand(paths: SandboxPaths, serverArgs: string[]): string[] {
   const args = namespaceArgs(privileged());
   const layout = sandboxLayout(paths);
+  for (const dir of layout.dirs) args.push('--perms', '0755', '--dir', dir);
   for (const [target, path] of layout.symlinks) args.push('--symlink', target, path);
   for (const file of layout.files) args.push('--ro-bind', file, file);
-  for (const dir of layout.dirs) args.push('--perms', '0755', '--dir', dir);
   for (const [from, to] of layout.binds) args.push('--ro-bind', from, to);
   args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--chdir', '/');
   args.push(paths.executable, ...serverArgs);

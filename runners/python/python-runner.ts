@@ -16,6 +16,7 @@ import {
   sandboxLayout,
   unshareProblem,
 } from './isolation.js';
+import { sharedLibraries } from './libraries.js';
 import { ServerProcess } from './server-process.js';
 import { PythonSyntaxChecker } from './syntax.js';
 
@@ -280,6 +281,8 @@ export class PythonRunner implements Runner {
       throw new ToolFailure('execution', 'MISCONFIGURED', (error as Error).message, { details: { runner: 'py-runner' } });
     }
     const isolation = await this.isolation();
+    // Before the look for a running server below: nothing may wait between that look and the start.
+    const libraries = isolation.mode === 'rlimits' ? null : await sharedLibraries(interpreter);
     const key = serverKey(toolsDir, slot);
     const existing = this.#servers.get(key);
     if (existing?.accepting) return existing;
@@ -289,7 +292,7 @@ export class PythonRunner implements Runner {
     const processes = this.#options.processes ?? 32;
     // rlimits: the calls' working folders; unshare: the empty folder the sandbox's root is built on.
     const workRoot = isolation.mode === 'bubblewrap' ? null : mkdtempSync(`${tmpdir()}${sep}arium-py-`);
-    const paths = { executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir };
+    const paths = { executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir, needs: interpreter.needs, libraries };
     // Each call's working folder inside is its own uid's, mode 0700; this one only lets them be reached.
     if (workRoot) chmodSync(workRoot, 0o711);
     const config = {

@@ -34,6 +34,7 @@ const STOP_GRACE_MS = 3_000;
 const LEVELS: ReadonlySet<string> = new Set(['log', 'info', 'warn', 'error', 'stdout', 'stderr']);
 const SIGXCPU = 24;
 const SIGKILL = 9;
+const MAX_INTRUSIONS = 16;
 
 interface Pending {
   ctx: RunContext;
@@ -148,6 +149,8 @@ export class ServerProcess {
         input: ctx.input,
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         log_bytes: logBytes,
+        // Past the permission gate, a declared permission is a granted one: only then may the call run programs.
+        exec: ctx.tool.declared.some((permission) => permission.name === 'sys.exec'),
         tool: ctx.tool.spec.id,
         run_id: ctx.runId,
         trace_id: ctx.traceId,
@@ -237,6 +240,13 @@ export class ServerProcess {
     if (pending.stopTimer) clearTimeout(pending.stopTimer);
     pending.ctx.signal.removeEventListener('abort', pending.onAbort);
     this.#idle();
+    if (Array.isArray(frame.intrusions)) {
+      // Said by the call's own process (the tool could forge more): at most a few, each a bounded string, about itself; also
+      // for a call already ended (a timeout), since the attempt was made.
+      for (const operation of frame.intrusions.slice(0, MAX_INTRUSIONS)) {
+        pending.ctx.intrusion(String(operation).slice(0, 300), 'running a program needs the sys.exec permission, which the tool does not declare');
+      }
+    }
     if (pending.settled) return;
     pending.settled = true;
     const logs = Array.isArray(frame.logs) ? (frame.logs as Frame[]) : [];
@@ -258,7 +268,7 @@ export class ServerProcess {
     const id = ctx.tool.spec.id;
     const failure = frame.failure as Frame | undefined;
     if (failure && typeof failure === 'object') {
-      const code = failure.code === 'BUSY' || failure.code === 'OUTPUT_LIMIT' || failure.code === 'UNAVAILABLE' ? failure.code : 'TOOL_ERROR';
+      const code = failure.code === 'BUSY' || failure.code === 'UNAVAILABLE' ? failure.code : 'TOOL_ERROR';
       throw new ToolFailure('execution', code, String(failure.message));
     }
     const reply = frame.reply as Frame | undefined;
@@ -280,8 +290,14 @@ export class ServerProcess {
       switch (reply.kind) {
         case 'memory':
           throw this.#memory(ctx, 'MemoryError');
-        case 'invalid_output':
-          throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned a value that is not JSON: ${message}`);
+        case 'invalid_output': {
+          if (typeof reply.pointer !== 'string')
+            throw new ToolFailure('execution', 'INVALID_OUTPUT', `${id} returned a value that is not JSON: ${message}`);
+          const reason = String(reply.reason ?? message);
+          throw new ToolFailure('execution', 'INVALID_OUTPUT', `The output is not plain JSON at "${reply.pointer || '/'}": ${reason}`, {
+            details: { pointer: reply.pointer, reason },
+          });
+        }
         case 'output_limit':
           throw new ToolFailure('execution', 'OUTPUT_LIMIT', `${id} returned more than ${ctx.limits.output_bytes} bytes of JSON (${message})`, {
             details: { limit: ctx.limits.output_bytes },

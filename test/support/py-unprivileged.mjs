@@ -25,6 +25,9 @@ for (const mode of modes) {
       identity: await call({ attack: 'identity' }),
       network: await call({ attack: 'network' }),
       files: await call({ attack: 'host-files', paths: ['/etc/passwd', workspace] }),
+      programs: await call({ attack: 'run-programs' }),
+      stdlib: await (async (result) => (result.ok ? result.data : { error: result.error }))(await engine.call('py.stdlib', {})),
+      view: mode === 'rlimits' ? null : await call({ attack: 'programs-in-view' }),
       // With namespaces only: with rlimits these folders are the host's.
       persistence:
         mode === 'rlimits'
