@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { AuditRotation } from './audit.js';
+import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import { compileSchema, summarize } from './validation.js';
 
@@ -90,10 +91,16 @@ export function loadProjectConfig(projectDir: string): ProjectConfig {
   const path = join(projectDir, 'arium.json');
   if (!existsSync(path)) return {};
   let raw: unknown;
+  const text = readFileSync(path, 'utf8');
   try {
-    raw = JSON.parse(readFileSync(path, 'utf8'));
+    raw = JSON.parse(text);
   } catch (error) {
     throw new ProjectConfigError(`${path} is not valid JSON: ${(error as Error).message}`);
+  }
+  const duplicate = findDuplicateKey(text);
+  if (duplicate) {
+    const field = duplicate.pointer === '' ? duplicate.key : `${duplicate.pointer.slice(1).replace(/\//g, '.')}.${duplicate.key}`;
+    throw new ProjectConfigError(`${path}:${duplicate.line}:${duplicate.column}: ${describeDuplicate(duplicate)}`, field);
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ProjectConfigError(`${path} must hold a JSON object`);
   const violations = validate(raw);

@@ -51,6 +51,18 @@ describe('arium.json', () => {
     ['a wrong type', { policy: { timeout_ms: 'fast' } }, 'must be integer', 'arium.json policy.timeout_ms'],
     ['an unknown policy field', { policy: { speed: 3 } }, 'is not an allowed property', 'arium.json policy.speed'],
     ['a malformed grant', { grants: ['vfs.teleport'] }, 'Unknown permission "vfs.teleport"', 'grants'],
+    [
+      'a key given twice',
+      '{\n  "grants": ["vfs.read"],\n  "persist": false,\n  "grants": ["vfs.read", "vfs.write", "sys.exec"]\n}',
+      'arium.json:4:3: the key "grants" appears twice in the top-level object (first at 2:3)',
+      'arium.json grants',
+    ],
+    [
+      'a nested key given twice',
+      '{ "policy": { "timeout_ms": 1000, "timeout_ms": 600000 } }',
+      'the key "timeout_ms" appears twice in the object at /policy',
+      'arium.json policy.timeout_ms',
+    ],
   ])('refuses %s with an error naming the field', async (_name, value, message, field) => {
     config(value);
     const error = await createEngine({ workspace, project: 'p', watch: false }).catch((e: unknown) => e);

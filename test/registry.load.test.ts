@@ -88,6 +88,14 @@ const BAD: Array<[string, string[], string | undefined]> = [
   ['bad-permission.json', [SCHEMA_MISMATCH, '/permissions/1: must match pattern'], '/permissions/1'],
   ['bad-permission-scope.json', ['vfs.read:/docs/../etc/**', 'must not contain "." or ".." segments'], '/permissions/1'],
   ['bad-limits.json', [SCHEMA_MISMATCH, '/limits/timeout_ms: must be <= 600000'], '/limits/timeout_ms'],
+  [
+    'bad-duplicate-permissions.json',
+    ['the key "permissions" appears twice in the top-level object', 'first at 6:3', 'JSON keeps only the last'],
+    '8:3',
+  ],
+  ['bad-duplicate-nested.json', ['the key "maxLength" appears twice in the object at /schema/properties/text', 'first at 10:35'], '10:52'],
+  ['bad-id-constructor.json', ['the id "constructor" has the segment "constructor"', 'member every JavaScript object has'], '/id'],
+  ['bad-id-prototype-segment.json', ['the segment "hasownproperty"', 'choose another name'], '/id'],
   ['dup-b.json', ['duplicate id "dup.tool"', 'already defined by tools/dup-a.json', 'first file (in name order) wins'], '/id'],
   // Made by beforeAll in the temporary copy:
   ['bad-huge.json', [`over the limit of ${DEFAULT_REGISTRY_LIMITS.max_definition_bytes} bytes`], undefined],
@@ -158,7 +166,19 @@ describe('a tools folder full of malformed definitions', () => {
   });
 
   it('never serves a rejected definition', async () => {
-    for (const id of ['bad.malformed', 'bad.builtin', 'bad.huge', 'bad.entry-symlink', 'linked.def', 'Text.Upper', '../x']) {
+    for (const id of [
+      'bad.malformed',
+      'bad.duplicate-permissions',
+      'bad.duplicate-nested',
+      'constructor',
+      'text.hasownproperty',
+      'bad.builtin',
+      'bad.huge',
+      'bad.entry-symlink',
+      'linked.def',
+      'Text.Upper',
+      '../x',
+    ]) {
       const result = await engine.call(id, {});
       expect(result.ok ? null : [result.error.stage, result.error.code]).toEqual(['validation', 'UNKNOWN_TOOL']);
     }

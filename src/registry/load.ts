@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { open, readFile, realpath, stat } from 'node:fs/promises';
 import { extname, isAbsolute, relative, resolve, sep } from 'node:path';
 import type { RegistryProblem } from '../events.js';
+import { describeDuplicate, findDuplicateKey } from '../json-keys.js';
 import type { RegistryLimits } from '../limits.js';
 import { PermissionSyntaxError, parsePermission } from '../permissions.js';
 import type { Tool, ToolSpec } from '../tool.js';
@@ -79,8 +80,9 @@ function parseJson(raw: string): unknown {
   // parser ignore it): such a file is not malformed.
   const text = raw.charCodeAt(0) === 0xfeff ? raw.slice(1) : raw;
   if (text.trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a JSON object');
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch (error) {
     const message = (error as Error).message;
     const position = /position (\d+)/.exec(message);
@@ -94,9 +96,23 @@ function parseJson(raw: string): unknown {
     }
     throw new DefinitionError(`malformed JSON: ${message}`, at);
   }
+  const duplicate = findDuplicateKey(text);
+  if (duplicate) {
+    const id = typeof (value as { id?: unknown })?.id === 'string' ? (value as { id: string }).id : undefined;
+    throw new DefinitionError(describeDuplicate(duplicate), `${duplicate.line}:${duplicate.column}`, id);
+  }
+  return value;
 }
 
 const metaValidator = compileSchema(TOOL_META_SCHEMA);
+
+/**
+ * Id segments that name members of `Object.prototype` (and `prototype`), compared in lower case as the
+ * id pattern allows only lower case: `constructor`, `tostring`, `hasownproperty`, `__proto__`…
+ */
+const OBJECT_MEMBER_NAMES: ReadonlySet<string> = new Set(
+  [...Object.getOwnPropertyNames(Object.prototype), 'prototype'].map((name) => name.toLowerCase()),
+);
 
 async function buildTool(text: string, shown: string, ctx: LoadContext): Promise<Tool> {
   const raw = parseJson(text);
@@ -115,6 +131,14 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   }
   const spec = raw as ToolSpec;
   const id = spec.id;
+  const member = id.split('.').find((segment) => OBJECT_MEMBER_NAMES.has(segment));
+  if (member !== undefined) {
+    throw new DefinitionError(
+      `the id "${id}" has the segment "${member}", the name of a member every JavaScript object has; surfaces that key objects by id (HTTP routes, exports, MCP names) would reach that member, so choose another name`,
+      '/id',
+      id,
+    );
+  }
   if (ctx.reserved.has(id)) throw new DefinitionError(`the id "${id}" belongs to a builtin tool; choose another id`, '/id', id);
   if (spec.schema.type !== 'object') {
     throw new DefinitionError('the input schema must have "type": "object" at its root (tools take named arguments)', '/schema/type', id);
