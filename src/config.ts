@@ -28,6 +28,8 @@ export interface ProjectConfig {
   python?: string;
   /** Refuse to run Python tools without namespace isolation. */
   strict?: boolean;
+  /** `refuse`: a definition changed to ask for more permissions waits for a restart (default `allow`). */
+  permission_widening?: 'allow' | 'refuse';
 }
 
 const positiveIntegers = (keys: readonly string[]) =>
@@ -71,6 +73,7 @@ export const PROJECT_CONFIG_SCHEMA = {
     },
     python: { type: 'string', minLength: 1 },
     strict: { type: 'boolean' },
+    permission_widening: { enum: ['allow', 'refuse'], description: 'default allow' },
   },
 } as const;
 

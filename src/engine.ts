@@ -10,7 +10,7 @@ import { type CallOptions, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError } from './permissions.js';
-import { Registry } from './registry/registry.js';
+import { type PermissionWidening, Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
 import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
@@ -32,6 +32,11 @@ export interface EngineOptions {
   registryLimits?: Partial<RegistryLimits>;
   /** Watch the tools folder and reload on change. Default true. */
   watch?: boolean;
+  /**
+   * A reloaded definition that asks for more permissions than the version it replaces: `allow` serves
+   * it (default), `refuse` keeps the approved version until a restart. Both emit a `SecurityEvent`.
+   */
+  permissionWidening?: PermissionWidening;
   /** Append every event to a JSONL file: `true` for `<project>/.arium/audit.jsonl`, or a path. */
   auditLog?: AuditSetting;
   /**
@@ -188,6 +193,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     throw error;
   }
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
+  const widening = options.permissionWidening ?? config.permission_widening ?? 'allow';
+  if (widening !== 'allow' && widening !== 'refuse') {
+    throw new EngineConfigError(`permissionWidening must be "allow" or "refuse" (got ${JSON.stringify(widening)})`, 'permissionWidening');
+  }
   const bus = new EventBus();
   let audit: AuditLog | null = null;
   const auditing = auditSettings(options.auditLog ?? config.audit_log, projectDir, options.auditLog === undefined ? projectDir : resolve('.'));
@@ -218,6 +227,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     toolsPath: join(realProject, 'tools'),
     builtins: builtin.tools(),
     limits: registryLimits,
+    widening,
+    onSecurity: (event) => bus.publish(event),
     checkCode: (tool) => runners.get(tool.spec.runner)?.check?.(tool) ?? Promise.resolve(null),
     onRetired: (tools) => {
       for (const tool of tools) runners.get(tool.spec.runner)?.forget?.(tool);

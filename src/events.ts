@@ -48,15 +48,27 @@ export interface ToolErrorEvent extends BaseEvent {
   input?: unknown;
 }
 
-export interface SecurityEvent extends BaseEvent {
+export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {
   type: 'SecurityEvent';
+  /** The call's ids; null for a widening found by a reload, which belongs to no call. */
+  run_id: string | null;
+  trace_id: string | null;
   tool: string;
-  action: 'denied' | 'intrusion';
+  /**
+   * `denied`: a permission was missing; `intrusion`: the tool tried to leave its sandbox;
+   * `widened`: a reloaded definition asks for more than the version it replaces, and is served;
+   * `widening_refused`: the same, refused because the project says so (`permission_widening`).
+   */
+  action: 'denied' | 'intrusion' | 'widened' | 'widening_refused';
   /** The permission that was missing, for `denied`. */
   permission: string | null;
-  /** What the tool tried, e.g. `vfs.write /etc/x` or `import node:fs`. */
+  /** What the tool tried, e.g. `vfs.write /etc/x` or `import node:fs`; for a widening, `reload tools/x.json`. */
   operation: string | null;
   reason: string;
+  /** For a widening: the permissions before and after, and the ones the old version did not cover. */
+  previous_permissions?: string[];
+  permissions?: string[];
+  added_permissions?: string[];
 }
 
 export interface RegistryProblem {

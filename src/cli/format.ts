@@ -47,7 +47,12 @@ export function formatEvent(e: EngineEvent, c: Paint): string {
     case 'ToolErrorEvent':
       return `${time} ${c.red('error     ')} ${e.tool} ${e.error.code} at ${e.error.stage}`;
     case 'SecurityEvent': {
-      const what = e.action === 'denied' ? `needs ${e.permission ?? '?'}` : (e.operation ?? e.reason);
+      const what =
+        e.action === 'denied'
+          ? `needs ${e.permission ?? '?'}`
+          : e.action === 'widened' || e.action === 'widening_refused'
+            ? `${e.operation ?? 'reload'} adds ${(e.added_permissions ?? []).join(', ')}`
+            : (e.operation ?? e.reason);
       return `${time} ${c.magenta('security  ')} ${e.tool} ${e.action}: ${what}`;
     }
     case 'RegistryChangeEvent': {

@@ -1,8 +1,9 @@
 import { readdir, realpath, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type FSWatcher, watch } from 'chokidar';
-import type { RegistryChangeEvent, RegistryProblem } from '../events.js';
+import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
+import { GrantSet } from '../permissions.js';
 import type { CodeProblem } from '../runner.js';
 import type { Tool } from '../tool.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
@@ -36,6 +37,21 @@ export interface RegistryOptions {
   debounceMs?: number;
   /** Looks for syntax errors in a served tool's code (its runner's `check`); what it finds is a problem. */
   checkCode?: (tool: Tool) => Promise<CodeProblem | null>;
+  /**
+   * What to do when a reloaded definition declares permissions the version it replaces did not cover:
+   * `allow` serves it (default), `refuse` keeps the approved version until the engine restarts. Either
+   * way `onSecurity` hears of it.
+   */
+  widening?: PermissionWidening;
+  onSecurity?: (event: SecurityEvent) => void;
+}
+
+export type PermissionWidening = 'allow' | 'refuse';
+
+/** The permissions of `next` that `approved` does not cover (a changed scope that is not narrower counts). */
+export function widenedPermissions(approved: readonly string[], next: readonly string[]): string[] {
+  const base = new GrantSet(approved);
+  return next.filter((text) => base.narrow([text]).permissions.length === 0);
 }
 
 /**
@@ -68,6 +84,15 @@ export class Registry {
   #rescanRequested = false;
   #forceReload = false;
   #closed = false;
+  /**
+   * The permissions last approved for each id: those of the version first served, then of each
+   * version served since (with `refuse`, only versions that did not widen). Kept after a tool is
+   * removed, so removing a file and adding it back wider is a widening too.
+   */
+  readonly #approved = new Map<string, readonly string[]>();
+  /** Versions already reported as refused (by hash), so a rescan does not report one twice. */
+  readonly #refusedReported = new Set<string>();
+  #initialScanDone = false;
 
   constructor(options: RegistryOptions) {
     this.#options = options;
@@ -287,8 +312,10 @@ export class Registry {
         problems.push({ file: owner.source, id, message: `the project already has ${limits.max_tools} tools, the most one project may define` });
         continue;
       }
-      next.set(id, owner);
+      const served = this.#checkWidening(owner, problems);
+      if (served) next.set(id, served);
     }
+    this.#initialScanDone = true;
     const check = this.#options.checkCode;
     if (check) {
       // The tool is still served (a call reports the same error, in full); the problem says it early.
@@ -304,6 +331,56 @@ export class Registry {
       }
     }
     this.#publish(next, problems);
+  }
+
+  /**
+   * The version of an id to serve, given the one the files now define: that one, unless it widens the
+   * approved permissions and the project refuses widening (then the version served until now, or none).
+   */
+  #checkWidening(tool: Tool, problems: RegistryProblem[]): Tool | null {
+    const id = tool.spec.id;
+    const now = tool.spec.permissions ?? [];
+    const approved = this.#approved.get(id);
+    const added = approved && this.#initialScanDone ? widenedPermissions(approved, now) : [];
+    if (added.length === 0) {
+      this.#approved.set(id, now);
+      return tool;
+    }
+    const previous = approved as readonly string[];
+    const refuse = this.#options.widening === 'refuse';
+    const current = this.#tools.get(id);
+    const keep = refuse && current && widenedPermissions(previous, current.spec.permissions ?? []).length === 0 ? current : null;
+    if (refuse) {
+      problems.push({
+        file: tool.source,
+        id,
+        at: '/permissions',
+        message: `this version asks for ${added.join(', ')} beyond the approved ${JSON.stringify(previous)}, and the project refuses widening while it runs ("permission_widening": "refuse"): restart the engine to apply it${keep ? ' (still serving the approved version)' : ''}`,
+        ...(keep ? { stale: true } : {}),
+      });
+    }
+    const report = !refuse || !this.#refusedReported.has(tool.hash);
+    if (refuse) this.#refusedReported.add(tool.hash);
+    else this.#approved.set(id, now);
+    if (report) {
+      this.#options.onSecurity?.({
+        type: 'SecurityEvent',
+        at: new Date().toISOString(),
+        run_id: null,
+        trace_id: null,
+        tool: id,
+        action: refuse ? 'widening_refused' : 'widened',
+        permission: added[0] as string,
+        operation: `reload ${tool.source}`,
+        reason: refuse
+          ? `${tool.source} was changed to ask for ${added.join(', ')}; refused until the engine restarts`
+          : `${tool.source} was changed to ask for ${added.join(', ')}; served from the next call`,
+        previous_permissions: [...previous],
+        permissions: [...now],
+        added_permissions: added,
+      });
+    }
+    return refuse ? keep : tool;
   }
 
   /** The tools folder's real path; null (no tools, no problem) when the project has none. */
