@@ -394,7 +394,11 @@ class _Channel:
         if reply.get("ok") is True:
             return reply.get("value")
         error = reply.get("error") or {}
-        raise VfsError(str(error.get("code", "INTERNAL")), str(error.get("message", "ctx.vfs failed")), error.get("details"))
+        failure = VfsError(str(error.get("code", "INTERNAL")), str(error.get("message", "ctx.vfs failed")), error.get("details"))
+        # Which request failed: if the tool lets this error escape, the engine ends the call with the code
+        # it recorded for that request (a tool can change .code, but not what the engine said).
+        failure._arium_seq = seq
+        raise failure
 
 
 class Vfs:
@@ -621,7 +625,10 @@ def serve(config, channel_fd, entries, code):
     except MemoryError:
         reply = {"t": "error", "kind": "memory", "message": "MemoryError"}
     except VfsError as error:
-        reply = {"t": "error", "kind": "vfs", "code": error.code, "message": str(error), "traceback": _clean_traceback(error, tools_prefix)}
+        reply = {"t": "error", "kind": "vfs", "code": str(error.code), "message": str(error), "traceback": _clean_traceback(error, tools_prefix)}
+        seq = getattr(error, "_arium_seq", None)
+        if type(seq) is int:
+            reply["seq"] = seq
     except BaseException as error:  # SystemExit and KeyboardInterrupt are tool failures too
         try:
             stack = _clean_traceback(error, tools_prefix)

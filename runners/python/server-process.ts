@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
-import { endsCall, isVfsOp, runVfsOp, toWire } from '../shared/vfs-ops.js';
+import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
 
 /**
  * The engine's side of one Python fork server (python/arium_server.py): frames over fd 3 (to it) and
@@ -43,7 +43,12 @@ interface Pending {
   settled: boolean;
   onAbort: () => void;
   stopTimer: NodeJS.Timeout | null;
+  /** The last ctx.vfs failures the engine answered, by the request's seq: an escaping one ends the call with its code. */
+  vfsFailures: Map<number, ToolFailure>;
 }
+
+/** How many ctx.vfs failures a call remembers (a tool that catches thousands keeps only the latest). */
+const REMEMBERED_VFS_FAILURES = 64;
 
 type Frame = Record<string, unknown>;
 
@@ -136,7 +141,7 @@ export class ServerProcess {
   call(ctx: RunContext, entry: string, logBytes: number): Promise<unknown> {
     const id = ++this.#seq;
     return new Promise((resolve, reject) => {
-      const pending: Pending = { ctx, resolve, reject, settled: false, onAbort: () => this.#abort(id), stopTimer: null };
+      const pending: Pending = { ctx, resolve, reject, settled: false, onAbort: () => this.#abort(id), stopTimer: null, vfsFailures: new Map() };
       this.#calls.set(id, pending);
       this.#busy();
       ctx.signal.addEventListener('abort', pending.onAbort, { once: true });
@@ -228,6 +233,10 @@ export class ServerProcess {
         this.#settle(id, failure);
         this.#send({ t: 'kill', id });
       }
+      if (typeof seq === 'number') {
+        pending.vfsFailures.set(seq, failure);
+        if (pending.vfsFailures.size > REMEMBERED_VFS_FAILURES) pending.vfsFailures.delete(pending.vfsFailures.keys().next().value as number);
+      }
       reply({ ok: false, error: toWire(failure) });
     }
   }
@@ -257,14 +266,15 @@ export class ServerProcess {
     const dropped = Number(frame.dropped);
     if (Number.isSafeInteger(dropped) && dropped > 0) pending.ctx.meta.logs_dropped = dropped;
     try {
-      pending.resolve(this.#outcome(pending.ctx, frame, logs));
+      pending.resolve(this.#outcome(pending, frame, logs));
     } catch (error) {
       pending.reject(error);
     }
   }
 
   /** The tool's output, or the failure to throw: from what the server saw of the call. */
-  #outcome(ctx: RunContext, frame: Frame, logs: Frame[]): unknown {
+  #outcome(pending: Pending, frame: Frame, logs: Frame[]): unknown {
+    const { ctx } = pending;
     const id = ctx.tool.spec.id;
     const failure = frame.failure as Frame | undefined;
     if (failure && typeof failure === 'object') {
@@ -304,8 +314,19 @@ export class ServerProcess {
           });
         case 'sandbox':
           throw new ToolFailure('execution', 'UNAVAILABLE', `The Python sandbox could not confine the call: ${message}`);
-        case 'vfs':
-          throw new ToolFailure('execution', 'TOOL_ERROR', `${id} failed: ${message}`, { ...stack, details: { vfs_code: String(reply.code) } });
+        case 'vfs': {
+          // Only a failure the engine itself answered (looked up by its request) gives the call its code:
+          // the reply comes from the tool's own process, which could claim any code.
+          const recorded = typeof reply.seq === 'number' ? pending.vfsFailures.get(reply.seq) : undefined;
+          const code = recorded ? uncaughtVfsCode(recorded.code) : 'TOOL_ERROR';
+          if (recorded && code !== 'TOOL_ERROR') {
+            throw new ToolFailure('execution', code, recorded.message, { ...stack, ...(recorded.details ? { details: recorded.details } : {}) });
+          }
+          throw new ToolFailure('execution', 'TOOL_ERROR', `VfsError: ${message}`, {
+            ...stack,
+            details: { name: 'VfsError', vfs_code: String(recorded?.code ?? reply.code).slice(0, 64) },
+          });
+        }
         default:
           throw new ToolFailure('execution', 'TOOL_ERROR', message || `${id} raised an exception`, stack);
       }
