@@ -20,6 +20,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createEngine, type Engine } from '../src/index.js';
+import { Journal } from '../src/store/journal.js';
 import { ProjectLock, ProjectLockedError } from '../src/store/lock.js';
 import { ObjectStore } from '../src/store/objects.js';
 import { StateCorruptError, VfsState } from '../src/vfs/state.js';
@@ -81,6 +82,18 @@ function crashCopy(to: string, from = 'p', shareObjects = false): string {
  * dependencies. Made once per test file, removed after it.
  */
 let built: string | null = null;
+/** The first `count` bytes of `buffers`, as the buffers (or parts of them) that hold them. */
+function firstBytes(buffers: Uint8Array[], count: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  let budget = count;
+  for (const b of buffers) {
+    if (budget === 0) break;
+    out.push(b.subarray(0, Math.min(b.length, budget)));
+    budget -= Math.min(b.length, budget);
+  }
+  return out;
+}
+
 function privateBuild(): string {
   if (built) return built;
   const out = join(ROOT, 'node_modules', '.cache', `arium-durability-${process.pid}`);
@@ -686,19 +699,52 @@ describe('a full disk', () => {
     }
   });
 
+  it('a journal write cut short goes on where it stopped, and the record reads back whole', async () => {
+    const engine = await open();
+    const content = randomBytes(300_000);
+    try {
+      const real = fs.writevSync;
+      let calls = 0;
+      vi.spyOn(fs, 'writevSync').mockImplementation(((fd: number, buffers: Uint8Array[]) => {
+        calls++;
+        // Each call writes at most 100,000 bytes, ending mid-buffer: the rest must follow in order.
+        return real(fd, firstBytes(buffers, 100_000));
+      }) as typeof fs.writevSync);
+      syncBuiltinESMExports();
+      const result = await engine.call('fs.write', { path: '/big.bin', content: content.toString('base64'), encoding: 'base64' });
+      expect(result.ok).toBe(true);
+      expect(calls).toBeGreaterThanOrEqual(4);
+      vi.restoreAllMocks();
+      syncBuiltinESMExports();
+      crashCopy('q');
+    } finally {
+      vi.restoreAllMocks();
+      syncBuiltinESMExports();
+      await engine.close();
+    }
+    const after = await open({ project: 'q' });
+    try {
+      expect(after.vfs.read('/big.bin').equals(content)).toBe(true);
+      expect(after.recovery).toEqual({ torn_bytes: 0, lost: [] });
+    } finally {
+      await after.close();
+    }
+  });
+
   it('a journal write cut short by ENOSPC leaves no partial record behind', async () => {
     const engine = await open();
     try {
       engine.vfs.write('/before.txt', 'before');
       const journal = join(stateDir(), 'journal');
       const size = statSync(journal).size;
-      const real = fs.writeSync;
+      const real = fs.writevSync;
       let calls = 0;
-      vi.spyOn(fs, 'writeSync').mockImplementation(((fd: number, buffer: Uint8Array, offset: number, length: number) => {
+      vi.spyOn(fs, 'writevSync').mockImplementation(((fd: number, buffers: Uint8Array[]) => {
         calls++;
-        if (calls === 1) return real(fd, buffer, offset, Math.floor(length / 2));
-        throw enospc();
-      }) as typeof fs.writeSync);
+        if (calls > 1) throw enospc();
+        // The first write stops halfway through the record, as a filling disk makes it.
+        return real(fd, firstBytes(buffers, Math.floor(buffers.reduce((n, b) => n + b.length, 0) / 2)));
+      }) as typeof fs.writevSync);
       syncBuiltinESMExports();
       const result = await engine.call('fs.write', { path: '/full.txt', content: 'y'.repeat(5000) });
       expect(result.ok ? null : result.error.code).toBe('UNAVAILABLE');
@@ -717,6 +763,27 @@ describe('a full disk', () => {
       expect(after.recovery).toEqual({ torn_bytes: 0, lost: [] });
     } finally {
       await after.close();
+    }
+  });
+
+  it('a record of more parts than one writev takes (3,000 writes) reads back whole', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'arium-journal-'));
+    try {
+      const journal = new Journal(join(dir, 'journal'));
+      const ops = Array.from({ length: 3000 }, (_, i) => ({ op: 'write' as const, path: `/f${i}`, data: Buffer.from(`file ${i}`) }));
+      journal.append({ seq: 1, ops });
+      journal.close();
+      const again = new Journal(join(dir, 'journal'));
+      const { records, droppedBytes } = again.replay();
+      again.close();
+      expect(droppedBytes).toBe(0);
+      expect(records).toHaveLength(1);
+      const replayed = records[0]?.ops ?? [];
+      expect(replayed.map((op) => (op.op === 'write' ? `${op.path}=${op.data.toString()}` : op.op))).toEqual(
+        ops.map((op) => `${op.path}=file ${op.path.slice(2)}`),
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -12,8 +12,9 @@ const TABLE = (() => {
   return table;
 })();
 
-export function crc32(data: Uint8Array, start = 0, end = data.length): number {
-  let c = 0xffffffff;
+/** CRC-32 of `data[start, end)`; pass the CRC of what came before as `previous` to go on from it. */
+export function crc32(data: Uint8Array, start = 0, end = data.length, previous = 0): number {
+  let c = (previous ^ 0xffffffff) >>> 0;
   for (let i = start; i < end; i++) c = (TABLE[(c ^ (data[i] as number)) & 0xff] as number) ^ (c >>> 8);
   return (c ^ 0xffffffff) >>> 0;
 }

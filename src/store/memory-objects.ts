@@ -1,4 +1,4 @@
-import { CorruptObjectError, type ObjectKind, ObjectStore, type StoredObject } from './objects.js';
+import { CorruptObjectError, type ObjectKind, ObjectStore, owned, type StoredObject } from './objects.js';
 
 /** The object store of an engine that keeps no state on disk: same contract, held in a Map (trees whole). */
 export class MemoryObjectStore {
@@ -10,7 +10,8 @@ export class MemoryObjectStore {
 
   put(kind: ObjectKind, bytes: Uint8Array, _base?: string): string {
     const hash = ObjectStore.hash(kind, bytes);
-    if (!this.#objects.has(hash)) this.#objects.set(hash, Buffer.from(bytes));
+    // Taken, not copied (see ObjectStore.put).
+    if (!this.#objects.has(hash)) this.#objects.set(hash, owned(bytes));
     return hash;
   }
 

@@ -16,6 +16,11 @@ import { dirname, join } from 'node:path';
 import { fsyncDir, writeSynced } from './atomic.js';
 import { applyDelta, decodeDelta, decodeTree, diffEntries, encodeDelta, encodeTree, isDelta, MAX_DELTA_DEPTH } from './tree-format.js';
 
+/** `bytes` as a Buffer over the same memory. */
+export function owned(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
 export type ObjectKind = 'blob' | 'tree';
 
 /** Thrown when a stored object is missing or its bytes no longer match its name. */
@@ -102,7 +107,9 @@ export class ObjectStore {
   put(kind: ObjectKind, bytes: Uint8Array, base?: string): string {
     const hash = ObjectStore.hash(kind, bytes);
     if ((kind === 'tree' && this.#trees.has(hash)) || this.#pending.has(hash) || existsSync(this.#path(hash))) return hash;
-    const canonical = Buffer.from(bytes);
+    // Taken, not copied: callers hand over bytes that nothing changes afterwards (a VFS file's own
+    // buffer, a freshly encoded tree).
+    const canonical = owned(bytes);
     let stored: Buffer = canonical;
     if (kind === 'tree') {
       let depth = 0;

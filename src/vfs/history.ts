@@ -153,7 +153,9 @@ export class HostVfs {
   }
 
   write(path: unknown, data: Buffer | string, options?: WriteOptions): WriteOutcome {
-    return this.#change((txn) => txn.write(path, data, options));
+    // The VFS keeps the buffer it is given: the host's own could change after this returns.
+    const owned = typeof data === 'string' ? data : Buffer.from(data);
+    return this.#change((txn) => txn.write(path, owned, options));
   }
 
   mkdir(path: unknown, options?: { parents?: boolean }): { created: boolean; path: string } {

@@ -136,8 +136,8 @@ export class Transaction {
     if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
     if (type === 'file' && options.exclusive) throw fail('ALREADY_EXISTS', `File already exists: ${path}`, path);
     const previous = type === 'file' ? this.read(path) : null;
-    // A Buffer is taken as it is, not copied: every caller hands over one of its own, and the committed
-    // tree copies what it stores. A copy here held each write twice until the call ended.
+    // A Buffer is taken as it is, not copied: every caller hands over one of its own (engine.vfs copies
+    // the host's), and the committed tree keeps this same buffer. A copy held each write twice.
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.isBuffer(data) ? data : Buffer.from(data);
     this.#spend(bytes.length, path);
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;

@@ -73,7 +73,7 @@ export class TreeIndex {
       } else {
         let file = this.#files.get(path);
         if (!file) {
-          const data = vfs.read(path);
+          const data = vfs.peek(path);
           file = [store.put('blob', data), data.length];
           this.#files.set(path, file);
         }

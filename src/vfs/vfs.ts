@@ -3,6 +3,16 @@ import { ToolFailure } from '../errors.js';
 import { DEFAULT_VFS_QUOTA, type VfsQuota } from '../limits.js';
 import { isWithin, normalizePath, parentOf } from './path.js';
 
+const EMPTY = Buffer.alloc(0);
+
+/** The part of memfs's (4.x) core that lets a file's node take a buffer without copying it. */
+interface MemfsNode {
+  _setBuf?(buf: Buffer): void;
+}
+interface MemfsCore {
+  getResolvedLink?(path: string): { getNode?(): MemfsNode } | null;
+}
+
 /**
  * The engine's virtual filesystem: an in-memory POSIX tree on memfs. Nothing here imports `node:fs`;
  * a test spies on the host filesystem to prove no VFS operation reaches it. Every public method takes
@@ -123,6 +133,23 @@ export class Vfs {
     return path === '/' || this.#typeOf(path) !== null;
   }
 
+  /**
+   * A file's bytes as the VFS holds them, not a copy (`read` copies): for the engine's own readers that
+   * only hash or store them, such as checkpoints and snapshots. The caller must not change them.
+   */
+  peek(path: string): Buffer {
+    const node = this.#node(path);
+    const buf = (node as { buf?: unknown } | undefined)?.buf;
+    const size = (node as { size?: unknown } | undefined)?.size;
+    if (Buffer.isBuffer(buf) && typeof size === 'number') return buf.length === size ? buf : buf.subarray(0, size);
+    return this.read(path);
+  }
+
+  /** memfs's node of a file, when its (4.x) core is there to ask. */
+  #node(path: string): MemfsNode | undefined {
+    return (this.#vol as unknown as { _core?: MemfsCore })._core?.getResolvedLink?.(path)?.getNode?.();
+  }
+
   read(rawPath: unknown): Buffer {
     const path = this.resolve(rawPath);
     // One memfs call on the hot path; the type checks run only when it fails. The VFS API creates no
@@ -163,11 +190,30 @@ export class Vfs {
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
     this.checkQuota(content.length - (previous?.length ?? 0), missing.length + (previous ? 0 : 1), path, content.length);
     for (const dir of missing) this.#vol.mkdirSync(dir);
-    this.#vol.writeFileSync(path, content);
+    this.#store(path, content);
     this.#bytes += content.length - (previous?.length ?? 0);
     this.#nodes += missing.length + (previous ? 0 : 1);
     this.#dirs += missing.length;
     return { created: previous === null, previous, size: content.length };
+  }
+
+  /**
+   * Makes `content` the file's bytes. memfs copies what `writeFileSync` is given into a buffer of the
+   * next power of two (a 96 MiB file took 128 MiB, held beside the caller's copy until it was freed), so
+   * the file's node is handed `content` itself: the VFS owns it from here (callers pass buffers of their
+   * own; `engine.vfs` copies what the host gives). memfs never changes a stored buffer in place (reads
+   * copy, writes replace), so sharing it with a journal record or a snapshot is safe. Should a memfs
+   * version lack the node API, the copy is made.
+   */
+  #store(path: string, content: Buffer): void {
+    if (content.length === 0) {
+      this.#vol.writeFileSync(path, content);
+      return;
+    }
+    this.#vol.writeFileSync(path, EMPTY);
+    const node = this.#node(path);
+    if (node && typeof node._setBuf === 'function') node._setBuf(content);
+    else this.#vol.writeFileSync(path, content);
   }
 
   mkdir(rawPath: unknown, options: { parents?: boolean } = {}): { created: boolean; path: string } {
