@@ -5,7 +5,8 @@ import type { VfsOp, WireError } from '../shared/vfs-ops.js';
 
 /**
  * Messages between the engine and the JS sandbox process (runners/js/worker/main.mjs), over Node's IPC
- * channel as JSON (bytes cross as base64 strings, flagged by `bytes` / `binary`). The worker is plain
+ * channel as JSON (small bytes cross as base64 strings, flagged by `bytes` / `binary`; large writes as
+ * raw bytes on a pipe of their own, see `blob`). The worker is plain
  * JavaScript; these types are the contract it follows.
  *
  * The engine treats what comes back as untrusted data: a tool cannot write these messages, but if V8
@@ -42,8 +43,11 @@ export type ToWorker =
 export type FromWorker =
   | { t: 'ready'; node: string; isolatedVm: string }
   | { t: 'unavailable'; reason: string }
-  /** `binary: 1`: args[1] of a write is base64 of the bytes to write. */
-  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[]; binary?: 1 }
+  /**
+   * `binary: 1`: args[1] of a write is base64 of the bytes to write. `blob: n`: args[1] is null and the
+   * n bytes to write are the next blob on the bulk pipe (fd 4 in the worker), in the order sent.
+   */
+  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[]; binary?: 1; blob?: number }
   | { t: 'done'; id: number; ok: true; data: unknown; logs: LogLine[]; dropped: number }
   | { t: 'done'; id: number; ok: false; error: WireError & { stack?: string }; logs: LogLine[]; dropped: number }
   | { t: 'draining'; reason: string }

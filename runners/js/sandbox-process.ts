@@ -1,4 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
@@ -47,6 +48,12 @@ interface Pending {
 const ANSWER_BYTES = 16 * 1024 * 1024;
 const SMALL_ANSWER = 64 * 1024;
 
+/**
+ * Largest blob the bulk pipe may announce. A write is at most one file (64 MiB by default, and the
+ * quota can be raised), so this only stops a corrupted length from allocating gigabytes.
+ */
+const MAX_BLOB = 1024 * 1024 * 1024;
+
 /** About how large an answer is on the channel: a file's text, or a listing's entries. */
 function answerSize(payload: unknown): number {
   if (typeof payload === 'string') return payload.length;
@@ -79,6 +86,17 @@ export class SandboxProcess {
   #answerPeak = 0;
   /** VFS requests that wait while large answers are being written, in the order they came. */
   readonly #held: Array<Extract<FromWorker, { t: 'vfs' }>> = [];
+  /**
+   * Large writes come as raw bytes on a pipe of their own (the bulk pipe), not as base64 in the JSON
+   * channel: a 64 MiB write took the engine through ~440 MiB of strings and copies that way. Each blob
+   * is read straight into one buffer of its exact size, which the VFS then keeps as the file's bytes.
+   * Blobs complete here in the order the worker sent them, matched to `vfs` messages in that order.
+   */
+  readonly #blobs: Buffer[] = [];
+  readonly #blobHeader = Buffer.alloc(4);
+  #blobHeaderFill = 0;
+  #blob: Buffer | null = null;
+  #blobFill = 0;
   #stderr = '';
   #exited = false;
   #draining = false;
@@ -88,14 +106,18 @@ export class SandboxProcess {
   #closing: Promise<void> | null = null;
 
   constructor(config: SandboxConfig) {
-    this.#child = fork(config.workerPath, [JSON.stringify(config.workerConfig)], {
+    this.#child = fork(config.workerPath, [JSON.stringify({ ...config.workerConfig, bulkFd: 4 })], {
       execArgv: config.execArgv,
-      // JSON costs a third less CPU per message than 'advanced' here; bytes travel as flagged base64.
+      // JSON costs a third less CPU per message than 'advanced' here; small bytes travel as flagged
+      // base64, large writes on the bulk pipe (fd 4).
       serialization: 'json',
       // Tool code never sees this process's environment, but nothing in it should be there to leak.
       env: {},
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc', 'pipe'],
     });
+    const bulk = this.#child.stdio[4] as Readable | null;
+    bulk?.on('data', (chunk: Buffer) => this.#onBulk(chunk));
+    bulk?.on('error', () => {});
     this.#child.stderr?.setEncoding('utf8');
     this.#child.stderr?.on('data', (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-STDERR_KEEP);
@@ -228,15 +250,75 @@ export class SandboxProcess {
     if (this.#answerBytes > this.#answerPeak) this.#answerPeak = this.#answerBytes;
     this.#child.send(message, undefined, undefined, () => {
       this.#answerBytes -= bytes;
-      while (this.#held.length > 0 && this.#answerBytes <= ANSWER_BYTES) this.#vfs(this.#held.shift() as Extract<FromWorker, { t: 'vfs' }>);
+      this.#serveHeld();
     });
+  }
+
+  /**
+   * Serves VFS requests in the order they came, while few enough answer bytes are being written and,
+   * for a request whose bytes come on the bulk pipe, once they are all here.
+   */
+  #serveHeld(): void {
+    while (this.#held.length > 0 && this.#answerBytes <= ANSWER_BYTES) {
+      const next = this.#held[0] as Extract<FromWorker, { t: 'vfs' }>;
+      let blob: Buffer | undefined;
+      if (next.blob !== undefined) {
+        if (this.#blobs.length === 0) return;
+        blob = this.#blobs.shift() as Buffer;
+        if (blob.length !== next.blob) {
+          this.#brokenBulk(`a request announced ${next.blob} bytes and the bulk pipe brought ${blob.length}`);
+          return;
+        }
+      }
+      this.#held.shift();
+      this.#vfs(next, blob);
+    }
+  }
+
+  /** Bytes from the bulk pipe: blobs of a 4-byte little-endian length and that many bytes. */
+  #onBulk(chunk: Buffer): void {
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.#blob === null) {
+        const n = Math.min(4 - this.#blobHeaderFill, chunk.length - at);
+        chunk.copy(this.#blobHeader, this.#blobHeaderFill, at, at + n);
+        this.#blobHeaderFill += n;
+        at += n;
+        if (this.#blobHeaderFill < 4) break;
+        this.#blobHeaderFill = 0;
+        const length = this.#blobHeader.readUInt32LE(0);
+        if (length > MAX_BLOB) {
+          this.#brokenBulk(`the bulk pipe announced a blob of ${length} bytes`);
+          return;
+        }
+        this.#blob = Buffer.allocUnsafe(length);
+        this.#blobFill = 0;
+      }
+      const n = Math.min(this.#blob.length - this.#blobFill, chunk.length - at);
+      chunk.copy(this.#blob, this.#blobFill, at, at + n);
+      this.#blobFill += n;
+      at += n;
+      if (this.#blobFill === this.#blob.length) {
+        this.#blobs.push(this.#blob);
+        this.#blob = null;
+      }
+    }
+    this.#serveHeld();
+  }
+
+  /** The two channels disagree: nothing later can be matched, so the process goes (its calls fail UNAVAILABLE). */
+  #brokenBulk(reason: string): void {
+    this.#stderr = `${this.#stderr}\nbulk pipe out of step: ${reason}`.slice(-STDERR_KEEP);
+    this.#held.length = 0;
+    this.#blobs.length = 0;
+    this.#child.kill('SIGKILL');
   }
 
   #onMessage(message: FromWorker): void {
     switch (message?.t) {
       case 'vfs':
-        if (this.#answerBytes > ANSWER_BYTES || this.#held.length > 0) this.#held.push(message);
-        else this.#vfs(message);
+        this.#held.push(message);
+        this.#serveHeld();
         return;
       case 'done':
         this.#done(message);
@@ -258,7 +340,7 @@ export class SandboxProcess {
   }
 
   /** A `ctx.vfs` request from a running tool, served on the call's own permission-checked VFS. */
-  #vfs(message: Extract<FromWorker, { t: 'vfs' }>): void {
+  #vfs(message: Extract<FromWorker, { t: 'vfs' }>, blob?: Buffer): void {
     const pending = this.#calls.get(message.id);
     const reply = (ok: boolean, payload: unknown) => {
       if (!ok) return this.#send({ t: 'reply', id: message.id, rid: message.rid, ok: false, error: payload as ReturnType<typeof toWire> });
@@ -278,6 +360,7 @@ export class SandboxProcess {
     }
     const args = message.args;
     if (message.binary === 1 && message.op === 'write' && typeof args[1] === 'string') args[1] = new Uint8Array(Buffer.from(args[1], 'base64'));
+    if (blob !== undefined && message.op === 'write') args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
     try {
       reply(true, runVfsOp(pending.ctx.vfs, message.op, args));
     } catch (error) {

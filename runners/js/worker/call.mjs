@@ -17,6 +17,15 @@ const VFS_OPS = new Set(['read', 'write', 'list', 'stat', 'exists', 'delete', 'm
 const LOG_LEVELS = new Set(['log', 'info', 'warn', 'error']);
 /** VFS requests of one call being served by the host at once; the rest wait here, in order. */
 const MAX_IN_FLIGHT = 16;
+/** Write contents from this size on go to the engine on the bulk pipe as raw bytes, not base64. */
+const BULK_MIN = 64 * 1024;
+
+/** Whether a write with these options stores a string as UTF-8 (no encoding, or "utf8"). */
+function writesText(options) {
+  if (options === undefined || options === null) return true;
+  if (typeof options !== 'object' || Array.isArray(options)) return false;
+  return !Object.hasOwn(options, 'encoding') || options.encoding === undefined || options.encoding === 'utf8';
+}
 /** Requests one call may have queued here; the prelude already refuses more than 256 pending (and more than 64 MB). */
 const MAX_QUEUED = 300;
 /** After a result, how long the isolate may keep running what the tool left behind before it is disposed. */
@@ -268,10 +277,21 @@ export class CallRun {
       this.#flying.set(request.rid, request.bytes);
       this.#inFlight++;
       const message = { t: 'vfs', id: this.id, rid: request.rid, op: request.op, args: request.args };
-      // The IPC channel carries JSON: bytes to write travel as base64, flagged.
+      // The IPC channel carries JSON: large contents go as raw bytes on the bulk pipe just before the
+      // message, smaller bytes as base64 in it, flagged.
       const content = request.op === 'write' ? request.args[1] : undefined;
+      let bytes = null;
       if (content instanceof ArrayBuffer || ArrayBuffer.isView(content)) {
-        const bytes = content instanceof ArrayBuffer ? Buffer.from(content) : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+        bytes = content instanceof ArrayBuffer ? Buffer.from(content) : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+      } else if (typeof content === 'string' && content.length >= BULK_MIN && this.#deps.postBulk && writesText(request.args[2])) {
+        // Text the engine would encode as UTF-8 anyway (lone surrogates become U+FFFD either way).
+        bytes = Buffer.from(content, 'utf8');
+      }
+      if (bytes !== null && bytes.length >= BULK_MIN && this.#deps.postBulk) {
+        this.#deps.postBulk(bytes);
+        message.args = [request.args[0], null, request.args[2]];
+        message.blob = bytes.length;
+      } else if (bytes !== null && typeof content !== 'string') {
         message.args = [request.args[0], bytes.toString('base64'), request.args[2]];
         message.binary = 1;
       }

@@ -1,5 +1,6 @@
 import { openSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { Socket } from 'node:net';
 import { CallRun } from './call.mjs';
 import { HostGate } from './host-gate.mjs';
 import { ModuleLoader } from './loader.mjs';
@@ -21,6 +22,23 @@ const config = JSON.parse(process.argv[2] ?? '{}');
 const post = (message) => {
   if (process.connected) process.send(message);
 };
+/**
+ * The bulk pipe: large write contents go to the engine here as raw bytes (a 4-byte little-endian
+ * length, then the bytes), before the `vfs` message that says `blob: length`. The engine matches the
+ * two in order. Without it (an engine that did not open fd 4) they travel as base64 in the message.
+ */
+const bulk = config.bulkFd === 4 ? new Socket({ fd: 4, readable: false, writable: true }) : null;
+bulk?.on('error', () => {});
+const postBulk = bulk
+  ? (bytes) => {
+      const header = Buffer.allocUnsafe(4);
+      header.writeUInt32LE(bytes.length, 0);
+      bulk.cork();
+      bulk.write(header);
+      bulk.write(bytes);
+      bulk.uncork();
+    }
+  : null;
 /** SIGKILL, not exit(): exit() waits for every isolate thread, and one parked by a V8 OOM never returns. */
 const die = () => process.kill(process.pid, 'SIGKILL');
 
@@ -79,6 +97,7 @@ function serve(ivm) {
     loader,
     gate,
     post,
+    postBulk,
     logCap,
     onFinished: (run) => calls.delete(run.id),
   };
