@@ -360,6 +360,10 @@ def compile_main(config, channel_fd, entry):
         os._exit(0)
 
 
+# Write contents from this size on follow their request as raw bytes (a blob), not base64 in the JSON.
+BLOB_MIN = 64 * 1024
+
+
 class VfsError(Exception):
     """A ctx.vfs operation the engine refused or could not do. `code` is the engine's error code."""
 
@@ -380,11 +384,11 @@ class _Channel:
         with self.lock:
             arium_proto.send(self.fd, message)
 
-    def request(self, op, args):
+    def request(self, op, args, blob=None):
         with self.lock:
             self.seq += 1
             seq = self.seq
-            arium_proto.send(self.fd, {"t": "vfs", "seq": seq, "op": op, "args": args})
+            arium_proto.send(self.fd, {"t": "vfs", "seq": seq, "op": op, "args": args}, blob)
             while True:
                 reply = arium_proto.read_frame(self.fd, self.reader)
                 if reply is None:
@@ -415,14 +419,24 @@ class Vfs:
         return base64.b64decode(value) if encoding == "bytes" else value
 
     def write(self, path, content, append=False, exclusive=False, parents=True):
+        blob = None
         if isinstance(content, (bytes, bytearray, memoryview)):
-            data, encoding = base64.b64encode(bytes(content)).decode("ascii"), "base64"
+            blob = bytes(content)
+            data, encoding = None, "base64"
         elif isinstance(content, str):
             data, encoding = content, "utf8"
+            if len(content) >= BLOB_MIN:
+                try:
+                    # Stored as UTF-8 either way; text with a lone surrogate (not encodable) goes as JSON.
+                    blob, data = content.encode("utf-8"), None
+                except UnicodeEncodeError:
+                    pass
         else:
             raise TypeError("content must be str or bytes, not %s" % type(content).__name__)
+        if blob is not None and len(blob) < BLOB_MIN:
+            data, blob = base64.b64encode(blob).decode("ascii"), None
         options = {"encoding": encoding, "append": bool(append), "exclusive": bool(exclusive), "parents": bool(parents)}
-        return self._channel.request("write", [path, data, options])
+        return self._channel.request("write", [path, data, options], blob)
 
     def list(self, path="/", recursive=False, limit=1000):
         return self._channel.request("list", [path, {"recursive": bool(recursive), "limit": limit}])

@@ -5,6 +5,11 @@ byte is "{"). Every channel is a file descriptor of its own (never stdout), so n
 can be taken for a frame. JSON escapes every line break, NUL and quote a string holds, so no string
 inside a frame can end it or start another; a frame's length comes only from its header.
 
+A `vfs` frame may carry bytes: its JSON says `"blob": n` and the n raw bytes follow the frame at once,
+with no header of their own. They reach the reader's caller as `message["blob"]`, a bytes object.
+Large write contents travel so, not as base64 inside the JSON (which the engine had to hold as text,
+parsed text and bytes at once).
+
 Strings may hold lone surrogates ("\ud800": JSON allows them, and a JS caller can send them). They
 cannot be encoded as UTF-8, so a message holding one is sent with every non-ASCII character escaped
 (ensure_ascii): both sides read such escapes back to exactly the same string.
@@ -46,8 +51,13 @@ def write_all(fd, data):
         view = view[written:]
 
 
-def send(fd, message):
-    write_all(fd, encode(message))
+def send(fd, message, blob=None):
+    """Writes one frame; `blob` (bytes-like), when given, follows it raw and the frame says its length."""
+    if blob is None:
+        write_all(fd, encode(message))
+        return
+    write_all(fd, encode(dict(message, blob=len(blob))))
+    write_all(fd, blob)
 
 
 class Reader:
@@ -57,12 +67,23 @@ class Reader:
         self.limit = limit
         self.buffer = bytearray()
         self.need = None
+        # A frame whose blob is still being read, and how many bytes the blob has.
+        self.carrying = None
+        self.blob_need = 0
 
     def feed(self, data):
         """Adds bytes; returns the complete frames (dicts) they finish."""
         self.buffer += data
         frames = []
         while True:
+            if self.carrying is not None:
+                if len(self.buffer) < self.blob_need:
+                    return frames
+                self.carrying["blob"] = bytes(self.buffer[: self.blob_need])
+                del self.buffer[: self.blob_need]
+                frames.append(self.carrying)
+                self.carrying = None
+                continue
             if self.need is None:
                 if len(self.buffer) < 4:
                     return frames
@@ -89,12 +110,18 @@ class Reader:
                 raise FrameError("a message that is not JSON (%s)" % type(error).__name__) from None
             if not isinstance(message, dict):
                 raise FrameError("a message that is not a JSON object")
+            if "blob" in message:
+                size = message["blob"]
+                if message.get("t") != "vfs" or type(size) is not int or size < 0 or size > self.limit:
+                    raise FrameError("a frame announcing a blob it may not carry (%r on a %r frame)" % (size, message.get("t")))
+                self.carrying, self.blob_need = message, size
+                continue
             frames.append(message)
 
     @property
     def partial(self):
         """True when a frame has started but not finished."""
-        return self.need is not None or len(self.buffer) > 0
+        return self.need is not None or self.carrying is not None or len(self.buffer) > 0
 
 
 def read_frame(fd, reader):

@@ -28,6 +28,7 @@ and answers the engine only after it has reaped it, so nothing of the call is le
 """
 
 import base64
+import collections
 import gc
 import json
 import os
@@ -172,6 +173,10 @@ class Call:
         self.partial = {}
         self.deadline = time.monotonic() + job["limits"]["timeout_ms"] / 1000 + DEADLINE_GRACE_S
         self.started = time.monotonic()
+        # Frames on their way to the call's process (its socket does not block: a frame larger than the
+        # socket's buffer goes out as the process reads), and whether the server waits to write more.
+        self.outbox = collections.deque()
+        self.writing = False
 
 
 class Server:
@@ -229,8 +234,8 @@ class Server:
 
     # --- the engine's side ---------------------------------------------------------------------
 
-    def to_host(self, message):
-        arium_proto.send(HOST_OUT, message)
+    def to_host(self, message, blob=None):
+        arium_proto.send(HOST_OUT, message, blob)
 
     def on_host(self):
         try:
@@ -265,10 +270,7 @@ class Server:
         elif kind == "vfs-reply":
             call = self.calls.get(message.get("id"))
             if call and call.proc.sock is not None:
-                try:
-                    arium_proto.send(call.proc.sock, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
-                except OSError:
-                    pass
+                self.send_call(call, {k: message[k] for k in ("seq", "ok", "value", "error") if k in message})
         elif kind == "kill":
             call = self.calls.get(message.get("id"))
             if call:
@@ -462,10 +464,7 @@ class Server:
         self.selector.register(proc.sock, selectors.EVENT_READ, ("sock", call))
         for fd in proc.pipes:
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", call))
-        try:
-            arium_proto.send(proc.sock, {"t": "job", "job": job})
-        except OSError:
-            pass  # the process is gone: its exit ends the call
+        self.send_call(call, {"t": "job", "job": job})
         if proc.status is not None:
             self.maybe_finish(call)
 
@@ -477,6 +476,38 @@ class Server:
     def on_sock(self, call):
         if self.read_sock(call, final=False):
             self.maybe_finish(call)
+
+    def send_call(self, call, message):
+        """Queues a frame for the call's process and writes what its socket takes now. A write that does
+        not block can take only part of a large frame (a job with a big input, the answer to a large
+        read): the rest goes when the socket is writable again, never dropped and never blocking the
+        server, whose other calls go on (a process that stops reading holds up only its own frames)."""
+        call.outbox.append(memoryview(arium_proto.encode(message)))
+        self.flush_call(call)
+
+    def flush_call(self, call):
+        sock = call.proc.sock
+        while call.outbox and sock is not None:
+            head = call.outbox[0]
+            try:
+                written = os.write(sock, head[: 1 << 20])
+            except BlockingIOError:
+                break
+            except OSError:
+                call.outbox.clear()  # the process is gone: its exit ends the call
+                break
+            if written == len(head):
+                call.outbox.popleft()
+            else:
+                call.outbox[0] = head[written:]
+        want = bool(call.outbox) and sock is not None
+        if want != call.writing and sock is not None:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+            try:
+                self.selector.modify(sock, events, ("sock", call))
+            except (KeyError, ValueError):
+                return
+            call.writing = want
 
     def read_sock(self, call, final):
         """Reads what the call's process sent: once (`final` False: the socket is readable) or until end
@@ -522,13 +553,12 @@ class Server:
         elif kind == "vfs":
             op, seq, args = frame.get("op"), frame.get("seq"), frame.get("args")
             if op not in VFS_OPS or not isinstance(seq, int) or not isinstance(args, list):
-                try:
-                    bad = {"seq": seq if isinstance(seq, int) else -1, "ok": False, "error": {"code": "INVALID_INPUT", "message": "unknown VFS request"}}
-                    arium_proto.send(call.proc.sock, bad)
-                except OSError:
-                    pass
+                bad = {"seq": seq if isinstance(seq, int) else -1, "ok": False, "error": {"code": "INVALID_INPUT", "message": "unknown VFS request"}}
+                self.send_call(call, bad)
                 return
-            self.to_host({"t": "vfs", "id": call.id, "seq": seq, "op": op, "args": args})
+            # Bytes to write (a blob the reader checked) go on as they came, after the request.
+            blob = frame.get("blob")
+            self.to_host({"t": "vfs", "id": call.id, "seq": seq, "op": op, "args": args}, blob if isinstance(blob, bytes) else None)
         elif kind == "intrusion":
             operation = frame.get("operation")
             if isinstance(operation, str) and len(call.intrusions) < MAX_INTRUSIONS:
@@ -755,7 +785,7 @@ class Server:
             timeout = 0.25 if self.calls else None
             if self.fork_failed_at is not None:
                 timeout = FORK_RETRY_S  # to order the warm processes again after the pause
-            for key, _ in self.selector.select(timeout=timeout):
+            for key, mask in self.selector.select(timeout=timeout):
                 kind, target = key.data
                 if kind == "host":
                     self.on_host()
@@ -767,7 +797,10 @@ class Server:
                 # and closed (or even reused) the descriptor.
                 try:
                     if kind == "sock" and target.proc.sock == key.fd:
-                        self.on_sock(target)
+                        if mask & selectors.EVENT_WRITE:
+                            self.flush_call(target)
+                        if mask & selectors.EVENT_READ:
+                            self.on_sock(target)
                     elif kind == "pipe" and key.fd in target.proc.pipes:
                         self.on_pipe(key.fd, target)
                 except Exception:

@@ -1,6 +1,7 @@
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Engine, ToolResult } from '../src/index.js';
+import type { Engine } from '../src/index.js';
+import { pattern, sha256 as sha } from './support/bytes.js';
+import { dataOf as ok } from './support/js-engine.js';
 import { definition, openEngine, type TempProject, tempProject } from './support/project.js';
 
 /**
@@ -16,12 +17,6 @@ const tool = (id: string, body: string) => ({
 
 /** Deterministic bytes: byte i of file `seed` is (i * 31 + seed) & 255. */
 const PATTERN = 'const pattern = (n, seed) => { const b = new Uint8Array(n); for (let i = 0; i < n; i++) b[i] = (i * 31 + seed) & 255; return b; };';
-function pattern(n: number, seed: number): Buffer {
-  const b = Buffer.alloc(n);
-  for (let i = 0; i < n; i++) b[i] = (i * 31 + seed) & 255;
-  return b;
-}
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 let project: TempProject;
 let engine: Engine;
@@ -67,11 +62,6 @@ afterAll(async () => {
   await engine?.close();
   project?.remove();
 });
-
-function ok(result: ToolResult): unknown {
-  if (!result.ok) throw new Error(JSON.stringify(result.error));
-  return result.data;
-}
 
 describe('large writes from a JS tool', () => {
   it('arrive byte for byte from 8 calls at once, large and small mixed, views and ArrayBuffers', async () => {

@@ -483,6 +483,9 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       ['json-line', /frame header announcing 2065855522 bytes \(7b 22 74 22 '\{"t"'\)/],
       ['bad-body', /a frame of 64 bytes whose body starts with 6e 6f 74 20 6a 73 6f 6e 'not json'/],
       ['empty-frame', /a frame header announcing 0 bytes/],
+      ['blob-on-result', /a frame announcing a blob it may not carry \(3 on a 'result' frame\)/],
+      ['blob-too-big', /a frame announcing a blob it may not carry \(1099511627776 on a 'vfs' frame\)/],
+      ['blob-not-a-number', /a frame announcing a blob it may not carry \('all' on a 'vfs' frame\)/],
     ])('%s written on its channel is a protocol error at once: TOOL_ERROR naming it', async (attack, shown) => {
       // The tool sleeps 5 s after writing, past its 1.5 s timeout: only a refusal at once is not TIMEOUT.
       const error = failed(await engine.call('py.attack', { attack }));

@@ -59,7 +59,11 @@ export class ServerProcess {
   readonly #in: Writable;
   readonly #calls = new Map<number, Pending>();
   #seq = 0;
-  #buffer: Buffer = Buffer.alloc(0);
+  /** Bytes read from the server and not yet framed, as read (joined once a frame is whole). */
+  #chunks: Buffer[] = [];
+  #have = 0;
+  /** A `vfs` frame whose blob (the bytes to write, right after it) is being read into `data`. */
+  #carrying: { frame: Frame; data: Buffer; fill: number } | null = null;
   #stderr = '';
   #exited = false;
   #stopping = false;
@@ -190,16 +194,53 @@ export class ServerProcess {
     this.#in.write(Buffer.concat([header, body]));
   }
 
+  /**
+   * Frames in what the server sent. Chunks are kept as they come and joined once per frame: joining on
+   * every chunk copied a large frame over and over (a 64 MiB write, ~1,300 chunks, took minutes).
+   */
   *#frames(chunk: Buffer): Generator<Frame> {
-    this.#buffer = this.#buffer.length === 0 ? chunk : Buffer.concat([this.#buffer, chunk]);
-    while (this.#buffer.length >= 4) {
-      const size = this.#buffer.readUInt32BE(0);
+    this.#chunks.push(chunk);
+    this.#have += chunk.length;
+    for (;;) {
+      const carrying = this.#carrying;
+      if (carrying) {
+        // A blob is read straight into one buffer of its size: the VFS keeps that buffer as the file.
+        while (carrying.fill < carrying.data.length && this.#chunks.length > 0) {
+          const head = this.#chunks[0] as Buffer;
+          const n = Math.min(head.length, carrying.data.length - carrying.fill);
+          head.copy(carrying.data, carrying.fill, 0, n);
+          carrying.fill += n;
+          this.#have -= n;
+          if (n === head.length) this.#chunks.shift();
+          else this.#chunks[0] = head.subarray(n);
+        }
+        if (carrying.fill < carrying.data.length) return;
+        this.#carrying = null;
+        carrying.frame.blob = carrying.data;
+        yield carrying.frame;
+        continue;
+      }
+      if (this.#have < 4) return;
+      if ((this.#chunks[0] as Buffer).length < 4) this.#chunks = [Buffer.concat(this.#chunks, this.#have)];
+      const size = (this.#chunks[0] as Buffer).readUInt32BE(0);
       if (size > MAX_FRAME) throw new Error(`a frame of ${size} bytes`);
-      if (this.#buffer.length < 4 + size) return;
-      const body = this.#buffer.subarray(4, 4 + size).toString('utf8');
-      this.#buffer = this.#buffer.subarray(4 + size);
+      if (this.#have < 4 + size) return;
+      const all = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks, this.#have);
+      const body = all.toString('utf8', 4, 4 + size);
+      const rest = all.subarray(4 + size);
+      // A small rest is copied out, so it does not keep the whole joined buffer alive.
+      this.#chunks = rest.length === 0 ? [] : [rest.length < all.length / 2 ? Buffer.from(rest) : rest];
+      this.#have = rest.length;
       const frame = JSON.parse(body) as unknown;
       if (frame === null || typeof frame !== 'object' || Array.isArray(frame)) throw new Error('a frame that is not an object');
+      const blob = (frame as Frame).blob;
+      if (blob !== undefined) {
+        if ((frame as Frame).t !== 'vfs' || !Number.isSafeInteger(blob) || (blob as number) < 0 || (blob as number) > MAX_FRAME) {
+          throw new Error(`a frame announcing a blob of ${String(blob)} bytes`);
+        }
+        this.#carrying = { frame: frame as Frame, data: Buffer.allocUnsafe(blob as number), fill: 0 };
+        continue;
+      }
       yield frame as Frame;
     }
   }
@@ -222,6 +263,8 @@ export class ServerProcess {
       reply({ ok: false, error: { code: 'INVALID_INPUT', message: 'Unknown VFS operation' } });
       return;
     }
+    const blob = frame.blob;
+    if (Buffer.isBuffer(blob) && frame.op === 'write') frame.args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
     try {
       const value = runVfsOp(pending.ctx.vfs, frame.op, frame.args);
       reply({ ok: true, value: value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value });
