@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import type { SurfaceProfile } from './mcp/profile.js';
 import { compileSchema, summarize } from './validation.js';
 
 /**
@@ -30,7 +31,23 @@ export interface ProjectConfig {
   strict?: boolean;
   /** `refuse`: a definition changed to ask for more permissions waits for a restart (default `allow`). */
   permission_widening?: 'allow' | 'refuse';
+  /** What each agent surface offers its clients: tools (id patterns) and grants. */
+  surfaces?: { mcp?: SurfaceProfile; http?: SurfaceProfile };
 }
+
+const SURFACE_PROFILE_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    tools: {
+      type: 'array',
+      items: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[a-z0-9_.*-]+$' },
+      uniqueItems: true,
+      description: 'tool ids or patterns with * (default every tool)',
+    },
+    grants: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, description: "narrows the engine's grants" },
+  },
+} as const;
 
 const positiveIntegers = (keys: readonly string[]) =>
   Object.fromEntries(
@@ -74,6 +91,11 @@ export const PROJECT_CONFIG_SCHEMA = {
     python: { type: 'string', minLength: 1 },
     strict: { type: 'boolean' },
     permission_widening: { enum: ['allow', 'refuse'], description: 'default allow' },
+    surfaces: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { mcp: SURFACE_PROFILE_SCHEMA, http: SURFACE_PROFILE_SCHEMA },
+    },
   },
 } as const;
 

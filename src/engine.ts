@@ -192,6 +192,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, 'grants');
     throw error;
   }
+  for (const [surface, profile] of Object.entries(config.surfaces ?? {})) {
+    try {
+      new GrantSet(profile?.grants ?? []);
+    } catch (error) {
+      if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, `arium.json surfaces.${surface}.grants`);
+      throw error;
+    }
+  }
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
   const widening = options.permissionWidening ?? config.permission_widening ?? 'allow';
   if (widening !== 'allow' && widening !== 'refuse') {

@@ -51,6 +51,8 @@ describe('arium.json', () => {
     ['a wrong type', { policy: { timeout_ms: 'fast' } }, 'must be integer', 'arium.json policy.timeout_ms'],
     ['an unknown policy field', { policy: { speed: 3 } }, 'is not an allowed property', 'arium.json policy.speed'],
     ['a malformed grant', { grants: ['vfs.teleport'] }, 'Unknown permission "vfs.teleport"', 'grants'],
+    ['a malformed grant of a surface', { surfaces: { mcp: { grants: ['vfs.teleport'] } } }, 'Unknown permission', 'arium.json surfaces.mcp.grants'],
+    ['an unknown surface', { surfaces: { grpc: {} } }, 'is not an allowed property', 'arium.json surfaces.grpc'],
     [
       'a key given twice',
       '{\n  "grants": ["vfs.read"],\n  "persist": false,\n  "grants": ["vfs.read", "vfs.write", "sys.exec"]\n}',

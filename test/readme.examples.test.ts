@@ -161,14 +161,52 @@ async function checkConfig(block: Block): Promise<void> {
   await engine.close();
 }
 
-/** The library example: type-checked as a user's own TypeScript (strict, importing 'arium'), then run. */
-async function runLibraryExample(block: Block): Promise<void> {
-  const dir = join(temp, 'library');
-  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+/**
+ * A folder set up as a user's project that depends on arium: node_modules/arium (this checkout),
+ * node_modules/.bin/arium (what `npx arium` finds there, offline), and a copy of the demo workspace.
+ */
+function userFolder(name: string): string {
+  const dir = join(temp, name);
+  mkdirSync(join(dir, 'node_modules', '.bin'), { recursive: true });
   symlinkSync(ROOT, join(dir, 'node_modules', 'arium'));
+  symlinkSync(join(ROOT, 'bin', 'arium.js'), join(dir, 'node_modules', '.bin', 'arium'));
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'user', type: 'module', private: true }));
-  writeFileSync(join(dir, 'example.ts'), block.code);
-  const program = ts.createProgram([join(dir, 'example.ts')], {
+  cpSync(join(ROOT, 'workspace', 'demo'), join(dir, 'workspace', 'demo'), {
+    recursive: true,
+    filter: (source) => !source.includes(`${join('demo', '.arium')}`),
+  });
+  return dir;
+}
+
+/** The desktop client config: the server it names starts (workspace pointed at a copy) and lists tools to the SDK client. */
+async function checkMcpConfig(block: Block): Promise<void> {
+  const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
+  const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
+  const server = (JSON.parse(block.code) as { mcpServers: Record<string, { command: string; args: string[] }> }).mcpServers.arium;
+  expect(server?.command).toBe('npx');
+  const dir = userFolder('mcp-config');
+  const args = (server?.args ?? []).map((a) => (a === '/path/to/workspace' ? join(dir, 'workspace') : a));
+  const client = new Client({ name: 'readme', version: '1' });
+  await client.connect(
+    new StdioClientTransport({
+      command: 'npx',
+      args: ['--offline', ...args],
+      cwd: dir,
+      stderr: 'pipe',
+      env: { PATH: process.env.PATH ?? '', HOME: dir },
+    }),
+  );
+  try {
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name)).toContain('fs.read');
+  } finally {
+    await client.close();
+  }
+}
+
+/** What TypeScript, strict, says of a user's file (an ES module resolving packages as Node does). */
+function typeProblems(file: string): string[] {
+  const program = ts.createProgram([file], {
     strict: true,
     noUncheckedIndexedAccess: true,
     module: ts.ModuleKind.NodeNext,
@@ -179,8 +217,35 @@ async function runLibraryExample(block: Block): Promise<void> {
     types: ['node'],
     typeRoots: [join(ROOT, 'node_modules', '@types')],
   });
-  const problems = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
-  expect(problems).toEqual([]);
+  return ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+}
+
+/** The MCP client example: type-checked as a user's own TypeScript, then run against `npx arium mcp` in a user's folder. */
+async function runMcpClientExample(block: Block): Promise<void> {
+  const dir = userFolder('mcp-client');
+  // The SDK resolves from this checkout's node_modules, as it would from the user's own.
+  symlinkSync(join(ROOT, 'node_modules', '@modelcontextprotocol'), join(dir, 'node_modules', '@modelcontextprotocol'));
+  writeFileSync(join(dir, 'example.ts'), block.code);
+  expect(typeProblems(join(dir, 'example.ts'))).toEqual([]);
+  const js = ts.transpileModule(block.code, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+  writeFileSync(join(dir, 'example.mjs'), js);
+  const out = execFileSync(process.execPath, [join(dir, 'example.mjs')], {
+    cwd: dir,
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH ?? '', HOME: dir },
+  });
+  expect(out).toContain('fs.read');
+  expect(out).toContain('wrote {"path":"/hello.txt"');
+}
+
+/** The library example: type-checked as a user's own TypeScript (strict, importing 'arium'), then run. */
+async function runLibraryExample(block: Block): Promise<void> {
+  const dir = join(temp, 'library');
+  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+  symlinkSync(ROOT, join(dir, 'node_modules', 'arium'));
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'user', type: 'module', private: true }));
+  writeFileSync(join(dir, 'example.ts'), block.code);
+  expect(typeProblems(join(dir, 'example.ts'))).toEqual([]);
   // Run it where it expects to be: a folder with ./workspace/demo, here a copy of the demo project.
   cpSync(join(ROOT, 'workspace', 'demo'), join(dir, 'workspace', 'demo'), {
     recursive: true,
@@ -223,6 +288,7 @@ describe('every code block of the README', () => {
       const value = JSON.parse(block.code) as Record<string, unknown>;
       if ('runner' in value) return runDefinition(block, all);
       if ('grants' in value || 'policy' in value) return checkConfig(block);
+      if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
     },
   );
@@ -230,6 +296,6 @@ describe('every code block of the README', () => {
   it.each(all.filter((b) => b.lang === 'ts').map((b) => [`line ${b.line}`, b] as const))(
     'the TypeScript at %s type-checks under --strict and runs',
     { timeout: 60_000 },
-    async (_name, block) => runLibraryExample(block),
+    async (_name, block) => (block.first.startsWith('// mcp-client.ts') ? runMcpClientExample(block) : runLibraryExample(block)),
   );
 });

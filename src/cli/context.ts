@@ -14,8 +14,11 @@ export interface Context {
   project: string;
   /** Whether --project was given (init takes the name as an argument too). */
   projectGiven: boolean;
-  /** Opens the engine for the chosen project (no watcher: CLI commands are short-lived). */
-  open(): Promise<Engine>;
+  /**
+   * Opens the engine for the chosen project (no watcher: CLI commands are short-lived, unless `watch`).
+   * A project another engine holds is opened read-only, unless `exclusive`: then that is an error.
+   */
+  open(how?: { watch?: boolean; exclusive?: boolean }): Promise<Engine>;
   out(text: string): void;
   /** Prints one JSON document (the whole --json output of a command). */
   emit(value: unknown): void;
@@ -34,13 +37,19 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
     workspace,
     project,
     projectGiven: str(parsed, 'project') !== undefined,
-    open: async () => {
-      const options = { workspace, project, watch: false, ...(grants ? { grants } : {}), ...(bool(parsed, 'recover') ? { recover: true } : {}) };
+    open: async (how = {}) => {
+      const options = {
+        workspace,
+        project,
+        watch: how.watch === true,
+        ...(grants ? { grants } : {}),
+        ...(bool(parsed, 'recover') ? { recover: true } : {}),
+      };
       try {
         return await createEngine(options);
       } catch (error) {
         // Another engine (an agent's) holds the project: inspect what it made durable, without its lock.
-        if (!(error instanceof ProjectLockedError) || options.recover) throw error;
+        if (!(error instanceof ProjectLockedError) || options.recover || how.exclusive) throw error;
         const engine = await createEngine({ ...options, readOnly: true });
         const holder = engine.readOnly?.holder;
         io.stderr.write(

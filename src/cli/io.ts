@@ -13,6 +13,8 @@ export interface CliIo {
    * Asking for it is what installs the handler, so every other command keeps Node's default Ctrl-C.
    */
   interrupt(): AbortSignal;
+  /** The raw standard streams, for a command that speaks a protocol on them (`arium mcp`); absent in tests run in-process. */
+  streams?: { stdin: NodeJS.ReadableStream & import('node:stream').Readable; stdout: import('node:stream').Writable };
 }
 
 export const EXIT = { ok: 0, toolFailed: 1, usage: 2, engine: 3 } as const;
@@ -57,6 +59,7 @@ export function processIo(): CliIo {
   return {
     stdout: process.stdout,
     stderr: process.stderr,
+    streams: { stdin: process.stdin, stdout: process.stdout },
     readStdin: async () => {
       const chunks: Buffer[] = [];
       for await (const chunk of process.stdin) chunks.push(chunk as Buffer);

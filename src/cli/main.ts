@@ -7,6 +7,7 @@ import { doctorSpec } from './commands/doctor.js';
 import { eventsSpec } from './commands/events.js';
 import { diffSpec, gcSpec, logSpec, restoreSpec, snapshotSpec } from './commands/history.js';
 import { initSpec } from './commands/init.js';
+import { mcpSpec } from './commands/mcp.js';
 import { schemaSpec } from './commands/schema.js';
 import { toolsSpec } from './commands/tools.js';
 import { exportSpec, importSpec } from './commands/transfer.js';
@@ -21,6 +22,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     doctorSpec,
     demoSpec,
     eventsSpec,
+    mcpSpec,
     schemaSpec,
     snapshotSpec,
     logSpec,

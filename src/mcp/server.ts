@@ -1,0 +1,285 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  type LoggingLevel,
+  McpError,
+  type Tool as McpTool,
+  ReadResourceRequestSchema,
+  type ReadResourceResult,
+  type Resource,
+  SubscribeRequestSchema,
+  UnsubscribeRequestSchema,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { Engine } from '../engine.js';
+import type { ErrorInfo } from '../errors.js';
+import type { ToolResultEvent } from '../events.js';
+import type { LogLine } from '../result.js';
+import type { ToolInfo } from '../tool.js';
+import { type SurfaceProfile, surfaceFilter } from './profile.js';
+
+/**
+ * Arium as an MCP server (the official SDK's low-level `Server`: tools keep the JSON Schemas their
+ * definitions give, which the high-level API would want as zod). Every call goes through
+ * `engine.call`, so results, errors, permissions and events are those of every other surface.
+ */
+
+export interface McpServerOptions {
+  /** Which tools this client sees and may call, and the grants its calls get (from arium.json, never the client). */
+  profile?: SurfaceProfile;
+  /** Who calls, in events and the audit log. Default `mcp`. */
+  caller?: string;
+  /** How often a call that asked for progress hears it, in milliseconds. Default 1000. */
+  progressMs?: number;
+  /** The version the server reports. */
+  version?: string;
+}
+
+export interface AriumMcpServer {
+  readonly server: Server;
+  /** Stops listening to the engine (the transport is closed by whoever opened it). */
+  detach(): void;
+}
+
+const LOG_LEVELS: Record<LogLine['level'], LoggingLevel> = {
+  log: 'info',
+  info: 'info',
+  warn: 'warning',
+  error: 'error',
+  stdout: 'info',
+  stderr: 'warning',
+};
+
+/** The annotations MCP clients show: derived from what the tool declares, never from the client. */
+export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
+  const permissions = tool.permissions ?? [];
+  const writes = permissions.some((p) => p === 'vfs.write' || p.startsWith('vfs.write:'));
+  const destructive = tool.id === 'fs.delete' || tool.id === 'vfs.restore';
+  return {
+    title: tool.name ?? tool.id,
+    readOnlyHint: !writes,
+    destructiveHint: writes ? destructive : false,
+    idempotentHint: !writes,
+    openWorldHint: permissions.includes('net.fetch'),
+  };
+}
+
+/** A tool as MCP lists it. */
+export function mcpTool(tool: ToolInfo): McpTool {
+  const listed: McpTool = {
+    name: tool.id,
+    title: tool.name ?? tool.id,
+    description: tool.description,
+    inputSchema: tool.schema as McpTool['inputSchema'],
+    annotations: annotationsOf(tool),
+  };
+  // MCP's structuredContent is an object: only an object output schema can describe it.
+  if (tool.output_schema && (tool.output_schema as { type?: unknown }).type === 'object') {
+    listed.outputSchema = tool.output_schema as McpTool['outputSchema'];
+  }
+  return listed;
+}
+
+function errorResult(error: ErrorInfo): CallToolResult {
+  const { code, stage, message, retryable } = error;
+  const shown: Record<string, unknown> = { code, stage, message, retryable };
+  if (error.details !== undefined) shown.details = error.details;
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: shown }) }], structuredContent: { error: shown } };
+}
+
+export function createMcpServer(engine: Engine, options: McpServerOptions = {}): AriumMcpServer {
+  const visible = surfaceFilter(options.profile);
+  const caller = options.caller ?? 'mcp';
+  const grants = options.profile?.grants;
+  const prefix = `arium://${engine.project}/`;
+  const server = new Server(
+    { name: `arium-${engine.project}`, version: options.version ?? '0.1.0' },
+    {
+      capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, logging: {} },
+      instructions: `Tools of the Arium project "${engine.project}". Each call runs sandboxed; failures come back as results with isError and a normalized error (code, stage, message, retryable).`,
+    },
+  );
+
+  const tools = () => engine.tools().filter((t) => visible(t.id));
+
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools().map(mcpTool) }));
+
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+    const id = request.params.name;
+    if (!visible(id) || !engine.tool(id)) {
+      // A tool the profile hides is as unknown as one that does not exist: nothing tells them apart.
+      return errorResult({
+        type: 'ToolError',
+        tool: id,
+        stage: 'validation',
+        code: 'UNKNOWN_TOOL',
+        message: `No tool "${id}" is offered here; tools/list names the ones that are`,
+        retryable: false,
+      });
+    }
+    const token = request.params._meta?.progressToken;
+    let timer: NodeJS.Timeout | undefined;
+    if (token !== undefined) {
+      // The engine has no progress of its own to tell: the client hears that the call is still running.
+      const started = Date.now();
+      let ticks = 0;
+      timer = setInterval(() => {
+        ticks++;
+        void extra
+          .sendNotification({
+            method: 'notifications/progress',
+            params: { progressToken: token, progress: ticks, message: `running for ${Math.round((Date.now() - started) / 1000)} s` },
+          })
+          .catch(() => {});
+      }, options.progressMs ?? 1000);
+    }
+    let result: Awaited<ReturnType<Engine['call']>>;
+    try {
+      result = await engine.call(id, request.params.arguments ?? {}, {
+        signal: extra.signal,
+        caller,
+        ...(grants ? { grants } : {}),
+      });
+    } finally {
+      if (timer) clearInterval(timer);
+    }
+    for (const line of result.meta.logs ?? []) {
+      await server.sendLoggingMessage({ level: LOG_LEVELS[line.level] ?? 'info', logger: id, data: line.message }, extra.sessionId).catch(() => {});
+    }
+    if (!result.ok) return errorResult(result.error);
+    const data = result.data;
+    const text = JSON.stringify(data) ?? 'null';
+    const structured = data !== null && typeof data === 'object' && !Array.isArray(data);
+    return {
+      content: [{ type: 'text', text }],
+      ...(structured ? { structuredContent: data as Record<string, unknown> } : {}),
+      _meta: { 'arium/run_id': result.meta.run_id, 'arium/trace_id': result.meta.trace_id, 'arium/duration_ms': result.meta.duration_ms },
+    };
+  });
+
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({
+    resourceTemplates: [
+      {
+        uriTemplate: `${prefix}vfs/{+path}`,
+        name: 'vfs-file',
+        title: 'A file of the project’s VFS',
+        description: 'Text when the file is UTF-8, else a base64 blob; read through fs.read, so grants and the output cap apply',
+      },
+      {
+        uriTemplate: `${prefix}diff/{from}/{to}`,
+        name: 'vfs-diff',
+        title: 'A diff between two snapshots (or "live")',
+        mimeType: 'application/json',
+      },
+    ],
+  }));
+
+  server.setRequestHandler(ListResourcesRequestSchema, async () => {
+    const resources: Resource[] = [{ uri: `${prefix}snapshots`, name: 'snapshots', title: 'The snapshot log', mimeType: 'application/json' }];
+    const listed = await engine.call('fs.list', { path: '/', recursive: true, limit: 1000 }, { caller, ...(grants ? { grants } : {}) });
+    if (listed.ok) {
+      for (const entry of (listed.data as { entries: Array<{ path: string; type: string; size?: number }> }).entries) {
+        if (entry.type !== 'file') continue;
+        resources.push({ uri: `${prefix}vfs${encodePath(entry.path)}`, name: entry.path, ...(entry.size !== undefined ? { size: entry.size } : {}) });
+      }
+    }
+    return { resources };
+  });
+
+  server.setRequestHandler(ReadResourceRequestSchema, async (request): Promise<ReadResourceResult> => {
+    const uri = request.params.uri;
+    const rest = uri.startsWith(prefix) ? uri.slice(prefix.length) : null;
+    if (rest === 'snapshots') {
+      return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(engine.snapshots()) }] };
+    }
+    if (rest?.startsWith('diff/')) {
+      const [from, to, ...more] = rest.slice(5).split('/').map(decodeURIComponent);
+      if (!from || !to || more.length > 0) throw new McpError(ErrorCode.InvalidParams, `A diff resource is ${prefix}diff/{from}/{to} (got ${uri})`);
+      try {
+        return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(engine.diff(from, to)) }] };
+      } catch (error) {
+        throw new McpError(ErrorCode.InvalidParams, `Cannot diff ${from} → ${to}: ${(error as Error).message}`);
+      }
+    }
+    if (rest?.startsWith('vfs/')) {
+      const path = decodePath(rest.slice(3), uri);
+      const read = await engine.call('fs.read', { path, encoding: 'base64' }, { caller, ...(grants ? { grants } : {}) });
+      if (!read.ok) throw new McpError(ErrorCode.InvalidParams, `${uri}: ${read.error.code}: ${read.error.message}`);
+      const bytes = Buffer.from((read.data as { content: string }).content, 'base64');
+      const text = utf8(bytes);
+      return { contents: [text === null ? { uri, blob: bytes.toString('base64') } : { uri, mimeType: 'text/plain', text }] };
+    }
+    throw new McpError(ErrorCode.InvalidParams, `Unknown resource ${uri}: resources of this server start with ${prefix} (vfs/…, diff/…, snapshots)`);
+  });
+
+  // Subscriptions by URI; a call that changes the path (or a folder above it, or a file below a
+  // subscribed folder) notifies it.
+  const subscribed = new Set<string>();
+  server.setRequestHandler(SubscribeRequestSchema, (request) => {
+    const uri = request.params.uri;
+    if (!uri.startsWith(`${prefix}vfs/`))
+      throw new McpError(ErrorCode.InvalidParams, `Only VFS paths (${prefix}vfs/…) can be subscribed to, not ${uri}`);
+    decodePath(uri.slice(prefix.length + 3), uri);
+    subscribed.add(uri);
+    return {};
+  });
+  server.setRequestHandler(UnsubscribeRequestSchema, (request) => {
+    subscribed.delete(request.params.uri);
+    return {};
+  });
+
+  const onResult = (event: ToolResultEvent) => {
+    if (!event.vfs || subscribed.size === 0) return;
+    const changed = [...event.vfs.written, ...event.vfs.deleted, ...event.vfs.created_dirs, ...event.vfs.moved.flatMap((m) => [m.from, m.to])];
+    for (const uri of subscribed) {
+      const path = decodePath(uri.slice(prefix.length + 3), uri);
+      if (changed.some((c) => c === path || c.startsWith(`${path}/`) || path.startsWith(`${c}/`))) {
+        void server.sendResourceUpdated({ uri }).catch(() => {});
+      }
+    }
+  };
+  const onRegistry = () => {
+    void server.sendToolListChanged().catch(() => {});
+  };
+  engine.events.on('result', onResult);
+  engine.events.on('registry', onRegistry);
+
+  return {
+    server,
+    detach: () => {
+      engine.events.off('result', onResult);
+      engine.events.off('registry', onRegistry);
+    },
+  };
+}
+
+/** A VFS path as it appears in a resource URI: each segment percent-encoded, `/` kept. */
+function encodePath(path: string): string {
+  return path
+    .split('/')
+    .map((segment) => encodeURIComponent(segment))
+    .join('/');
+}
+
+function decodePath(encoded: string, uri: string): string {
+  try {
+    const path = decodeURIComponent(encoded);
+    if (!path.startsWith('/')) throw new Error('not absolute');
+    return path;
+  } catch {
+    throw new McpError(ErrorCode.InvalidParams, `${uri} does not name a VFS path (expected ${'arium://<project>/vfs/<path>'})`);
+  }
+}
+
+const decoder = new TextDecoder('utf-8', { fatal: true });
+function utf8(bytes: Buffer): string | null {
+  try {
+    return decoder.decode(bytes);
+  } catch {
+    return null;
+  }
+}
