@@ -26,6 +26,7 @@ const suites: Array<[string, Bench | null]> = [
   ['python', await optional('./python.js', 'benchPython')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
   ['contention', await optional('./contention.js', 'benchContention')],
+  ['mcp', await optional('./mcp.js', 'benchMcp')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),
