@@ -1,5 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
@@ -220,6 +220,31 @@ function typeProblems(file: string): string[] {
   return ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
 }
 
+const GATEWAY_EXAMPLE = /^# the gateway, from another shell/;
+
+/** The curl example: run by bash in a user's folder while `arium serve` (started as it says) runs there. */
+async function runGatewayExample(block: Block): Promise<void> {
+  if (spawnSync('curl', ['--version']).status !== 0) {
+    // CI installs curl (.ci/run); a machine without it cannot run the example as written.
+    if (process.env.CI) throw new Error('CI must run the README gateway example, but curl is not installed');
+    console.log('readme.examples: the gateway example is not run: curl is not installed');
+    return;
+  }
+  const dir = userFolder('gateway');
+  const env = { PATH: process.env.PATH ?? '', HOME: dir };
+  const server = spawn(process.execPath, [join(dir, 'node_modules', '.bin', 'arium'), 'serve'], { cwd: dir, env, stdio: 'ignore' });
+  try {
+    const addr = join(dir, 'workspace', '.arium', 'arium.addr');
+    for (let i = 0; i < 600 && !existsSync(addr); i++) await new Promise((r) => setTimeout(r, 25));
+    const out = execFileSync('bash', ['-e', '-c', block.code], { cwd: dir, env, encoding: 'utf8' });
+    expect(out.match(/"ok":true/g)).toHaveLength(2);
+    expect(out).toContain('"trace_id":"step-1"');
+    expect(out).toContain('+hi');
+  } finally {
+    server.kill('SIGINT');
+  }
+}
+
 /** The MCP client example: type-checked as a user's own TypeScript, then run against `npx arium mcp` in a user's folder. */
 async function runMcpClientExample(block: Block): Promise<void> {
   const dir = userFolder('mcp-client');
@@ -267,6 +292,7 @@ describe('every code block of the README', () => {
     const unknown = all.filter((block) => {
       if (NOT_RUN.some(([lang, first]) => lang === block.lang && first.test(block.first))) return false;
       if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
+      if (block.lang === 'sh' && GATEWAY_EXAMPLE.test(block.first)) return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
       return true;
     });
@@ -291,6 +317,12 @@ describe('every code block of the README', () => {
       if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
     },
+  );
+
+  it.each(all.filter((b) => b.lang === 'sh' && GATEWAY_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(
+    'the gateway example at %s runs against `arium serve`',
+    { timeout: 60_000 },
+    async (_name, block) => runGatewayExample(block),
   );
 
   it.each(all.filter((b) => b.lang === 'ts').map((b) => [`line ${b.line}`, b] as const))(

@@ -9,6 +9,7 @@ import { diffSpec, gcSpec, logSpec, restoreSpec, snapshotSpec } from './commands
 import { initSpec } from './commands/init.js';
 import { mcpSpec } from './commands/mcp.js';
 import { schemaSpec } from './commands/schema.js';
+import { serveSpec } from './commands/serve.js';
 import { toolsSpec } from './commands/tools.js';
 import { exportSpec, importSpec } from './commands/transfer.js';
 import { type Context, makeContext } from './context.js';
@@ -23,6 +24,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     demoSpec,
     eventsSpec,
     mcpSpec,
+    serveSpec,
     schemaSpec,
     snapshotSpec,
     logSpec,

@@ -1,0 +1,77 @@
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { createGateway } from '../../http/gateway.js';
+import { int, maxPositionals, str, UsageError } from '../args.js';
+import { type CommandSpec, HostError } from '../command.js';
+import type { Context } from '../context.js';
+import { EXIT } from '../io.js';
+
+/** Hosts that only this machine reaches. */
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost' || host === '::1') return true;
+  return isIP(host) === 4 && host.startsWith('127.');
+}
+
+/** Where the chosen address is written for clients to find (seed 002): $XDG_RUNTIME_DIR/arium.addr, else the workspace's .arium/. */
+export function defaultAddrFile(env: Readonly<Record<string, string | undefined>>, workspace: string): string {
+  return env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'arium.addr') : join(workspace, '.arium', 'arium.addr');
+}
+
+async function run(ctx: Context): Promise<number> {
+  maxPositionals(ctx.parsed, 0, serveSpec.usage);
+  const host = str(ctx.parsed, 'host') ?? '127.0.0.1';
+  const port = int(ctx.parsed, 'port', 0) ?? 0;
+  if (port > 65535) throw new UsageError(`Option --port needs a port from 0 to 65535 (got ${port})`);
+  const apiKey = ctx.io.env.ARIUM_API_KEY || undefined;
+  if (!isLoopback(host) && !apiKey) {
+    throw new UsageError(
+      `Refusing to listen on ${host}, which other machines can reach, without an API key: set ARIUM_API_KEY (clients then send Authorization: Bearer <key>), or bind 127.0.0.1`,
+    );
+  }
+  const addrFile = resolve(ctx.io.cwd, str(ctx.parsed, 'addr-file') ?? defaultAddrFile(ctx.io.env, ctx.workspace));
+  const gateway = await createGateway({ workspace: ctx.workspace, project: ctx.project, ...(apiKey ? { apiKey } : {}) });
+  let address: string;
+  try {
+    address = await gateway.app.listen({ host, port });
+  } catch (error) {
+    await gateway.close();
+    throw new HostError(`Could not listen on ${host}:${port}: ${(error as Error).message}`);
+  }
+  try {
+    mkdirSync(dirname(addrFile), { recursive: true });
+    writeFileSync(addrFile, `${address}\n`, { mode: 0o600 });
+  } catch (error) {
+    await gateway.close();
+    throw new HostError(`Could not write the address file ${addrFile}: ${(error as Error).message}`);
+  }
+  ctx.io.stderr.write(
+    `arium: serving ${ctx.workspace} on ${address} (project "${ctx.project}" at /v1 and /mcp, others at /p/<project>/…)${apiKey ? ', API key required' : ''}; address in ${addrFile}; Ctrl-C stops\n`,
+  );
+  if (ctx.json) ctx.emit({ address, addr_file: addrFile, project: ctx.project });
+  const stop = ctx.io.interrupt();
+  await new Promise<void>((done) => stop.addEventListener('abort', () => done(), { once: true }));
+  rmSync(addrFile, { force: true });
+  await gateway.close();
+  return EXIT.ok;
+}
+
+export const serveSpec: CommandSpec = {
+  name: 'serve',
+  usage: 'arium serve [--host <host>] [--port <port>] [--addr-file <path>]',
+  summary: 'serve the workspace’s tools over HTTP (/v1 gateway, /mcp Streamable HTTP) until Ctrl-C',
+  details: [
+    'Binds 127.0.0.1 on a free port by default and writes the address (http://host:port) to the address',
+    'file ($XDG_RUNTIME_DIR/arium.addr, else <workspace>/.arium/arium.addr), removed on exit. A host other',
+    'machines can reach needs ARIUM_API_KEY in the environment; every request but /healthz then needs',
+    '`Authorization: Bearer <key>` (or X-API-Key). Routes: GET /healthz, GET /v1/tools, GET /v1/tools/{id},',
+    'POST /v1/tools/{id}:run, GET|POST /v1/snapshots, GET /v1/diff, POST /v1/restore, GET /v1/events (SSE),',
+    '/mcp, GET /v1/openapi.json; other projects of the workspace under /p/<project>/.',
+  ].join('\n'),
+  flags: {
+    host: { value: true, arg: '<host>', help: 'address to bind (default 127.0.0.1)' },
+    port: { value: true, arg: '<port>', help: 'port (default 0: a free one)' },
+    'addr-file': { value: true, arg: '<path>', help: 'where to write the chosen address' },
+  },
+  run,
+};

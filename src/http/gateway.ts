@@ -1,0 +1,452 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import swagger from '@fastify/swagger';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../engine.js';
+import { ToolFailure } from '../errors.js';
+import type { EngineEvent } from '../events.js';
+import { surfaceFilter } from '../mcp/profile.js';
+import { ProjectLockedError } from '../store/lock.js';
+import type { ToolInfo } from '../tool.js';
+import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
+import { McpSessions } from './mcp-http.js';
+
+/**
+ * `arium serve`: the HTTP gateway (Fastify, with JSON-Schema validation of every request). One server
+ * serves the workspace's projects: the default one at `/v1/…` and `/mcp`, any project at
+ * `/p/<project>/v1/…` and `/p/<project>/mcp`, each engine opened on first use. Runs go through
+ * `engine.call`, so results, errors, permissions and events are those of every other surface.
+ */
+
+export interface GatewayOptions {
+  workspace: string;
+  /** The project served at `/v1` and `/mcp`. */
+  project: string;
+  /** When set, every request but `/healthz` needs it (`Authorization: Bearer <key>` or `X-API-Key`). */
+  apiKey?: string;
+  /** Largest request body, bytes (default: the engine's 1 MiB input cap and room for the envelope). */
+  bodyLimit?: number;
+  /** How many recent events each project keeps for `Last-Event-ID` resumption (default 1,000). */
+  eventBuffer?: number;
+  /** More engine options for every project opened (tests: `persist: false`). */
+  engineOptions?: Omit<EngineOptions, 'workspace' | 'project'>;
+}
+
+export interface Gateway {
+  readonly app: FastifyInstance;
+  /** Engines opened so far, by project. */
+  engines(): Map<string, Engine>;
+  close(): Promise<void>;
+}
+
+interface Served {
+  engine: Engine;
+  events: EventLog;
+}
+
+const RUN_BODY_SCHEMA = {
+  type: 'object',
+  required: ['input'],
+  additionalProperties: false,
+  properties: {
+    input: { type: 'object', description: 'The tool input; it is checked against the tool’s own schema' },
+    trace_id: { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$', description: 'Correlates calls of one agent step (also X-Trace-Id)' },
+    timeout_ms: { type: 'integer', minimum: 1, description: 'Shortens the tool’s timeout for this run' },
+  },
+} as const;
+
+const ERROR_RESPONSES = Object.fromEntries(
+  [400, 401, 403, 404, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
+);
+
+export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const app = Fastify({
+    bodyLimit: options.bodyLimit ?? 1024 * 1024 + 64 * 1024,
+    // Validation errors list every problem, as the engine's own do.
+    ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false } },
+    logger: false,
+    forceCloseConnections: true,
+  });
+  const served = new Map<string, Promise<Served>>();
+  const opened = new Map<string, Engine>();
+  const mcp = new McpSessions();
+  let closing = false;
+
+  const open = (project: string): Promise<Served> => {
+    let entry = served.get(project);
+    if (!entry) {
+      entry = (async () => {
+        const engine = await createEngine({ watch: true, ...options.engineOptions, workspace: options.workspace, project });
+        if (closing) {
+          await engine.close();
+          throw new ToolFailure('transport', 'UNAVAILABLE', 'The gateway is shutting down');
+        }
+        opened.set(project, engine);
+        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000) };
+      })();
+      served.set(project, entry);
+      // A project that failed to open is tried again by the next request (it may have been made since).
+      entry.catch(() => served.delete(project));
+    }
+    return entry;
+  };
+
+  app.decorateRequest('served', null);
+  // JSON only: a body of another type is 415, not a string the schema then refuses.
+  app.removeContentTypeParser('text/plain');
+  // JSON.parse, for its error position (Fastify's parser does not say where a body broke). Keys named
+  // __proto__ become own data properties here, and the engine copies input without prototypes anyway.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    const text = body as string;
+    if (text.trim() === '') {
+      done(Object.assign(new Error('empty body'), { code: 'FST_ERR_CTP_EMPTY_JSON_BODY', statusCode: 400 }), undefined);
+      return;
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (error) {
+      done(Object.assign(new SyntaxError((error as Error).message), { statusCode: 400 }), undefined);
+    }
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Arium gateway',
+        version: '1',
+        description: 'Run the tools of an Arium project over HTTP. Every error has the run envelope shape.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' }, apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
+    },
+  });
+
+  const expected = options.apiKey ? digest(options.apiKey) : null;
+  app.addHook('onRequest', async (request, reply) => {
+    if (!expected || request.url === '/healthz') return;
+    const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
+    // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
+    if (given === null || !timingSafeEqual(digest(given), expected)) {
+      reply.header('www-authenticate', 'Bearer');
+      return reply
+        .code(401)
+        .send(errorEnvelope('DENIED', 'This gateway needs an API key: Authorization: Bearer <key> or X-API-Key', { stage: 'permission' }));
+    }
+  });
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const traceId = header(request.headers['x-trace-id']);
+    if (error.validation) {
+      return reply.code(400).send(
+        errorEnvelope('INVALID_INPUT', `The request does not match the gateway's schema: ${error.message}`, {
+          traceId,
+          details: { problems: error.validation.map((v) => ({ pointer: v.instancePath || '/', message: v.message ?? 'invalid' })) },
+        }),
+      );
+    }
+    switch (error.code) {
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return reply.code(413).send(
+          errorEnvelope('INPUT_TOO_LARGE', `The request body is over ${app.initialConfig.bodyLimit} bytes`, {
+            traceId,
+            details: { limit: app.initialConfig.bodyLimit },
+          }),
+        );
+      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+        return reply.code(415).send(errorEnvelope('INVALID_INPUT', 'Send the body as application/json', { traceId }));
+      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+        return reply.code(400).send(errorEnvelope('INVALID_INPUT', 'The body is empty; send a JSON object such as {"input": {}}', { traceId }));
+    }
+    if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error.statusCode === 400) {
+      const position = /position (\d+)/.exec(error.message);
+      return reply.code(400).send(
+        errorEnvelope('INVALID_INPUT', `The body is not valid JSON: ${error.message}`, {
+          traceId,
+          ...(position ? { details: { position: Number(position[1]) } } : {}),
+        }),
+      );
+    }
+    if (error instanceof ToolFailure)
+      return reply
+        .code(failureStatus(error))
+        .send(errorEnvelope(error.code, error.message, { stage: error.stage, traceId, ...(error.details ? { details: error.details } : {}) }));
+    return reply.code(500).send(errorEnvelope('INTERNAL', 'The gateway failed to answer this request', { stage: 'transport', traceId }));
+  });
+
+  app.setNotFoundHandler((request, reply) =>
+    reply.code(404).send(errorEnvelope('NOT_FOUND', `No route ${request.method} ${request.url.split('?')[0]}; see /v1/openapi.json`)),
+  );
+
+  app.get('/healthz', { schema: { hide: true } }, async () => ({ ok: true, projects: [...opened.keys()] }));
+
+  app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  const routes = async (scope: FastifyInstance, fixed: string | null) => {
+    // Which engine a request is for: the default project, or the one named in the path.
+    scope.addHook('preHandler', async (request) => {
+      const project = fixed ?? (request.params as { project?: string }).project ?? '';
+      try {
+        (request as FastifyRequest & { served: Served }).served = await open(project);
+      } catch (error) {
+        if (error instanceof EngineConfigError && error.field === 'project') {
+          throw new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
+        }
+        if (error instanceof ProjectLockedError) {
+          throw new ToolFailure('transport', 'UNAVAILABLE', `Project "${project}" is held by another engine: ${error.message}`);
+        }
+        if (error instanceof EngineConfigError) {
+          throw new ToolFailure('validation', 'MISCONFIGURED', `Project "${project}" cannot be opened: ${error.message}`, {
+            details: { field: error.field ?? null },
+          });
+        }
+        throw error;
+      }
+    });
+    const engineOf = (request: FastifyRequest) => (request as FastifyRequest & { served: Served }).served;
+    const profile = (request: FastifyRequest) => engineOf(request).engine.config.surfaces?.http;
+    const visible = (request: FastifyRequest) => surfaceFilter(profile(request));
+
+    scope.get(
+      '/v1/tools',
+      { schema: { summary: 'The tools this gateway offers', response: { 200: { type: 'object', properties: { tools: { type: 'array' } } } } } },
+      async (request) => {
+        const show = visible(request);
+        return {
+          tools: engineOf(request)
+            .engine.tools()
+            .filter((t) => show(t.id))
+            .map(publicTool),
+        };
+      },
+    );
+
+    scope.get(
+      '/v1/tools/:id',
+      {
+        schema: {
+          summary: 'One tool',
+          params: { type: 'object', properties: { id: { type: 'string' } } },
+          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
+        },
+      },
+      async (request, reply) => {
+        const { id } = request.params as { id: string };
+        const tool = visible(request)(id) ? engineOf(request).engine.tool(id) : undefined;
+        if (!tool)
+          return send(reply, 404, errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id }));
+        return publicTool(tool);
+      },
+    );
+
+    scope.post(
+      '/v1/tools/:id(^[^:/]+)::run',
+      {
+        schema: {
+          summary: 'Run a tool',
+          params: { type: 'object', properties: { id: { type: 'string' } } },
+          body: RUN_BODY_SCHEMA,
+          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
+          response: { 200: { description: 'The run, succeeded or failed', ...ENVELOPE_SCHEMA }, ...ERROR_RESPONSES },
+        },
+      },
+      async (request, reply) => {
+        const { id } = request.params as { id: string };
+        const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
+        const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
+        const { engine } = engineOf(request);
+        if (!visible(request)(id)) {
+          return send(
+            reply,
+            404,
+            errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId: traceId ?? null }),
+          );
+        }
+        const grants = profile(request)?.grants;
+        const abort = new AbortController();
+        // A client that goes away cancels its run: nothing it would have written lands.
+        const onClose = () => {
+          if (!reply.raw.writableFinished) abort.abort();
+        };
+        reply.raw.once('close', onClose);
+        const result = await engine.call(id, body.input, {
+          caller: `http:${request.ip}`,
+          signal: abort.signal,
+          ...(traceId ? { trace_id: traceId } : {}),
+          ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
+          ...(grants ? { grants } : {}),
+        });
+        reply.raw.off('close', onClose);
+        const envelope = runEnvelope(id, result);
+        const status = result.ok ? 200 : statusOf(result.error.code);
+        if (status === 429) reply.header('retry-after', '1');
+        return send(reply, status, envelope);
+      },
+    );
+
+    scope.get('/v1/snapshots', { schema: { summary: 'The snapshot log, oldest first' } }, async (request) => ({
+      snapshots: engineOf(request).engine.snapshots(),
+    }));
+
+    scope.post(
+      '/v1/snapshots',
+      {
+        schema: {
+          summary: 'Save the live VFS as a snapshot',
+          body: {
+            type: ['object', 'null'],
+            additionalProperties: false,
+            properties: { label: { type: 'string', minLength: 1, maxLength: 200 }, message: { type: 'string', maxLength: 4000 } },
+          },
+        },
+      },
+      async (request, reply) => {
+        const body = (request.body ?? {}) as { label?: string; message?: string };
+        return reply.code(201).send(engineOf(request).engine.snapshot(body));
+      },
+    );
+
+    scope.get(
+      '/v1/diff',
+      {
+        schema: {
+          summary: 'Compare snapshots or live (default: newest snapshot → live)',
+          querystring: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, stat: { type: 'boolean' } },
+          },
+        },
+      },
+      async (request) => {
+        const q = request.query as { from?: string; to?: string; path?: string; stat?: boolean };
+        return engineOf(request).engine.diff(q.from, q.to, { ...(q.path ? { path: q.path } : {}), ...(q.stat ? { stat_only: true } : {}) });
+      },
+    );
+
+    scope.post(
+      '/v1/restore',
+      {
+        schema: {
+          summary: 'Bring the live VFS back to a snapshot',
+          body: { type: 'object', required: ['ref'], additionalProperties: false, properties: { ref: { type: 'string', minLength: 1 } } },
+        },
+      },
+      async (request) => engineOf(request).engine.restore((request.body as { ref: string }).ref),
+    );
+
+    scope.get('/v1/events', { schema: { summary: 'Engine events as server-sent events; Last-Event-ID resumes' } }, async (request, reply) => {
+      const lastId = Number(header(request.headers['last-event-id']) ?? (request.query as { last_event_id?: string }).last_event_id ?? Number.NaN);
+      reply.hijack();
+      engineOf(request).events.stream(reply.raw, Number.isFinite(lastId) ? lastId : null);
+    });
+
+    // MCP over Streamable HTTP: the SDK's transport, one per session.
+    scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
+      const { engine } = engineOf(request);
+      reply.hijack();
+      await mcp.handle(engine, request.raw, reply.raw, request.body);
+    });
+  };
+
+  await app.register((scope) => routes(scope, options.project));
+  await app.register((scope) => routes(scope, null), { prefix: '/p/:project' });
+
+  return {
+    app,
+    engines: () => new Map(opened),
+    close: async () => {
+      closing = true;
+      await mcp.close();
+      await app.close();
+      const all = await Promise.allSettled([...served.values()]);
+      for (const entry of all) if (entry.status === 'fulfilled') entry.value.events.detach();
+      await Promise.all([...opened.values()].map((engine) => engine.close()));
+    },
+  };
+}
+
+/** Sends `body` with `status` (the route's typed reply knows only the statuses its schema lists). */
+function send(reply: FastifyReply, status: number, body: unknown): FastifyReply {
+  return (reply as FastifyReply).code(status).send(body);
+}
+
+function failureStatus(failure: ToolFailure): number {
+  if (failure.code === 'NOT_FOUND') return 404;
+  if (failure.code === 'UNAVAILABLE') return 503;
+  if (failure.code === 'MISCONFIGURED') return 500;
+  const status = statusOf(failure.code);
+  return status === 200 ? 400 : status;
+}
+
+/** A tool as the gateway shows it: what a caller needs, not the host's paths. */
+function publicTool(tool: ToolInfo): Record<string, unknown> {
+  const { id, name, description, runner, schema, output_schema, permissions, examples, limits } = tool;
+  return { id, name, description, runner, schema, output_schema, permissions, examples, limits };
+}
+
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+function bearer(value: string | undefined): string | null {
+  const match = value ? /^Bearer\s+(.+)$/i.exec(value) : null;
+  return match ? (match[1] as string) : null;
+}
+
+function header(value: string | string[] | undefined): string | null {
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/**
+ * The recent events of one project, numbered, for server-sent event streams: a client that
+ * reconnects with `Last-Event-ID` gets what it missed while it is still in the buffer, and an event
+ * `gap` saying how many it lost when it is not.
+ */
+class EventLog {
+  readonly #buffer: Array<{ id: number; event: EngineEvent }> = [];
+  readonly #streams = new Set<(entry: { id: number; event: EngineEvent }) => void>();
+  readonly #listener: (event: EngineEvent) => void;
+  #next = 1;
+
+  constructor(
+    readonly engine: Engine,
+    readonly size: number,
+  ) {
+    this.#listener = (event) => {
+      const entry = { id: this.#next++, event };
+      this.#buffer.push(entry);
+      if (this.#buffer.length > size) this.#buffer.shift();
+      for (const stream of this.#streams) stream(entry);
+    };
+    engine.events.on('event', this.#listener);
+  }
+
+  detach(): void {
+    this.engine.events.off('event', this.#listener);
+  }
+
+  stream(res: ServerResponse, lastId: number | null): void {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+    res.write(': arium events\n\n');
+    const send = (entry: { id: number; event: EngineEvent }) => {
+      const ok = res.write(`id: ${entry.id}\nevent: ${entry.event.type}\ndata: ${JSON.stringify(entry.event)}\n\n`);
+      // A reader that does not keep up is let go rather than buffered without end: it reconnects with Last-Event-ID.
+      if (!ok && res.writableLength > 8 * 1024 * 1024) res.end();
+    };
+    if (lastId !== null) {
+      const oldest = this.#buffer[0]?.id ?? this.#next;
+      if (lastId + 1 < oldest)
+        res.write(`event: gap\ndata: ${JSON.stringify({ after: lastId, resumed_at: oldest, missed: oldest - lastId - 1 })}\n\n`);
+      for (const entry of this.#buffer) if (entry.id > lastId) send(entry);
+    }
+    this.#streams.add(send);
+    const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
+    res.on('close', () => {
+      clearInterval(heartbeat);
+      this.#streams.delete(send);
+    });
+  }
+}
+
+export type { RunEnvelope };
