@@ -27,6 +27,7 @@ const suites: Array<[string, Bench | null]> = [
   ['vfs', await optional('./vfs.js', 'benchVfs')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
+  ['http', await optional('./http.js', 'benchHttp')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),

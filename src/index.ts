@@ -19,8 +19,15 @@ export type {
   ToolResultEvent,
   VfsChangeSummary,
 } from './events.js';
+export type { ExportedTools, ExportOptions, Vendor } from './export.js';
+export { callExported, exportTools, resolveCall, VENDORS, vendorName } from './export.js';
+export type { Gateway, GatewayOptions } from './http/gateway.js';
+export { createGateway } from './http/gateway.js';
 export type { CallLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
 export { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
+export type { SurfaceProfile } from './mcp/profile.js';
+export type { AriumMcpServer, McpServerOptions } from './mcp/server.js';
+export { createMcpServer } from './mcp/server.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
 export { TOOL_META_SCHEMA } from './registry/meta-schema.js';

@@ -39,6 +39,19 @@ describe('arium tools', () => {
     expect(json.problems.map((p: { file: string }) => p.file).sort()).toEqual(['tools/broken.json', 'tools/nowhere.json']);
     expect(json.problems.every((p: { message: string }) => p.message.length > 0)).toBe(true);
   });
+
+  it('--format prints the tools in a function-calling schema; a wrong vendor or --strict without openai is a usage error', async () => {
+    const openai = parseJson(await cli(['tools', ...P, '--format', 'openai', '--strict']));
+    expect(openai.vendor).toBe('openai');
+    expect(openai.names.fs__read).toBe('fs.read');
+    expect(openai.tools.find((t: { function: { name: string } }) => t.function.name === 'fs__read')).toMatchObject({ type: 'function' });
+    const anthropic = parseJson(await cli(['tools', ...P, '--format', 'anthropic']));
+    expect(anthropic.tools.find((t: { name: string }) => t.name === 'fs__read')).toHaveProperty('input_schema');
+    const wrong = await cli(['tools', ...P, '--format', 'gemini']);
+    expect(wrong.code).toBe(2);
+    expect(wrong.err).toContain('--format takes openai, anthropic, mcp (got "gemini")');
+    expect((await cli(['tools', ...P, '--format', 'mcp', '--strict'])).code).toBe(2);
+  });
 });
 
 describe('arium call', () => {

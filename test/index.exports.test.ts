@@ -19,9 +19,16 @@ describe('public API', () => {
         'RUNNER_NAMES',
         'TOOL_META_SCHEMA',
         'ToolFailure',
+        'VENDORS',
         'Vfs',
+        'callExported',
         'createEngine',
+        'createGateway',
+        'createMcpServer',
+        'exportTools',
         'isRetryable',
+        'resolveCall',
+        'vendorName',
       ].sort(),
     );
   });

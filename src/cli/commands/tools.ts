@@ -1,4 +1,5 @@
-import { maxPositionals } from '../args.js';
+import { exportTools, VENDORS, type Vendor } from '../../export.js';
+import { bool, maxPositionals, str, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
 import { table } from '../format.js';
@@ -6,8 +7,20 @@ import { EXIT } from '../io.js';
 
 async function run(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, toolsSpec.usage);
+  const format = str(ctx.parsed, 'format');
+  if (format !== undefined && !(VENDORS as readonly string[]).includes(format)) {
+    throw new UsageError(`Option --format takes ${VENDORS.join(', ')} (got "${format}")`);
+  }
+  if (bool(ctx.parsed, 'strict') && format !== 'openai') throw new UsageError('Option --strict is for --format openai');
   return withEngine(ctx, (engine) => {
     const tools = engine.tools();
+    if (format !== undefined) {
+      // One JSON document, --json or not: it is meant for another program.
+      const exported = exportTools(tools, format as Vendor, { strict: bool(ctx.parsed, 'strict') });
+      ctx.emit(exported);
+      for (const p of exported.problems) ctx.io.stderr.write(`arium: ${p.tool}: ${p.message}\n`);
+      return EXIT.ok;
+    }
     const problems = engine.problems();
     if (ctx.json) {
       ctx.emit({ project: engine.project, tools, problems });
@@ -31,9 +44,16 @@ async function run(ctx: Context): Promise<number> {
 
 export const toolsSpec: CommandSpec = {
   name: 'tools',
-  usage: 'arium tools',
+  usage: 'arium tools [--format openai|anthropic|mcp] [--strict]',
   summary: 'list the tools (builtins and the project’s own) and the definition files that did not load',
-  details: 'Columns: id, runner, permissions, description. With --json: { project, tools, problems }, each tool with its schemas.',
-  flags: {},
+  details: [
+    'Columns: id, runner, permissions, description. With --json: { project, tools, problems }, each tool with its schemas.',
+    'With --format: the tools as a function-calling API takes them, as JSON: { vendor, tools, names, problems }',
+    '(names maps each vendor name back to its tool id; dots become "__"). --strict (openai): strict-mode schemas.',
+  ].join('\n'),
+  flags: {
+    format: { value: true, arg: '<vendor>', help: 'openai, anthropic or mcp: print the tools in that tool schema' },
+    strict: { help: "with --format openai: OpenAI's strict mode (every property required, optional ones nullable)" },
+  },
   run,
 };
