@@ -1,0 +1,18 @@
+import type { Engine } from 'arium';
+import type OpenAI from 'openai';
+
+export interface AgentRun {
+  answer: string;
+  steps: number;
+  messages: unknown[];
+}
+
+/** Asks the model, runs its tool calls through `engine`, feeds the results back, until it answers. */
+export function runAgent(options: {
+  prompt: string;
+  engine: Engine;
+  client: OpenAI;
+  model?: string;
+  maxSteps?: number;
+  log?: (line: string) => void;
+}): Promise<AgentRun>;
