@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { createGateway } from '../src/http/gateway.js';
 import { createEngine } from '../src/index.js';
 import { median } from './stats.js';
 
@@ -44,7 +46,9 @@ export async function benchMcp(): Promise<Record<string, unknown>> {
     const parallel = 4_000;
     await Promise.all(Array.from({ length: parallel }, () => client.callTool({ name: 'fs.read', arguments: input })));
     const parallelMs = performance.now() - t0;
+    const http = await overHttp(dir, content, input);
     return {
+      ...http,
       engine_call_median_ms: round(median(local)),
       mcp_stdio_call_median_ms: round(median(served)),
       mcp_added_median_ms: round(median(served) - median(local)),
@@ -56,6 +60,48 @@ export async function benchMcp(): Promise<Record<string, unknown>> {
     await client.close().catch(() => {});
     await engine.close();
     rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * MCP over Streamable HTTP: 8 sessions (SDK clients in this process) against the gateway's `/mcp`,
+ * each making one call after another for 5 s.
+ */
+async function overHttp(dir: string, content: string, input: { path: string }): Promise<Record<string, unknown>> {
+  mkdirSync(join(dir, 'web', 'tools'), { recursive: true });
+  const gateway = await createGateway({ workspace: dir, project: 'web', engineOptions: { watch: false } });
+  const clients: Client[] = [];
+  try {
+    const base = await gateway.app.listen({ host: '127.0.0.1', port: 0 });
+    for (let i = 0; i < 8; i++) {
+      const client = new Client({ name: `bench-${i}`, version: '1' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`)));
+      clients.push(client);
+    }
+    await clients[0]?.callTool({ name: 'fs.write', arguments: { path: '/data/a.txt', content } });
+    const session = async (client: Client, until: number): Promise<number[]> => {
+      const times: number[] = [];
+      while (performance.now() < until) {
+        const t0 = performance.now();
+        const r = await client.callTool({ name: 'fs.read', arguments: input });
+        if (r.isError) throw new Error(JSON.stringify(r.content));
+        times.push(performance.now() - t0);
+      }
+      return times;
+    };
+    await Promise.all(clients.map((c) => session(c, performance.now() + 1000))); // warm-up
+    const t0 = performance.now();
+    const all = (await Promise.all(clients.map((c) => session(c, t0 + 5000)))).flat();
+    const elapsed = performance.now() - t0;
+    return {
+      mcp_http_sessions: 8,
+      mcp_http_calls_per_s: Math.round((all.length / elapsed) * 1000),
+      mcp_http_call_median_ms: round(median(all)),
+      mcp_http_p99_ms: round(percentile(all, 0.99)),
+    };
+  } finally {
+    await Promise.all(clients.map((c) => c.close().catch(() => {})));
+    await gateway.close();
   }
 }
 
