@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Fastify from 'fastify';
 import { createGateway } from '../src/http/gateway.js';
+import { createEngine } from '../src/index.js';
 
 const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -66,6 +67,27 @@ export async function benchHttp(seconds = Number(process.env.ARIUM_BENCH_HTTP_SE
     const floor = await load(`${floorAddress}/v1/tools/fs.read:run`, body, seconds);
     await floorApp.close();
 
+    // The same, with the engine call the design cannot do without: Fastify validating the body, then
+    // engine.call and JSON.stringify of the result, nothing else (no envelope, events, cancellation).
+    // Its own engine, with no event listener (the gateway's keeps events for /v1/events).
+    mkdirSync(join(dir, 'floor', 'tools'), { recursive: true });
+    const floorEngine = await createEngine({ workspace: dir, project: 'floor', watch: false, persist: false });
+    floorEngine.vfs.write('/data/a.txt', `${'x'.repeat(1023)}\n`);
+    const engineFloorApp = Fastify({ logger: false });
+    engineFloorApp.post(
+      '/v1/tools/:id(^[^:/]+)::run',
+      { schema: { body: { type: 'object', required: ['input'], additionalProperties: false, properties: { input: { type: 'object' } } } } },
+      async (request, reply) => {
+        const result = await floorEngine.call((request.params as { id: string }).id, (request.body as { input: unknown }).input);
+        return reply.header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(result));
+      },
+    );
+    const engineFloorAddress = await engineFloorApp.listen({ host: '127.0.0.1', port: 0 });
+    await load(`${engineFloorAddress}/v1/tools/fs.read:run`, body, 2);
+    const engineFloor = await load(`${engineFloorAddress}/v1/tools/fs.read:run`, body, seconds);
+    await engineFloorApp.close();
+    await floorEngine.close();
+
     let results = 0;
     engine.events.on('result', () => {
       results++;
@@ -81,9 +103,11 @@ export async function benchHttp(seconds = Number(process.env.ARIUM_BENCH_HTTP_SE
       response_bytes: Buffer.byteLength(sample),
       bare_node_http: baseline,
       fastify_floor: floor,
+      fastify_engine_floor: engineFloor,
       gateway: served,
       ratio_to_bare: Math.round((served.requests_per_s / baseline.requests_per_s) * 1000) / 1000,
       floor_ratio_to_bare: Math.round((floor.requests_per_s / baseline.requests_per_s) * 1000) / 1000,
+      engine_floor_ratio_to_bare: Math.round((engineFloor.requests_per_s / baseline.requests_per_s) * 1000) / 1000,
       ratio_to_floor: Math.round((served.requests_per_s / floor.requests_per_s) * 1000) / 1000,
       result_events: results,
       answered_2xx: served.requests - served.non_2xx - served.errors,

@@ -11,9 +11,11 @@ import { copyFixtureProject, type TempProject } from './support/project.js';
  * the VFS must end up holding the bytes, and the way there must not hold them again. Before the bytes
  * travelled raw (bulk pipe), were stored without memfs's copy and journaled without joining the
  * record, these cases grew the process by 2.5 to 7.4 times what was written (Python: 1.9 times, and
- * the 64 MiB write did not finish in 120 s). A bound of 1.5 times leaves room for garbage V8 has not
- * collected yet; measured now: 1.03-1.15 times for 16 writes of 6 MiB, 1.25-1.5 times for one write
- * of 64 MiB, both runners.
+ * the 64 MiB write did not finish in 120 s). What is left above 1x is garbage V8 has not collected
+ * yet, mostly the pipe's 64 KiB read chunks, and how much depends on when the collector runs: measured
+ * alone, 1.03-1.15 times for 16 writes of 6 MiB and 1.25-1.5 for one write of 64 MiB; during the full
+ * suite one write of 64 MiB reached 1.51-1.56. The bound, 1.75 times, keeps that room and still fails
+ * on any second copy of the bytes (2 times and more).
  */
 
 const ROOT = join(import.meta.dirname, '..');
@@ -62,7 +64,7 @@ describe.runIf(onLinux)('one call that writes a lot grows the engine by about wh
       expect(
         result.growth / result.written,
         `grew by ${(result.growth / MiB).toFixed(1)} MiB for ${result.written / MiB} MiB written`,
-      ).toBeLessThanOrEqual(1.5);
+      ).toBeLessThanOrEqual(1.75);
     },
     120_000,
   );
