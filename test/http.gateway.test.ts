@@ -3,7 +3,7 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, ResourceUpdatedNotificationSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGateway, type Gateway } from '../src/http/gateway.js';
 import { compileSchema } from '../src/validation.js';
@@ -265,6 +265,52 @@ describe('over a real socket', () => {
     );
     expect(stray.status).toBe(404);
   });
+
+  it('over Streamable HTTP too: resources and subscriptions, list_changed, and a cancelled call writes nothing', async () => {
+    // Its own gateway, watching the tools folder, over its own project.
+    const own = tempProject({
+      'tool.js': TRIVIAL_JS,
+      'slow.js':
+        "export default async function run(input, ctx) { await ctx.vfs.write('/late.txt', 'no'); const end = Date.now() + input.ms; while (Date.now() < end) {} return {}; }\n",
+      'slow.json': definition({ id: 'demo.slow', entry: 'slow.js', permissions: ['exec.js', 'vfs.write'] }),
+    });
+    const watching = await createGateway({ workspace: own.workspace, project: own.project, engineOptions: { persist: false } });
+    const client = new Client({ name: 'http-features', version: '1' });
+    try {
+      const url = await watching.app.listen({ host: '127.0.0.1', port: 0 });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${url}/mcp`)));
+      const updated: string[] = [];
+      let changed = 0;
+      client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+        updated.push(n.params.uri);
+      });
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+        changed++;
+      });
+      const uri = `arium://${own.project}/vfs/notes/a.txt`;
+      await client.subscribeResource({ uri });
+      await client.callTool({ name: 'fs.write', arguments: { path: '/notes/a.txt', content: 'hello' } });
+      await waitFor(() => updated.length > 0);
+      expect(updated).toEqual([uri]);
+      expect((await client.readResource({ uri })).contents).toEqual([{ uri, mimeType: 'text/plain', text: 'hello' }]);
+
+      own.write('late.json', definition({ id: 'demo.late' }));
+      await waitFor(() => changed > 0);
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('demo.late');
+
+      const controller = new AbortController();
+      const call = client.callTool({ name: 'demo.slow', arguments: { ms: 3000 } }, undefined, { signal: controller.signal, timeout: 60_000 });
+      setTimeout(() => controller.abort('stop'), 500);
+      await expect(call).rejects.toThrow();
+      await new Promise((r) => setTimeout(r, 3500));
+      const read = (await client.callTool({ name: 'fs.read', arguments: { path: '/late.txt' } })) as CallToolResult;
+      expect(read.structuredContent).toMatchObject({ error: { code: 'NOT_FOUND' } });
+    } finally {
+      await client.close();
+      await watching.close();
+      own.remove();
+    }
+  }, 60_000);
 });
 
 describe('with an API key', () => {
