@@ -13,7 +13,7 @@ function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_D
 /**
  * One call's private view of the VFS: its changes live in an overlay over the committed tree, so a call
  * that fails leaves nothing behind and calls running at once never see each other's uncommitted
- * writes. Every change is also logged as a journal op; `commit` (in durable.ts) replays that log on the
+ * writes. Every change is also logged as a journal op; `VfsState.commit` (state.ts) replays that log on the
  * committed tree. A path present in the overlay hides the committed tree at and below it: a deleted
  * folder hides its old contents, a folder created or moved in by the call holds exactly its overlay
  * children.
