@@ -32,6 +32,9 @@ beforeAll(async () => {
       entry: 'busy.js',
       schema: { type: 'object', properties: { ms: { type: 'integer' } }, required: ['ms'] },
     }),
+    'slow-write.js':
+      "export default async function run(input, ctx) { await ctx.vfs.write(input.path, 'x'); const end = Date.now() + input.ms; while (Date.now() < end) {} return {}; }\n",
+    'slow-write.json': definition({ id: 'demo.slow-write', entry: 'slow-write.js', permissions: ['exec.js', 'vfs.write'] }),
   });
   // A second project of the same workspace, served under /p/other.
   mkdirSync(join(project.workspace, 'other', 'tools'), { recursive: true });
@@ -208,6 +211,22 @@ describe('over a real socket', () => {
     expect((listed.body as { output: { entries: unknown[] } }).output.entries).toHaveLength(50);
     await waitFor(() => stream.events.filter((e) => e.event === 'ToolResultEvent' && e.data.includes('/many/')).length >= 50);
     stream.close();
+  });
+
+  it('a client that disconnects cancels its run: nothing it would have written lands', async () => {
+    const controller = new AbortController();
+    const run = fetch(`${base}/v1/tools/demo.slow-write:run`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: { path: '/gone.txt', ms: 2000 } }),
+      signal: controller.signal,
+    });
+    setTimeout(() => controller.abort(), 400);
+    await expect(run).rejects.toThrow();
+    // Past the tool's 2 s: had the run not been cancelled, its write would have landed by now.
+    await new Promise((r) => setTimeout(r, 2600));
+    const read = await post(`${base}/v1/tools/fs.read:run`, { input: { path: '/gone.txt' } });
+    expect(read.body).toMatchObject({ ok: false, error: { code: 'NOT_FOUND' } });
   });
 
   it('a stream resumed with Last-Event-ID gets exactly what it missed, and says so when the buffer lost some', async () => {
