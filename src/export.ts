@@ -191,8 +191,9 @@ function makeNullable(schema: Record<string, unknown>): Record<string, unknown> 
  * Throws a ToolFailure (`UNKNOWN_TOOL`, `INVALID_INPUT`) the caller can hand back to the model.
  */
 export function resolveCall(exported: ExportedTools, name: string, args: unknown): { id: string; input: Record<string, unknown> } {
-  const id = typeof name === 'string' ? exported.names[name] : undefined;
-  if (!id || !Object.hasOwn(exported.names, name)) {
+  // Own keys only: a name such as "constructor" must not reach Object.prototype.
+  const id = typeof name === 'string' && Object.hasOwn(exported.names, name) ? exported.names[name] : undefined;
+  if (!id) {
     throw new ToolFailure('validation', 'UNKNOWN_TOOL', `The model called "${String(name)}", which is not one of the exported tools`, {
       details: { name: String(name).slice(0, 200) },
     });

@@ -1,11 +1,8 @@
 import type { Engine } from 'arium';
 import type OpenAI from 'openai';
+import type { AgentRun } from './agent-run.mjs';
 
-export interface AgentRun {
-  answer: string;
-  steps: number;
-  messages: unknown[];
-}
+export type { AgentRun };
 
 /** Asks the model, runs its tool calls through `engine`, feeds the results back, until it answers. */
 export function runAgent(options: {

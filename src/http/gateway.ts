@@ -43,6 +43,9 @@ export interface Gateway {
 interface Served {
   engine: Engine;
   events: EventLog;
+  /** The project's `surfaces.http` profile, compiled once: which tools it offers, its grants. */
+  visible: (id: string) => boolean;
+  grants: readonly string[] | undefined;
 }
 
 const RUN_BODY_SCHEMA = {
@@ -83,7 +86,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           throw new ToolFailure('transport', 'UNAVAILABLE', 'The gateway is shutting down');
         }
         opened.set(project, engine);
-        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000) };
+        const profile = engine.config.surfaces?.http;
+        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000), visible: surfaceFilter(profile), grants: profile?.grants };
       })();
       served.set(project, entry);
       // A project that failed to open is tried again by the next request (it may have been made since).
@@ -205,8 +209,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       }
     });
     const engineOf = (request: FastifyRequest) => (request as FastifyRequest & { served: Served }).served;
-    const profile = (request: FastifyRequest) => engineOf(request).engine.config.surfaces?.http;
-    const visible = (request: FastifyRequest) => surfaceFilter(profile(request));
+    const visible = (request: FastifyRequest) => engineOf(request).visible;
 
     scope.get(
       '/v1/tools',
@@ -263,7 +266,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
             errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId: traceId ?? null }),
           );
         }
-        const grants = profile(request)?.grants;
+        const { grants } = engineOf(request);
         const result = await engine.call(id, body.input, {
           caller: `http:${request.ip}`,
           // A client that goes away cancels its run: nothing it would have written lands.
@@ -380,7 +383,7 @@ function connectionSignal(socket: Socket): AbortSignal {
 
 /** Sends `body` with `status` (the route's typed reply knows only the statuses its schema lists). */
 function send(reply: FastifyReply, status: number, body: unknown): FastifyReply {
-  return (reply as FastifyReply).code(status).send(body);
+  return reply.code(status).send(body);
 }
 
 function failureStatus(failure: ToolFailure): number {
