@@ -4,7 +4,8 @@ import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import type { SurfaceProfile } from './mcp/profile.js';
-import { compileSchema, summarize } from './validation.js';
+import type { RunnerCatalog } from './runner-catalog.js';
+import { compileSchema, summarize, type Validator } from './validation.js';
 
 /**
  * `workspace/<project>/arium.json`: what an operator sets for a project. Every field is
@@ -25,9 +26,9 @@ export interface ProjectConfig {
    * as the object says: `path`, and rotation by `max_bytes` keeping `files` rotated files.
    */
   audit_log?: AuditSetting;
-  /** Python interpreter for Python tools (a path, e.g. a virtualenv's bin/python). */
+  /** py-runner: the Python interpreter for Python tools (a path, e.g. a virtualenv's bin/python). */
   python?: string;
-  /** Refuse to run Python tools without namespace isolation. */
+  /** py-runner: refuse to run Python tools without namespace isolation. */
   strict?: boolean;
   /** `refuse`: a definition changed to ask for more permissions waits for a restart (default `allow`). */
   permission_widening?: 'allow' | 'refuse';
@@ -61,7 +62,8 @@ const positiveIntegers = (keys: readonly string[]) =>
     ]),
   );
 
-export const PROJECT_CONFIG_SCHEMA = {
+/** The keys of arium.json the engine reads itself; a runner's keys come from its definition (`config`). */
+const ENGINE_CONFIG_SCHEMA = {
   $schema: 'https://json-schema.org/draft/2020-12/schema',
   $id: 'urn:arium:schema:project:v1',
   title: 'Arium project configuration (arium.json)',
@@ -88,8 +90,6 @@ export const PROJECT_CONFIG_SCHEMA = {
         },
       ],
     },
-    python: { type: 'string', minLength: 1 },
-    strict: { type: 'boolean' },
     permission_widening: { enum: ['allow', 'refuse'], description: 'default allow' },
     surfaces: {
       type: 'object',
@@ -99,7 +99,28 @@ export const PROJECT_CONFIG_SCHEMA = {
   },
 } as const;
 
-const validate = compileSchema(PROJECT_CONFIG_SCHEMA);
+/** The arium.json keys no runner may claim. */
+export const ENGINE_CONFIG_KEYS: readonly string[] = Object.keys(ENGINE_CONFIG_SCHEMA.properties);
+
+/** The schema of arium.json for an engine with the runners of `catalog` (published for the defaults as `schema/project.schema.json`). */
+export function projectConfigSchema(catalog: RunnerCatalog) {
+  return { ...ENGINE_CONFIG_SCHEMA, properties: { ...ENGINE_CONFIG_SCHEMA.properties, ...catalog.configSchemas() } };
+}
+
+const validators = new Map<string, Validator>();
+
+function validatorFor(catalog: RunnerCatalog): Validator {
+  const schema = projectConfigSchema(catalog);
+  const key = JSON.stringify(schema.properties);
+  let validator = validators.get(key);
+  if (!validator) {
+    // Without $id: ajv keeps one schema per id, and catalogs with other runners make other schemas.
+    const { $id: _id, ...rest } = schema;
+    validator = compileSchema(rest);
+    validators.set(key, validator);
+  }
+  return validator;
+}
 
 export class ProjectConfigError extends Error {
   override readonly name = 'ProjectConfigError';
@@ -111,8 +132,8 @@ export class ProjectConfigError extends Error {
   }
 }
 
-/** Reads and checks `arium.json`; returns `{}` when the project has none. */
-export function loadProjectConfig(projectDir: string): ProjectConfig {
+/** Reads and checks `arium.json` against the engine's keys and those of the runners in `catalog`; `{}` when the project has none. */
+export function loadProjectConfig(projectDir: string, catalog: RunnerCatalog): ProjectConfig {
   const path = join(projectDir, 'arium.json');
   if (!existsSync(path)) return {};
   let raw: unknown;
@@ -128,7 +149,7 @@ export function loadProjectConfig(projectDir: string): ProjectConfig {
     throw new ProjectConfigError(`${path}:${duplicate.line}:${duplicate.column}: ${describeDuplicate(duplicate)}`, field);
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ProjectConfigError(`${path} must hold a JSON object`);
-  const violations = validate(raw);
+  const violations = validatorFor(catalog)(raw);
   if (violations) {
     const field = (violations[0]?.pointer ?? '').slice(1).replace(/\//g, '.');
     throw new ProjectConfigError(`${path}: ${summarize(violations)}`, field || undefined);

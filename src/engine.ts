@@ -1,19 +1,19 @@
 import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { BuiltinRunner } from '../runners/builtin/index.js';
-import { JsRunner } from '../runners/js/index.js';
-import { PythonRunner } from '../runners/python/index.js';
+import { runnerCatalog } from '../runners/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { type AuditSetting, auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
 import { type CallOptions, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
-import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError } from './permissions.js';
+import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError, parsePermission } from './permissions.js';
 import { type PermissionWidening, Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
-import type { Runner, RunnerStatus } from './runner.js';
-import { type RunnerName, type ToolInfo, toolInfo } from './tool.js';
+import type { Runner, RunnerDefinition, RunnerStatus } from './runner.js';
+import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
+import type { StateStore } from './store/port.js';
+import { type ToolInfo, toolInfo } from './tool.js';
 import type { GcReport } from './vfs/gc.js';
 import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
 import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
@@ -24,7 +24,10 @@ export interface EngineOptions {
   workspace?: string;
   /** Project folder name inside the workspace. Default `demo`. */
   project?: string;
-  /** What callers are granted. Default: DEFAULT_GRANTS (everything but `sys.exec` and `net.fetch`). */
+  /**
+   * What callers are granted. Default: DEFAULT_GRANTS (everything but `sys.exec` and `net.fetch`), with
+   * the permission of every runner whose definition says `grantedByDefault`.
+   */
   grants?: readonly string[];
   /** Overrides of the default policy (limits.ts). */
   policy?: Partial<Policy>;
@@ -44,6 +47,11 @@ export interface EngineOptions {
    * `false` keeps everything in memory.
    */
   persist?: boolean;
+  /**
+   * Where the durable state is kept instead of `<project>/.arium`: any `StateStore` (src/store/port.ts),
+   * e.g. a `MemoryStateStore` that outlives the engine within the process. Ignored when `persist` is false.
+   */
+  store?: StateStore;
   /** Open a damaged state folder by keeping what is intact (see `engine.recovery`). */
   recover?: boolean;
   /**
@@ -53,8 +61,11 @@ export interface EngineOptions {
    * never rotated (its holder rotates it).
    */
   readOnly?: boolean;
-  /** Runners to use in place of (or besides) the defaults, keyed by their `name`. */
-  runners?: readonly Runner[];
+  /**
+   * Runners besides or in place of the defaults: a `RunnerDefinition` adds a runner (or replaces the
+   * default of its name); a `Runner` instance is used in place of the one its definition would create.
+   */
+  runners?: readonly (Runner | RunnerDefinition)[];
 }
 
 export interface EngineStatus {
@@ -146,7 +157,7 @@ const checkQuota = (quota: Partial<VfsQuota>) => checkNumbers(DEFAULT_VFS_QUOTA,
 const READ_ONLY_ATTEMPTS = 50;
 
 /** Opens a held project's state read-only, reading again (after a short pause) while its holder is mid-change. */
-function openReadOnly(dir: string | null, quota: Partial<VfsQuota>): VfsState {
+function openReadOnly(dir: string | StateStore | null, quota: Partial<VfsQuota>): VfsState {
   for (let attempt = 1; ; attempt++) {
     try {
       return new VfsState({ dir, quota, readOnly: true });
@@ -162,6 +173,56 @@ function openReadOnly(dir: string | null, quota: Partial<VfsQuota>): VfsState {
   }
 }
 
+/** A definition has `create` (or, when it lacks it by mistake, the `extensions` only definitions have). */
+const isDefinition = (value: Runner | RunnerDefinition): value is RunnerDefinition =>
+  typeof value === 'object' && value !== null && ('create' in value || 'extensions' in value);
+
+/** The catalog of the engine's runners and the instances given in place of the ones definitions would create. */
+function runnerOptions(given: EngineOptions['runners']): { catalog: RunnerCatalog; instances: Map<string, Runner> } {
+  if (given !== undefined && !Array.isArray(given))
+    throw new EngineConfigError('runners must be an array of runner definitions or runners', 'runners');
+  const list = given ?? [];
+  let catalog: RunnerCatalog;
+  try {
+    catalog = runnerCatalog(list.filter(isDefinition));
+  } catch (error) {
+    if (error instanceof RunnerDefinitionError) throw new EngineConfigError(error.message, 'runners');
+    throw error;
+  }
+  const instances = new Map<string, Runner>();
+  for (const runner of list) {
+    if (isDefinition(runner)) continue;
+    if (typeof runner?.run !== 'function' || typeof runner.name !== 'string') {
+      throw new EngineConfigError('each of runners must be a RunnerDefinition (with create) or a Runner (with name and run)', 'runners');
+    }
+    if (!catalog.get(runner.name)) {
+      throw new EngineConfigError(
+        `runners: no runner named "${runner.name}" is defined (known: ${catalog.names().join(', ')}); pass its RunnerDefinition, whose create() returns the runner`,
+        'runners',
+      );
+    }
+    instances.set(runner.name, runner);
+  }
+  return { catalog, instances };
+}
+
+/** Grants naming `exec.<kind>` of no runner here are refused, as a misspelt permission name is. */
+function checkExecGrants(grants: readonly string[], catalog: RunnerCatalog, field: string): void {
+  const known = catalog.execPermissions();
+  for (const text of grants) {
+    const { name } = parsePermission(text);
+    if (name.startsWith('exec.') && !known.includes(name)) {
+      throw new EngineConfigError(`Unknown permission "${name}": no runner of this engine uses it (runners here take ${known.join(', ')})`, field);
+    }
+  }
+}
+
+/** The default grants for the runners of `catalog`: DEFAULT_GRANTS with each runner's permission granted by default. */
+function defaultGrants(catalog: RunnerCatalog): string[] {
+  const plain = DEFAULT_GRANTS.filter((g) => !g.startsWith('exec.'));
+  return [...plain.filter((g) => g.startsWith('vfs.')), ...catalog.defaultExecGrants(), ...plain.filter((g) => !g.startsWith('vfs.'))];
+}
+
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const project = options.project ?? 'demo';
   if (typeof project !== 'string' || !PROJECT_NAME.test(project) || project.includes('..')) {
@@ -175,9 +236,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       'project',
     );
   }
+  const { catalog, instances } = runnerOptions(options.runners);
   let config: ProjectConfig;
   try {
-    config = loadProjectConfig(projectDir);
+    config = loadProjectConfig(projectDir, catalog);
   } catch (error) {
     if (error instanceof ProjectConfigError) throw new EngineConfigError(error.message, error.field ? `arium.json ${error.field}` : 'arium.json');
     throw error;
@@ -187,11 +249,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const vfsQuota = checkQuota({ ...config.vfs, ...options.vfsQuota });
   let grants: GrantSet;
   try {
-    grants = new GrantSet(options.grants ?? config.grants ?? DEFAULT_GRANTS);
+    grants = new GrantSet(options.grants ?? config.grants ?? defaultGrants(catalog));
   } catch (error) {
     if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, 'grants');
     throw error;
   }
+  checkExecGrants(grants.texts(), catalog, options.grants ? 'grants' : 'arium.json grants');
   for (const [surface, profile] of Object.entries(config.surfaces ?? {})) {
     try {
       new GrantSet(profile?.grants ?? []);
@@ -199,6 +262,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, `arium.json surfaces.${surface}.grants`);
       throw error;
     }
+    checkExecGrants(profile?.grants ?? [], catalog, `arium.json surfaces.${surface}.grants`);
   }
   const registryLimits = { ...DEFAULT_REGISTRY_LIMITS, ...options.registryLimits };
   const widening = options.permissionWidening ?? config.permission_widening ?? 'allow';
@@ -215,25 +279,58 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     bus.addSink((event) => log.write(event));
   }
 
-  const stateDir = (options.persist ?? config.persist) === false ? null : join(projectDir, '.arium');
+  if (options.store !== undefined) {
+    const store = options.store as Partial<StateStore> | null;
+    const needed = [
+      'acquire',
+      'release',
+      'holder',
+      'readLive',
+      'writeLive',
+      'liveStamp',
+      'readSnapshotLog',
+      'appendSnapshotLog',
+      'journal',
+      'close',
+      'describe',
+    ];
+    const missing = needed.filter((m) => typeof (store as Record<string, unknown> | null)?.[m] !== 'function');
+    if (missing.length > 0 || typeof store?.objects !== 'object') {
+      throw new EngineConfigError(
+        `store must implement StateStore (src/store/port.ts); it lacks ${[...missing, ...(typeof store?.objects === 'object' ? [] : ['objects'])].join(', ')}`,
+        'store',
+      );
+    }
+  }
+  const stateDir = (options.persist ?? config.persist) === false ? null : (options.store ?? join(projectDir, '.arium'));
   const state = options.readOnly
     ? openReadOnly(stateDir, vfsQuota)
     : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
-  const builtin = new BuiltinRunner();
-  // JsRunner loads nothing native here: isolated-vm lives in its sandbox process, started on first use.
-  const runners = new Map<RunnerName, Runner>([
-    ['builtin', builtin],
-    ['js-runner', new JsRunner()],
-    // Nothing starts here either: the interpreter is found and the fork server started on first use.
-    ['py-runner', new PythonRunner({ python: config.python, baseDir: projectDir, strict: config.strict === true })],
-  ]);
-  for (const runner of options.runners ?? []) runners.set(runner.name, runner);
+  const runners = new Map<string, Runner>();
+  for (const definition of catalog.list()) {
+    let runner: Runner | undefined = instances.get(definition.name);
+    let problem: string | null = null;
+    try {
+      runner ??= definition.create({ projectDir, config: config as Record<string, unknown> });
+      if (runner?.name !== definition.name) problem = `created a runner named ${JSON.stringify(runner?.name)}; they must match`;
+    } catch (error) {
+      problem = `could not create its runner: ${(error as Error)?.message ?? String(error)}`;
+    }
+    if (problem !== null) {
+      await Promise.allSettled([...runners.values()].map((r) => r.close()));
+      state.close();
+      await audit?.close();
+      throw new EngineConfigError(`runner definition "${definition.name}" ${problem}`, 'runners');
+    }
+    runners.set(definition.name, runner as Runner);
+  }
 
   const realProject = realpathSync(projectDir);
   const registry = new Registry({
     projectDir: realProject,
     toolsPath: join(realProject, 'tools'),
-    builtins: builtin.tools(),
+    builtins: [...runners.values()].flatMap((runner) => runner.tools?.() ?? []),
+    catalog,
     limits: registryLimits,
     widening,
     onSecurity: (event) => bus.publish(event),

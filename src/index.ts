@@ -1,8 +1,12 @@
 // The public API. Each export is named on purpose: adding a line here is an API decision, and
 // test/index.exports.test.ts pins the list.
 
+import { DEFAULT_CATALOG } from '../runners/index.js';
+import { projectConfigSchema } from './config.js';
+import { toolMetaSchema } from './registry/meta-schema.js';
+
+export { DEFAULT_RUNNERS } from '../runners/index.js';
 export type { ProjectConfig } from './config.js';
-export { PROJECT_CONFIG_SCHEMA } from './config.js';
 export type { CallOptions } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
 export { createEngine, EngineConfigError } from './engine.js';
@@ -30,12 +34,13 @@ export type { AriumMcpServer, McpServerOptions } from './mcp/server.js';
 export { createMcpServer } from './mcp/server.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
-export { TOOL_META_SCHEMA } from './registry/meta-schema.js';
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
-export type { RunContext, Runner, RunnerStatus } from './runner.js';
+export type { Check, RunContext, Runner, RunnerDefinition, RunnerSetup, RunnerStatus } from './runner.js';
+export { FileStateStore } from './store/file-store.js';
 export { ProjectLockedError } from './store/lock.js';
+export { MemoryStateStore } from './store/memory-store.js';
+export type { JournalPort, LiveRef, StateStore } from './store/port.js';
 export type { RunnerName, ToolInfo, ToolSpec } from './tool.js';
-export { RUNNER_NAMES } from './tool.js';
 export type { ToolVfs } from './tool-vfs.js';
 export type { GcReport } from './vfs/gc.js';
 export type { DiffOptions, DiffResult, HostVfs, RestoreResult } from './vfs/history.js';
@@ -45,3 +50,10 @@ export type { TransferReport } from './vfs/transfer.js';
 export type { ChangeStatus, FileChange } from './vfs/tree-diff.js';
 export type { VfsEntry, VfsStat } from './vfs/vfs.js';
 export { Vfs } from './vfs/vfs.js';
+
+/** The schema of a tool definition for the default runners (published as `schema/tool.schema.json`). */
+export const TOOL_META_SCHEMA = toolMetaSchema(DEFAULT_CATALOG);
+/** The schema of arium.json for the default runners (published as `schema/project.schema.json`). */
+export const PROJECT_CONFIG_SCHEMA = projectConfigSchema(DEFAULT_CATALOG);
+/** The names of the default runners. */
+export const RUNNER_NAMES: readonly string[] = Object.freeze(DEFAULT_CATALOG.names());

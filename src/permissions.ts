@@ -9,8 +9,15 @@
  *   that path.
  */
 
+/** The permissions of the engine and its default runners (`exec.<kind>` of a runner comes from its definition). */
 export const PERMISSION_NAMES = ['vfs.read', 'vfs.write', 'exec.js', 'exec.py', 'sys.exec', 'sys.info', 'net.fetch'] as const;
-export type PermissionName = (typeof PERMISSION_NAMES)[number];
+export type PermissionName = (typeof PERMISSION_NAMES)[number] | `exec.${string}`;
+
+/**
+ * The form of a runner's permission. Parsing accepts any `exec.<kind>`, because which runners exist is
+ * the engine's catalog's business: the registry and the engine refuse a kind no runner of theirs has.
+ */
+export const EXEC_PERMISSION_PATTERN = /^exec\.[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
 
 /** Permissions that accept a `:<glob>` path scope. */
 const SCOPED: ReadonlySet<string> = new Set(['vfs.read', 'vfs.write']);
@@ -44,8 +51,10 @@ export function parsePermission(text: string): Permission {
   }
   const colon = text.indexOf(':');
   const name = colon === -1 ? text : text.slice(0, colon);
-  if (!NAMES.has(name)) {
-    throw new PermissionSyntaxError(`Unknown permission "${name}"; known permissions: ${PERMISSION_NAMES.join(', ')}`);
+  if (!NAMES.has(name) && !EXEC_PERMISSION_PATTERN.test(name)) {
+    throw new PermissionSyntaxError(
+      `Unknown permission "${name}"; known permissions: ${PERMISSION_NAMES.join(', ')}, or exec.<kind> of another runner`,
+    );
   }
   let scope: string | null = null;
   if (colon !== -1) {

@@ -1,6 +1,6 @@
 import type { CallLimits } from './limits.js';
 import type { LogLine } from './result.js';
-import type { RunnerName, Tool } from './tool.js';
+import type { Tool } from './tool.js';
 import type { ToolVfs } from './tool-vfs.js';
 import type { VfsState } from './vfs/state.js';
 
@@ -45,9 +45,10 @@ export interface RunnerStatus {
   [key: string]: unknown;
 }
 
-/** The one interface every runner implements; only the composition root (engine.ts) knows concrete runners. */
+/** The one interface every runner implements; the engine reaches runners only through their `RunnerDefinition`. */
 export interface Runner {
-  readonly name: RunnerName;
+  /** The name its definition registers (`RunnerDefinition.name`). */
+  readonly name: string;
   /**
    * True when the runner can stop a tool mid-flight (a sandbox it can kill): the dispatcher then arms a
    * wall-clock deadline. The builtin runner's operations are short and synchronous, so it needs none.
@@ -70,6 +71,56 @@ export interface Runner {
   prepare?(tool: Tool): void;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
+  /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
+  tools?(): Tool[];
   status(): Promise<RunnerStatus>;
   close(): Promise<void>;
+}
+
+/** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
+export interface Check {
+  name: string;
+  ok: boolean;
+  detail: string;
+  /** How to fix it, for failed checks. */
+  fix?: string;
+}
+
+/** What a runner is created with. */
+export interface RunnerSetup {
+  /** Absolute path of the project folder (a relative path in its options is taken from here). */
+  readonly projectDir: string;
+  /** The project's arium.json (checked): a runner reads the keys its definition declares in `config`. */
+  readonly config: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Everything the engine knows about a kind of runner, in one place: the registry takes the runner names
+ * and entry extensions from here, the permission gate the `exec.*` permission, arium.json its keys,
+ * `arium doctor` its probes and `arium init` its example. Adding a runner is one definition in the
+ * catalog (`createEngine({ runners: [definition] })` for a runner from outside the package).
+ */
+export interface RunnerDefinition {
+  /** What a tool definition writes in `"runner"`: lower-case letters, digits and "-", e.g. `sh-runner`. */
+  readonly name: string;
+  /** One line for people: what runs the tools. */
+  readonly summary: string;
+  /** Entry file extensions it takes, lower case with the dot (e.g. `.py`); empty when its tools have no entry file. */
+  readonly extensions: readonly string[];
+  /** The permission every tool of this runner declares and its caller must be granted, `exec.<kind>`; null for none. */
+  readonly permission: string | null;
+  /** Whether callers get `permission` when the engine's options and arium.json name no grants. */
+  readonly grantedByDefault?: boolean;
+  /** False for a runner only the engine's own tools use (builtin): a project's definitions may not name it. */
+  readonly definable?: boolean;
+  /** The top-level arium.json keys it reads, each with its JSON Schema. */
+  readonly config?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
+  /** Checks for `arium doctor`, each a real command with a timeout; `config` is the project's arium.json. */
+  probe?(config: Readonly<Record<string, unknown>>): Promise<Check[]>;
+  /**
+   * An example tool for `arium init`: its files by path relative to the tools folder, the definition as
+   * an object (init adds its `$schema`) and code as text.
+   */
+  readonly example?: Readonly<Record<string, string | Readonly<Record<string, unknown>>>>;
+  create(setup: RunnerSetup): Runner;
 }

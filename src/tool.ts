@@ -2,8 +2,8 @@ import type { CallLimits } from './limits.js';
 import type { Permission } from './permissions.js';
 import type { Validator } from './validation.js';
 
-export const RUNNER_NAMES = ['builtin', 'js-runner', 'py-runner'] as const;
-export type RunnerName = (typeof RUNNER_NAMES)[number];
+/** A runner's name, as its `RunnerDefinition` gives it (`builtin`, `js-runner`, `py-runner`, or one a caller adds). */
+export type RunnerName = string;
 
 /** A tool definition as written in `tools/<anything>.json`. */
 export interface ToolSpec {

@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, test } from 'vitest';
 import { installAdvice } from '../runners/js/locate.js';
-import { checkIsolatedVm } from '../src/cli/probes.js';
+import { checkIsolatedVm } from '../runners/js/probe.js';
 import { TOOL_META_SCHEMA } from '../src/index.js';
 import { parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 

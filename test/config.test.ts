@@ -2,8 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PROJECT_CONFIG_SCHEMA } from '../src/config.js';
-import { createEngine, EngineConfigError } from '../src/index.js';
+import { createEngine, EngineConfigError, PROJECT_CONFIG_SCHEMA } from '../src/index.js';
 
 let workspace: string;
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_CATALOG } from '../runners/index.js';
 import { loadProjectConfig } from '../src/config.js';
 import { createEngine, type Engine } from '../src/index.js';
 
@@ -156,7 +157,7 @@ async function checkConfig(block: Block): Promise<void> {
   const dir = join(temp, `config${project++}`);
   mkdirSync(join(dir, 'p', 'tools'), { recursive: true });
   writeFileSync(join(dir, 'p', 'arium.json'), block.code);
-  expect(loadProjectConfig(join(dir, 'p'))).toEqual(JSON.parse(block.code));
+  expect(loadProjectConfig(join(dir, 'p'), DEFAULT_CATALOG)).toEqual(JSON.parse(block.code));
   const engine = await createEngine({ workspace: dir, project: 'p', watch: false, persist: false });
   await engine.close();
 }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { syncBuiltinESMExports } from 'node:module';
 import { afterAll, afterEach, beforeAll, describe, expect, it, type MockInstance, vi } from 'vitest';
+import { DEFAULT_CATALOG } from '../runners/index.js';
 import { loadProjectConfig } from '../src/config.js';
 import { type Engine, Vfs } from '../src/index.js';
 import { openEngine, type TempProject, tempProject } from './support/project.js';
@@ -131,7 +132,7 @@ describe('the host filesystem', () => {
 
   it('is seen by the spies when the engine does use it (the canary)', async () => {
     spyOnHostFs();
-    loadProjectConfig(project.dir); // a named import of node:fs (existsSync)
+    loadProjectConfig(project.dir, DEFAULT_CATALOG); // a named import of node:fs (existsSync)
     await engine.refresh(); // named imports of node:fs/promises (readdir, stat)
     const touched = hostCalls();
     restoreHostFs();

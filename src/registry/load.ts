@@ -5,18 +5,10 @@ import type { RegistryProblem } from '../events.js';
 import { describeDuplicate, findDuplicateKey } from '../json-keys.js';
 import type { RegistryLimits } from '../limits.js';
 import { PermissionSyntaxError, parsePermission } from '../permissions.js';
+import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool, ToolSpec } from '../tool.js';
-import { compileSchema, SchemaError, summarize } from '../validation.js';
-import { TOOL_META_SCHEMA } from './meta-schema.js';
-
-/** Which entry file extensions each runner accepts. */
-const ENTRY_EXTENSIONS: Readonly<Record<string, readonly string[]>> = {
-  'js-runner': ['.js', '.mjs', '.ts', '.mts'],
-  'py-runner': ['.py'],
-};
-
-/** The permission a runner needs on top of what the tool itself does. */
-export const RUNNER_PERMISSION: Readonly<Record<string, string>> = { 'js-runner': 'exec.js', 'py-runner': 'exec.py' };
+import { compileSchema, SchemaError, summarize, type Validator } from '../validation.js';
+import { toolMetaSchema } from './meta-schema.js';
 
 export type LoadOutcome = { tool: Tool; problem?: undefined } | { tool?: undefined; problem: RegistryProblem };
 
@@ -27,6 +19,8 @@ export interface LoadContext {
   limits: RegistryLimits;
   /** Ids that belong to builtin tools. */
   reserved: ReadonlySet<string>;
+  /** The runners a definition may name, their entry extensions and permissions. */
+  catalog: RunnerCatalog;
 }
 
 class DefinitionError extends Error {
@@ -104,7 +98,19 @@ function parseJson(raw: string): unknown {
   return value;
 }
 
-const metaValidator = compileSchema(TOOL_META_SCHEMA);
+const metaValidators = new Map<string, Validator>();
+
+/** The meta-schema of a catalog, compiled once per set of runners (without `$id`: ajv keeps one schema per id). */
+function metaValidator(catalog: RunnerCatalog): Validator {
+  const key = catalog.signature();
+  let validator = metaValidators.get(key);
+  if (!validator) {
+    const { $id: _id, ...schema } = toolMetaSchema(catalog);
+    validator = compileSchema(schema);
+    metaValidators.set(key, validator);
+  }
+  return validator;
+}
 
 /**
  * Id segments that name members of `Object.prototype` (and `prototype`), compared in lower case as the
@@ -121,10 +127,15 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   }
   const declaredId = typeof (raw as { id?: unknown }).id === 'string' ? ((raw as { id: string }).id as string) : undefined;
   // Before the meta-schema: its if/then for builtin only says "/: must NOT be valid" when an entry is given.
-  if ((raw as { runner?: unknown }).runner === 'builtin') {
-    throw new DefinitionError('runner "builtin" is reserved for the engine\'s own tools; use "js-runner" or "py-runner"', '/runner', declaredId);
+  const runner = (raw as { runner?: unknown }).runner;
+  if (typeof runner === 'string' && ctx.catalog.get(runner)?.definable === false) {
+    const usable = ctx.catalog
+      .definable()
+      .map((n) => `"${n}"`)
+      .join(' or ');
+    throw new DefinitionError(`runner "${runner}" is reserved for the engine's own tools; use ${usable}`, '/runner', declaredId);
   }
-  const violations = metaValidator(raw);
+  const violations = metaValidator(ctx.catalog)(raw);
   if (violations) {
     const first = violations[0];
     throw new DefinitionError(`does not match the tool definition schema: ${summarize(violations)}`, first?.pointer || '/', declaredId);
@@ -170,7 +181,7 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
       throw error;
     }
   });
-  const needed = RUNNER_PERMISSION[spec.runner];
+  const needed = ctx.catalog.get(spec.runner)?.permission;
   if (needed && !permissions.includes(needed)) {
     throw new DefinitionError(`runner "${spec.runner}" needs the permission "${needed}" in "permissions"`, '/permissions', id);
   }
@@ -206,7 +217,7 @@ async function checkEntry(spec: ToolSpec, ctx: LoadContext): Promise<{ path: str
   if (!isInside(ctx.toolsDir, resolved)) {
     throw new DefinitionError(`"entry" must stay inside the tools folder ("${entry}" points outside it)`, '/entry', id);
   }
-  const allowed = ENTRY_EXTENSIONS[spec.runner] ?? [];
+  const allowed = ctx.catalog.get(spec.runner)?.extensions ?? [];
   if (!allowed.includes(extname(resolved).toLowerCase())) {
     throw new DefinitionError(`"entry" of a ${spec.runner} tool must end in ${allowed.join(', ')} ("${entry}")`, '/entry', id);
   }

@@ -1,6 +1,5 @@
 import { TOOL_LIMIT_CEILINGS } from '../limits.js';
-import { PERMISSION_NAMES } from '../permissions.js';
-import { RUNNER_NAMES } from '../tool.js';
+import type { RunnerCatalog } from '../runner-catalog.js';
 
 /**
  * The JSON Schema of a tool definition file. Published as `schema/tool.schema.json` for editors
@@ -9,72 +8,75 @@ import { RUNNER_NAMES } from '../tool.js';
 
 export const TOOL_ID_PATTERN = '^[a-z0-9][a-z0-9_-]*(\\.[a-z0-9][a-z0-9_-]*)*$';
 
-const unscoped = PERMISSION_NAMES.filter((n) => n !== 'vfs.read' && n !== 'vfs.write').map((n) => n.replace('.', '\\.'));
-const PERMISSION_PATTERN = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|${unscoped.join('|')})$`;
-
-export const TOOL_META_SCHEMA = {
-  $schema: 'https://json-schema.org/draft/2020-12/schema',
-  $id: 'urn:arium:schema:tool:v1',
-  title: 'Arium tool definition',
-  description: 'A tool the Arium engine loads from workspace/<project>/tools/*.json',
-  type: 'object',
-  additionalProperties: false,
-  required: ['id', 'description', 'runner', 'schema'],
-  properties: {
-    $schema: { type: 'string', description: 'Editors may point this at schema/tool.schema.json' },
-    id: {
-      type: 'string',
-      minLength: 1,
-      maxLength: 128,
-      pattern: TOOL_ID_PATTERN,
-      description: 'Dot-separated lowercase segments, unique in the project, e.g. "text.reverse"',
-    },
-    name: { type: 'string', minLength: 1, maxLength: 200, description: 'Human-readable name; defaults to the id' },
-    description: { type: 'string', minLength: 1, maxLength: 4000, description: 'What the tool does, for people and models' },
-    runner: { enum: [...RUNNER_NAMES], description: 'Which runner executes the tool' },
-    entry: {
-      type: 'string',
-      minLength: 1,
-      maxLength: 1024,
-      description: 'File of the tool code, relative to the tools folder; must stay inside it',
-    },
-    schema: { type: 'object', description: 'JSON Schema (2020-12, 2019-09 or draft-07) of the input; its root type is "object"' },
-    output_schema: { type: 'object', description: 'Optional JSON Schema the output is validated against' },
-    permissions: {
-      type: 'array',
-      maxItems: 64,
-      uniqueItems: true,
-      items: { type: 'string', pattern: PERMISSION_PATTERN },
-      description: `What the tool needs: ${PERMISSION_NAMES.join(', ')}; VFS permissions may carry a scope, e.g. "vfs.read:/docs/**"`,
-    },
-    examples: {
-      type: 'array',
-      maxItems: 10,
-      items: { type: 'object' },
-      description: 'Example inputs (each must match "schema"); shown to models and used by `arium demo`',
-    },
-    limits: {
-      type: 'object',
-      additionalProperties: false,
-      properties: {
-        timeout_ms: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.timeout_ms },
-        memory_mb: { type: 'integer', minimum: 8, maximum: TOOL_LIMIT_CEILINGS.memory_mb },
-        output_bytes: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.output_bytes },
-        max_attempts: {
-          type: 'integer',
-          minimum: 1,
-          maximum: TOOL_LIMIT_CEILINGS.max_attempts,
-          description: 'Runs a call may take when another call changed what it read before it committed (1: never re-run; CONFLICT instead)',
+/** The schema for the runners of `catalog`: their names, and the permissions they and the engine know. */
+export function toolMetaSchema(catalog: RunnerCatalog) {
+  const names = catalog.permissionNames();
+  const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write').map((n) => n.replace(/[.-]/g, '\\$&'));
+  const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|${unscoped.join('|')})$`;
+  return {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    $id: 'urn:arium:schema:tool:v1',
+    title: 'Arium tool definition',
+    description: 'A tool the Arium engine loads from workspace/<project>/tools/*.json',
+    type: 'object',
+    additionalProperties: false,
+    required: ['id', 'description', 'runner', 'schema'],
+    properties: {
+      $schema: { type: 'string', description: 'Editors may point this at schema/tool.schema.json' },
+      id: {
+        type: 'string',
+        minLength: 1,
+        maxLength: 128,
+        pattern: TOOL_ID_PATTERN,
+        description: 'Dot-separated lowercase segments, unique in the project, e.g. "text.reverse"',
+      },
+      name: { type: 'string', minLength: 1, maxLength: 200, description: 'Human-readable name; defaults to the id' },
+      description: { type: 'string', minLength: 1, maxLength: 4000, description: 'What the tool does, for people and models' },
+      runner: { enum: catalog.names(), description: 'Which runner executes the tool' },
+      entry: {
+        type: 'string',
+        minLength: 1,
+        maxLength: 1024,
+        description: 'File of the tool code, relative to the tools folder; must stay inside it',
+      },
+      schema: { type: 'object', description: 'JSON Schema (2020-12, 2019-09 or draft-07) of the input; its root type is "object"' },
+      output_schema: { type: 'object', description: 'Optional JSON Schema the output is validated against' },
+      permissions: {
+        type: 'array',
+        maxItems: 64,
+        uniqueItems: true,
+        items: { type: 'string', pattern: permissionPattern },
+        description: `What the tool needs: ${names.join(', ')}; VFS permissions may carry a scope, e.g. "vfs.read:/docs/**"`,
+      },
+      examples: {
+        type: 'array',
+        maxItems: 10,
+        items: { type: 'object' },
+        description: 'Example inputs (each must match "schema"); shown to models and used by `arium demo`',
+      },
+      limits: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          timeout_ms: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.timeout_ms },
+          memory_mb: { type: 'integer', minimum: 8, maximum: TOOL_LIMIT_CEILINGS.memory_mb },
+          output_bytes: { type: 'integer', minimum: 1, maximum: TOOL_LIMIT_CEILINGS.output_bytes },
+          max_attempts: {
+            type: 'integer',
+            minimum: 1,
+            maximum: TOOL_LIMIT_CEILINGS.max_attempts,
+            description: 'Runs a call may take when another call changed what it read before it committed (1: never re-run; CONFLICT instead)',
+          },
         },
       },
     },
-  },
-  allOf: [
-    {
-      if: { properties: { runner: { const: 'builtin' } }, required: ['runner'] },
-      // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
-      then: { not: { required: ['entry'] } },
-      else: { required: ['entry'] },
-    },
-  ],
-} as const;
+    allOf: [
+      {
+        if: { properties: { runner: { const: 'builtin' } }, required: ['runner'] },
+        // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
+        then: { not: { required: ['entry'] } },
+        else: { required: ['entry'] },
+      },
+    ],
+  } as const;
+}

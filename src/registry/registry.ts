@@ -5,6 +5,7 @@ import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../eve
 import type { RegistryLimits } from '../limits.js';
 import { GrantSet } from '../permissions.js';
 import type { CodeProblem } from '../runner.js';
+import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
 
@@ -29,6 +30,8 @@ export interface RegistryOptions {
    */
   toolsPath: string;
   builtins: readonly Tool[];
+  /** The runners definitions may name (their extensions and permissions). */
+  catalog: RunnerCatalog;
   limits: RegistryLimits;
   onChange: (event: RegistryChangeEvent) => void;
   /** The versions of tools that were just removed or replaced (called before `onChange`): runners drop what they cached. */
@@ -256,7 +259,7 @@ export class Registry {
     }
     const force = this.#forceReload;
     this.#forceReload = false;
-    const ctx = { projectDir, toolsDir: toolsDir ?? projectDir, limits, reserved: this.builtinIds };
+    const ctx = { projectDir, toolsDir: toolsDir ?? projectDir, limits, reserved: this.builtinIds, catalog: this.#options.catalog };
     await Promise.all(
       names.map(async (name) => {
         const file = join(toolsDir as string, name);

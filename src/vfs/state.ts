@@ -1,24 +1,10 @@
-import {
-  closeSync,
-  existsSync,
-  fstatSync,
-  fsyncSync,
-  ftruncateSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  statSync,
-  truncateSync,
-  writeSync,
-} from 'node:fs';
-import { dirname, join } from 'node:path';
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
-import { fsyncDir, writeFileAtomic } from '../store/atomic.js';
-import { Journal, JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
-import { lockHolder, ProjectLock } from '../store/lock.js';
+import { FileStateStore } from '../store/file-store.js';
+import { JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore } from '../store/objects.js';
+import type { JournalPort, LiveRef, StateStore } from '../store/port.js';
 import { parentOf } from './path.js';
 import { imageOf, type NodeImage, ReadView } from './read-view.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
@@ -50,8 +36,11 @@ export interface RecoveryReport {
 }
 
 export interface StateOptions {
-  /** State folder (`<project>/.arium`), or null to keep everything in memory. */
-  dir: string | null;
+  /**
+   * Where the state is kept: a folder (`<project>/.arium`, a FileStateStore), another `StateStore`, or
+   * null to keep the tree in memory with no journal at all (nothing survives the engine).
+   */
+  dir: string | StateStore | null;
   quota?: Partial<VfsQuota>;
   /** Open a damaged state by keeping what is intact instead of refusing to start. */
   recover?: boolean;
@@ -73,29 +62,20 @@ export class InconsistentReadError extends Error {
 /** Above this many new object bytes, a snapshot syncs its objects in place rather than journaling them. */
 const INLINE_SNAPSHOT_BYTES = 8 * 1024 * 1024;
 
-interface LiveRef {
-  root: string | null;
-  /** The last journal record folded into `root`. */
-  seq: number;
-}
-
 /**
- * The committed VFS and everything that makes it durable: the write-ahead journal of acknowledged
- * calls, the content-addressed objects, the live checkpoint and the snapshot log. Layout of the folder:
- *   objects/ab/cdef…   blobs and trees      live.json        {root, seq} of the last checkpoint
- *   journal            records since then   snapshots.jsonl  one SnapshotInfo a line
- *   lock               the owning engine
- * Start-up loads the checkpoint and replays the journal records after its seq, so a record folded
+ * The committed VFS and what makes it durable, over a StateStore (src/store/port.ts): the write-ahead
+ * journal of acknowledged calls, the content-addressed objects, the live checkpoint and the snapshot
+ * log. Start-up loads the checkpoint and replays the journal records after its seq, so a record folded
  * into a checkpoint just before a crash is not applied twice.
  */
 export class VfsState {
   readonly vfs: Vfs;
-  readonly dir: string | null;
+  /** Null when nothing is kept beyond the engine. */
+  readonly store: StateStore | null;
   readonly recovery: RecoveryReport = { torn_bytes: 0, lost: [] };
   readonly objects: Objects;
   readonly #index = new TreeIndex();
-  #journal: Journal | null = null;
-  readonly #lock: ProjectLock | null = null;
+  #journal: JournalPort | null = null;
   readonly #checkpointBytes: number;
   #snapshots: SnapshotInfo[] = [];
   /** Snapshots recorded in the journal but not yet in snapshots.jsonl (the next checkpoint adds them). */
@@ -110,35 +90,34 @@ export class VfsState {
 
   constructor(options: StateOptions) {
     this.vfs = new Vfs(options.quota);
-    this.dir = options.dir;
     this.#checkpointBytes = options.checkpointBytes ?? 64 * 1024 * 1024;
-    if (options.dir === null) {
+    const given = options.dir;
+    const store = typeof given === 'string' ? new FileStateStore(given, { readOnly: options.readOnly === true }) : given;
+    this.store = store;
+    if (store === null) {
       this.objects = new MemoryObjectStore();
       return;
     }
-    const dir = options.dir;
+    this.objects = store.objects;
     if (options.readOnly) {
-      this.#readOnly = { holder: lockHolder(join(dir, 'lock')) };
-      this.objects = new ObjectStore(join(dir, 'objects'), { readOnly: true });
-      this.#readWithoutLock(dir);
+      this.#readOnly = { holder: store.holder() };
+      this.#readWithoutLock(store);
       return;
     }
-    mkdirSync(dir, { recursive: true });
-    this.#lock = new ProjectLock(join(dir, 'lock'));
-    this.#lock.acquire();
+    store.acquire();
     try {
-      this.objects = new ObjectStore(join(dir, 'objects'));
       this.#snapshots = this.#readSnapshots(options.recover === true);
       const live = this.#readLive(options.recover === true);
       this.#seq = live.seq;
       this.#folded = live.seq;
       if (live.root) this.#materialize(live.root, options.recover === true);
-      this.#journal = new Journal(join(dir, 'journal'));
+      this.#journal = store.journal();
       this.#replay(options.recover === true);
       // Save the repaired state now, so the next start is a normal one instead of hitting the same damage.
       if (this.recovery.lost.length > 0) this.#writeCheckpoint();
     } catch (error) {
-      this.#lock.release();
+      store.close();
+      store.release();
       throw error;
     }
   }
@@ -147,28 +126,29 @@ export class VfsState {
    * Loads what the holder made durable: the checkpoint, the journal's whole records (a record being
    * appended is not there yet) and the snapshot log. The holder may fold its journal into a new
    * checkpoint, or collect garbage, while this reads: a journal that does not continue the checkpoint
-   * read, an object gone, or live.json replaced meanwhile means a mixed view, and InconsistentReadError.
+   * read, an object gone, or the checkpoint replaced meanwhile means a mixed view, and InconsistentReadError.
    */
-  #readWithoutLock(dir: string): void {
-    const live = join(dir, 'live.json');
-    const before = stamp(live);
+  #readWithoutLock(store: StateStore): void {
+    const before = store.liveStamp();
     try {
       this.#snapshots = this.#readSnapshots(false);
       const ref = this.#readLive(false);
       this.#seq = ref.seq;
       this.#folded = ref.seq;
       if (ref.root) this.#materialize(ref.root, false);
-      if (existsSync(join(dir, 'journal'))) {
-        this.#journal = new Journal(join(dir, 'journal'), { readOnly: true });
-        this.#replay(false);
-      }
+      this.#journal = store.journal();
+      if (this.#journal) this.#replay(false);
     } catch (error) {
+      store.close();
       if (error instanceof StateCorruptError || error instanceof CorruptObjectError || error instanceof JournalCorruptError) {
         throw new InconsistentReadError(`the state changed while it was read (${error.message})`, { cause: error });
       }
       throw error;
     }
-    if (stamp(live) !== before) throw new InconsistentReadError('live.json was replaced while the state was read');
+    if (store.liveStamp() !== before) {
+      store.close();
+      throw new InconsistentReadError('the live checkpoint was replaced while the state was read');
+    }
   }
 
   /** Set when the state was opened read-only: the pid of the engine that holds it, if known. */
@@ -350,11 +330,12 @@ export class VfsState {
   #writeCheckpoint(force = true): string {
     const root = this.#index.write(this.vfs, this.objects);
     this.objects.sync();
-    if (this.dir && this.#journal && (force || this.#folded !== this.#seq || this.#unlogged.length > 0 || !existsSync(join(this.dir, 'live.json')))) {
-      writeFileAtomic(join(this.dir, 'live.json'), JSON.stringify({ root, seq: this.#seq } satisfies LiveRef));
+    const store = this.store;
+    if (store && this.#journal && (force || this.#folded !== this.#seq || this.#unlogged.length > 0 || store.liveStamp() === null)) {
+      store.writeLive({ root, seq: this.#seq });
       this.#folded = this.#seq;
       if (this.#unlogged.length > 0) {
-        appendLine(join(this.dir, 'snapshots.jsonl'), this.#unlogged.map((info) => `${JSON.stringify(info)}\n`).join(''));
+        store.appendSnapshotLog(this.#unlogged.map((info) => JSON.stringify(info)));
         this.#unlogged = [];
       }
       this.#journal.reset();
@@ -459,8 +440,8 @@ export class VfsState {
       // Nothing is lost: the journal holds every acknowledged change and the next start replays it.
     } finally {
       this.#closed = true;
-      this.#journal?.close();
-      this.#lock?.release();
+      this.store?.close();
+      if (!this.#readOnly) this.store?.release();
     }
   }
 
@@ -496,62 +477,54 @@ export class VfsState {
   }
 
   #readLive(recover: boolean): LiveRef {
-    const path = join(this.dir as string, 'live.json');
-    if (!existsSync(path)) {
-      // A checkpoint is written before the first snapshot: snapshots without one means it was lost.
-      const latest = this.#snapshots[this.#snapshots.length - 1];
-      if (!latest) return { root: null, seq: 0 };
-      if (!recover) {
-        throw new StateCorruptError(
-          `The live checkpoint ${path} is missing although the project has snapshots. Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from the newest snapshot ${latest.id} plus the journal.`,
-        );
-      }
-      this.recovery.lost.push(`live.json was missing; restarted from snapshot ${latest.id}`);
-      return { root: latest.root, seq: 0 };
-    }
+    const where = `The live checkpoint ${(this.store as StateStore).describe('live')}`;
+    let live: LiveRef | null;
     try {
-      const live = JSON.parse(readFileSync(path, 'utf8')) as LiveRef;
-      if ((live.root !== null && typeof live.root !== 'string') || !Number.isInteger(live.seq)) throw new Error('unexpected fields');
-      return live;
+      live = (this.store as StateStore).readLive();
+      if (live !== null && ((live.root !== null && typeof live.root !== 'string') || !Number.isInteger(live.seq)))
+        throw new Error('unexpected fields');
     } catch (error) {
       const latest = this.#snapshots[this.#snapshots.length - 1];
       if (!recover) {
         throw new StateCorruptError(
-          `The live checkpoint ${path} is unreadable (${(error as Error).message}). Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from ${latest ? `the newest snapshot ${latest.id}` : 'an empty tree'} plus the journal.`,
+          `${where} is unreadable (${(error as Error).message}). Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from ${latest ? `the newest snapshot ${latest.id}` : 'an empty tree'} plus the journal.`,
         );
       }
       this.recovery.lost.push(`live.json was unreadable; restarted from ${latest ? `snapshot ${latest.id}` : 'an empty tree'}`);
       return { root: latest?.root ?? null, seq: 0 };
     }
+    if (live !== null) return live;
+    // A checkpoint is written before the first snapshot: snapshots without one means it was lost.
+    const latest = this.#snapshots[this.#snapshots.length - 1];
+    if (!latest) return { root: null, seq: 0 };
+    if (!recover) {
+      throw new StateCorruptError(
+        `${where} is missing although the project has snapshots. Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from the newest snapshot ${latest.id} plus the journal.`,
+      );
+    }
+    this.recovery.lost.push(`live.json was missing; restarted from snapshot ${latest.id}`);
+    return { root: latest.root, seq: 0 };
   }
 
   #readSnapshots(recover: boolean): SnapshotInfo[] {
-    const path = join(this.dir as string, 'snapshots.jsonl');
-    if (!existsSync(path)) return [];
-    const bytes = readFileSync(path);
-    // A record is appended with its newline in one write: a last line without one was torn by a crash
-    // and never acknowledged. Cut it off, or the next record would be glued to it.
-    const whole = bytes.lastIndexOf(0x0a) + 1;
-    if (whole < bytes.length && !this.#readOnly) {
-      truncateSync(path, whole);
-      this.recovery.torn_bytes += bytes.length - whole;
-    }
+    const { lines, tornBytes } = (this.store as StateStore).readSnapshotLog();
+    if (!this.#readOnly) this.recovery.torn_bytes += tornBytes;
     const out: SnapshotInfo[] = [];
-    bytes
-      .subarray(0, whole)
-      .toString('utf8')
-      .split('\n')
-      .forEach((line, i) => {
-        if (line.trim() === '') return;
-        try {
-          const info = JSON.parse(line) as SnapshotInfo;
-          if (typeof info?.id !== 'string' || typeof info.root !== 'string') throw new Error('not a snapshot');
-          out.push(info);
-        } catch {
-          if (!recover) throw new StateCorruptError(`Line ${i + 1} of ${path} is not a snapshot record; start with recover to skip it`);
-          this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
+    lines.forEach((line, i) => {
+      if (line.trim() === '') return;
+      try {
+        const info = JSON.parse(line) as SnapshotInfo;
+        if (typeof info?.id !== 'string' || typeof info.root !== 'string') throw new Error('not a snapshot');
+        out.push(info);
+      } catch {
+        if (!recover) {
+          throw new StateCorruptError(
+            `Line ${i + 1} of ${(this.store as StateStore).describe('snapshot log')} is not a snapshot record; start with recover to skip it`,
+          );
         }
-      });
+        this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
+      }
+    });
     return out;
   }
 
@@ -595,8 +568,8 @@ export class VfsState {
   }
 
   #replay(recover: boolean): void {
-    const journal = this.#journal as Journal;
-    let records: ReturnType<Journal['replay']>['records'];
+    const journal = this.#journal as JournalPort;
+    let records: JournalRecord[];
     try {
       const result = journal.replay(recover);
       records = result.records;
@@ -638,16 +611,6 @@ export class VfsState {
   }
 }
 
-/** What changes when a file is replaced or rewritten (its inode, size and time), or null when it is absent. */
-function stamp(path: string): string | null {
-  try {
-    const st = statSync(path);
-    return `${st.ino}:${st.size}:${st.mtimeMs}`;
-  } catch {
-    return null;
-  }
-}
-
 /** `path` and every path below it, outermost first (the root itself is never changed, only emptied). */
 function subtree(vfs: Vfs, path: string): string[] {
   const type = vfs.typeOf(path);
@@ -669,23 +632,4 @@ function unavailable<T>(what: string, write: () => T): T {
       cause: error,
     });
   }
-}
-
-/** Appends `line` durably; a failed append is cut back off so the file still ends on a whole line. */
-function appendLine(path: string, line: string): void {
-  const created = !existsSync(path);
-  const fd = openSync(path, 'a', 0o600);
-  const size = fstatSync(fd).size;
-  try {
-    const bytes = Buffer.from(line);
-    let off = 0;
-    while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
-    fsyncSync(fd);
-  } catch (error) {
-    ftruncateSync(fd, size);
-    throw error;
-  } finally {
-    closeSync(fd);
-  }
-  if (created) fsyncDir(dirname(path));
 }

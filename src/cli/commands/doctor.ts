@@ -1,10 +1,11 @@
+import { DEFAULT_CATALOG } from '../../../runners/index.js';
 import type { Engine, EngineStatus } from '../../index.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
 import { table } from '../format.js';
 import { EXIT } from '../io.js';
-import { type Check, checkBwrap, checkIsolatedVm, checkLandlock, checkNode, checkPython, checkUserNamespaces } from '../probes.js';
+import { type Check, checkNode } from '../probes.js';
 
 /** A runner's status() may wait on a sandbox process; doctor reports a hang instead of hanging. */
 const STATUS_TIMEOUT_MS = 15_000;
@@ -25,32 +26,31 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function projectStatus(ctx: Context): Promise<{ check: Check; engine: EngineStatus | null; python: string | undefined }> {
+async function projectStatus(ctx: Context): Promise<{ check: Check; engine: EngineStatus | null; config: Record<string, unknown> }> {
   const name = `project ${ctx.project}`;
   let engine: Engine;
   try {
     engine = await ctx.open();
   } catch (error) {
     const fix = `arium init ${ctx.project}, or pass --workspace/--project (workspace: ${ctx.workspace})`;
-    return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, python: undefined };
+    return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, config: {} };
   }
   try {
     const status = await withTimeout(engine.status(), STATUS_TIMEOUT_MS, 'engine.status()');
     const problems = status.problems ? `, ${status.problems} definition problems (arium tools)` : '';
-    return { check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` }, engine: status, python: engine.config.python };
+    return { check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` }, engine: status, config: { ...engine.config } };
   } catch (error) {
-    return { check: { name, ok: false, detail: (error as Error).message }, engine: null, python: engine.config.python };
+    return { check: { name, ok: false, detail: (error as Error).message }, engine: null, config: { ...engine.config } };
   } finally {
     await engine.close();
   }
 }
 
 export async function diagnose(ctx: Context): Promise<DoctorReport> {
-  // The project is opened first: its arium.json may name the Python interpreter to probe.
+  // The project is opened first: its arium.json may configure what a runner probes (the Python interpreter).
   const project = await projectStatus(ctx);
-  const probes = await Promise.all([checkIsolatedVm(), checkPython(project.python), checkBwrap(), checkUserNamespaces()]);
-  const landlock = await checkLandlock(probes[1].executable);
-  const checks = [checkNode(), project.check, ...probes, landlock];
+  const probes = await Promise.all(DEFAULT_CATALOG.list().map((definition) => definition.probe?.(project.config) ?? Promise.resolve([])));
+  const checks = [checkNode(), project.check, ...probes.flat()];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
 }
 

@@ -1,6 +1,7 @@
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { DEFAULT_CATALOG } from '../../../runners/index.js';
 import { rotatedPath } from '../../audit.js';
 import { auditSettings, loadProjectConfig, ProjectConfigError } from '../../config.js';
 import { EngineConfigError, type EngineEvent } from '../../index.js';
@@ -27,7 +28,7 @@ function auditPath(ctx: Context): string {
     throw new EngineConfigError(`Project "${ctx.project}" not found: ${dir} is not a folder (create it with \`arium init ${ctx.project}\`)`);
   let settings: ReturnType<typeof auditSettings>;
   try {
-    settings = auditSettings(loadProjectConfig(dir).audit_log, dir, dir);
+    settings = auditSettings(loadProjectConfig(dir, DEFAULT_CATALOG).audit_log, dir, dir);
   } catch (error) {
     if (error instanceof ProjectConfigError) throw new EngineConfigError(error.message, 'arium.json');
     throw error;

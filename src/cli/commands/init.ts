@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DEFAULT_CATALOG } from '../../../runners/index.js';
 import { bool, maxPositionals, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -33,63 +34,21 @@ function schemaRef(fromDir: string, schemaFile: string): Record<string, string> 
 
 const json = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
 
-/** Example tools, one per sandboxed runner (a project cannot define `builtin` tools), with their code. */
+/** The example tool of each runner that has one (a project cannot define `builtin` tools), and an arium.json granting what they need. */
 function exampleFiles(projectDir: string): Map<string, string> {
   const tools = join(projectDir, 'tools');
-  return new Map([
-    [
-      'tools/text-upper.json',
-      json({
-        ...schemaRef(tools, 'tool.schema.json'),
-        id: 'text.upper',
-        name: 'Upper-case text',
-        description: 'Returns the text in upper case (a JavaScript tool)',
-        runner: 'js-runner',
-        entry: 'upper.js',
-        schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
-        output_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-        permissions: ['exec.js'],
-        limits: { timeout_ms: 2000 },
-        examples: [{ text: 'hello, arium' }],
-      }),
-    ],
-    [
-      'tools/upper.js',
-      `// A JavaScript tool: runs in an isolated-vm isolate, with no Node APIs; input and output are copies.
-export default function run(input) {
-  return { text: input.text.toUpperCase() };
-}
-`,
-    ],
-    [
-      'tools/text-words.json',
-      json({
-        ...schemaRef(tools, 'tool.schema.json'),
-        id: 'text.words',
-        name: 'Count words',
-        description: 'Counts the words of a text (a Python tool)',
-        runner: 'py-runner',
-        entry: 'words.py',
-        schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
-        permissions: ['exec.py'],
-        limits: { timeout_ms: 5000, memory_mb: 128 },
-        examples: [{ text: 'the quick brown fox' }],
-      }),
-    ],
-    [
-      'tools/words.py',
-      `# A Python tool: runs in a resource-limited, isolated subprocess.
-def run(input, ctx):
-    words = input["text"].split()
-    return {"words": len(words)}
-`,
-    ],
-    [
-      'arium.json',
-      // The audit log is on, so `arium events` shows what agents did; it rotates at 16 MiB, keeping 4 files.
-      json({ ...schemaRef(projectDir, 'project.schema.json'), grants: ['vfs.read', 'vfs.write', 'exec.js', 'exec.py'], audit_log: true }),
-    ],
-  ]);
+  const files = new Map<string, string>();
+  const grants = ['vfs.read', 'vfs.write'];
+  for (const definition of DEFAULT_CATALOG.list()) {
+    if (!definition.example) continue;
+    if (definition.permission) grants.push(definition.permission);
+    for (const [file, content] of Object.entries(definition.example)) {
+      files.set(`tools/${file}`, typeof content === 'string' ? content : json({ ...schemaRef(tools, 'tool.schema.json'), ...content }));
+    }
+  }
+  // The audit log is on, so `arium events` shows what agents did; it rotates at 16 MiB, keeping 4 files.
+  files.set('arium.json', json({ ...schemaRef(projectDir, 'project.schema.json'), grants, audit_log: true }));
+  return files;
 }
 
 function projectName(ctx: Context): string {

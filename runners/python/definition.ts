@@ -1,0 +1,50 @@
+import type { RunnerDefinition } from '../../src/runner.js';
+import { checkBwrap, checkLandlock, checkPython, checkUserNamespaces } from './probe.js';
+import { PythonRunner } from './python-runner.js';
+
+/** Python tools, each call in a resource-limited process forked by a namespace-isolated fork server. */
+export const pyRunner: RunnerDefinition = {
+  name: 'py-runner',
+  summary: 'Python tools, each call in a resource-limited, isolated process (bubblewrap or unshare when present)',
+  extensions: ['.py'],
+  permission: 'exec.py',
+  grantedByDefault: true,
+  config: {
+    python: {
+      type: 'string',
+      minLength: 1,
+      description: "the interpreter for Python tools (a path, e.g. a virtualenv's bin/python; default python3)",
+    },
+    strict: { type: 'boolean', description: 'refuse to run Python tools without namespace isolation (default false)' },
+  },
+  probe: async (config) => {
+    const python = typeof config.python === 'string' ? config.python : undefined;
+    const [interpreter, bwrap, namespaces] = await Promise.all([checkPython(python), checkBwrap(), checkUserNamespaces()]);
+    return [interpreter, bwrap, namespaces, await checkLandlock(interpreter.executable)];
+  },
+  example: {
+    'text-words.json': {
+      id: 'text.words',
+      name: 'Count words',
+      description: 'Counts the words of a text (a Python tool)',
+      runner: 'py-runner',
+      entry: 'words.py',
+      schema: { type: 'object', properties: { text: { type: 'string', maxLength: 100000 } }, required: ['text'], additionalProperties: false },
+      permissions: ['exec.py'],
+      limits: { timeout_ms: 5000, memory_mb: 128 },
+      examples: [{ text: 'the quick brown fox' }],
+    },
+    'words.py': `# A Python tool: runs in a resource-limited, isolated subprocess.
+def run(input, ctx):
+    words = input["text"].split()
+    return {"words": len(words)}
+`,
+  },
+  // Nothing starts here either: the interpreter is found and the fork server started on first use.
+  create: ({ config, projectDir }) =>
+    new PythonRunner({
+      python: typeof config.python === 'string' ? config.python : undefined,
+      baseDir: projectDir,
+      strict: config.strict === true,
+    }),
+};
