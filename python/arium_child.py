@@ -13,7 +13,6 @@ any other call, and the server takes nothing from it but the tool's output, logs
 
 import _thread
 import base64
-import gc
 import ctypes
 import errno
 import io
@@ -181,12 +180,12 @@ def landlock_abi():
     return max(version, 0)
 
 
-def _scope_abstract_sockets():
+def _scope_abstract_sockets(landlock):
     """A Landlock domain of this call's own that scopes abstract Unix sockets: the call (and what it
     starts) can connect or send only to abstract sockets bound inside it, and no other call can reach
     its own. They are otherwise shared by every call running at the same time in the fork server's
     network namespace (a network namespace per call would cost about 1 ms of CPU per call)."""
-    _, attr, size, no_flags = _LANDLOCK
+    _, attr, size, no_flags = landlock
     fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, size, no_flags)
     if fd < 0:
         _check(-1, "landlock_create_ruleset")
@@ -236,7 +235,7 @@ def confine(config, uid, workdir):
     if config["seccomp"]:
         arium_seccomp.install(libc, _SECCOMP)
     if _LANDLOCK is not None:
-        _scope_abstract_sockets()
+        _scope_abstract_sockets(_LANDLOCK)
 
 
 def mapped_bytes():
@@ -371,6 +370,8 @@ class VfsError(Exception):
         super().__init__(message)
         self.code = code
         self.details = details or {}
+        # Set by the harness on the errors it raises: the seq of the request the engine refused.
+        self._arium_seq: "int | None" = None
 
 
 class _Channel:
@@ -534,7 +535,7 @@ def forbid_exec(channel, tool):
 
 def _json_path(key):
     """A key as json.dumps writes it, escaped for a JSON pointer."""
-    text = {True: "true", False: "false", None: "null"}.get(key, key) if isinstance(key, (bool, type(None))) else str(key)
+    text = {True: "true", False: "false", None: "null"}[key] if isinstance(key, (bool, type(None))) else str(key)
     return text.replace("~", "~0").replace("/", "~1")
 
 
@@ -595,7 +596,8 @@ def serve(config, channel_fd, entries, code):
     """Waits for the job, runs the tool and sends one reply; never returns."""
     channel = _Channel(channel_fd, config["max_frame"])
     tools_prefix = config["tools_prefix"]
-    reply = None
+    reply: "dict[str, object] | None" = None
+    assert _STDIO is not None, "prepare_zygote() runs in the zygote before any fork"
     sys.stdin, sys.stdout, sys.stderr = _STDIO
     sys.path[0:0] = [config["tools_dir"]]
     warm_up(entries, config, code)

@@ -76,11 +76,14 @@ def preload_asyncio(no_network):
     and libcrypto (6 MB) into every call's process for connections a call cannot make. A tool that
     imports ssl itself still gets it."""
     if not no_network:
-        import asyncio  # noqa: F401
+        # Imported for its side effect (loaded into this process), never used here by name.
+        import asyncio  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
         return
     saved = sys.modules.get("ssl")
-    sys.modules["ssl"] = None  # `import ssl` raises ImportError, which asyncio expects where there is no ssl
+    # `import ssl` raises ImportError, which asyncio expects where there is no ssl. None in sys.modules is
+    # the import system's documented way to block a module; typeshed types the values as ModuleType only.
+    sys.modules["ssl"] = None  # pyright: ignore[reportArgumentType]
     try:
         import asyncio  # noqa: F401
     finally:
@@ -151,9 +154,9 @@ class Proc:
         self.uid_slot = uid_slot
         self.uid = uid
         self.workdir = workdir
-        self.pidfd = None
-        self.status = None
-        self.call = None
+        self.pidfd: "int | None" = None
+        self.status: "int | None" = None
+        self.call: "Call | None" = None
 
 
 class Call:
@@ -161,10 +164,10 @@ class Call:
         self.job = job
         self.id = job["id"]
         self.proc = proc
-        self.reader = None
-        self.reply = None
-        self.failure = None
-        self.killed_by = None
+        self.reader: "arium_proto.Reader | None" = None
+        self.reply: "dict[str, object] | None" = None
+        self.failure: "dict[str, str] | None" = None
+        self.killed_by: "str | None" = None
         self.logs = []
         # What the tool tried and was refused (running a program without sys.exec), as its process said.
         self.intrusions = []
@@ -325,6 +328,7 @@ class Server:
             except OSError as error:
                 self.forget_order(seq, "no working folder for a call: %s" % arium_child._describe(error))
                 return
+        assert self.zygote is not None, "fill() orders forks only while there is a zygote"
         try:
             self.zygote.send(json.dumps({"seq": seq, "uid": uid, "workdir": workdir, "entries": list(self.recent)}).encode())
         except OSError as error:
@@ -357,6 +361,7 @@ class Server:
         self.selector.register(ours.fileno(), selectors.EVENT_READ, ("zygote", None))
 
     def on_zygote(self):
+        assert self.zygote is not None, "its socket is registered only once start_zygote() set it"
         try:
             data, fds, _, _ = socket.recv_fds(self.zygote, 65536, 4)
         except BlockingIOError:
@@ -929,6 +934,7 @@ class Zygote:
 
     def start_compile(self, entry, key, uid):
         """Forks a compile process for one tool; its answer arrives in on_compile."""
+        assert self.selector is not None, "main() makes the selector before the first order"
         try:
             pid, fds = self.fork(uid, None, [entry], compile_only=True)
         except OSError:
@@ -967,6 +973,7 @@ class Zygote:
 
     def end_compile(self, sock, message):
         """Keeps what a compile process sent (or None when it sent nothing usable) and kills it."""
+        assert self.selector is not None, "compile processes are started only once main() made the selector"
         job = self.compiling.pop(sock)
         self.selector.unregister(sock)
         os.close(sock)
