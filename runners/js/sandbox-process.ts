@@ -4,6 +4,7 @@ import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import { observe } from '../shared/protocol.js';
 import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
@@ -124,6 +125,7 @@ export class SandboxProcess {
     });
     this.ready = new Promise<WorkerInfo>((resolve, reject) => {
       this.#child.on('message', (message: FromWorker) => {
+        observe('js.fromWorker', message);
         if (message?.t === 'ready') {
           this.#info = { node: String(message.node), isolatedVm: String(message.isolatedVm) };
           resolve(this.#info);
@@ -236,12 +238,14 @@ export class SandboxProcess {
 
   #send(message: ToWorker): void {
     if (this.#exited || !this.#child.connected) return;
+    observe('js.toWorker', message);
     this.#child.send(message);
   }
 
   /** Sends a VFS answer of about `bytes`; requests wait while too many answer bytes are still being written. */
   #answer(message: ToWorker, bytes: number): void {
     if (this.#exited || !this.#child.connected) return;
+    observe('js.toWorker', message);
     if (bytes < SMALL_ANSWER) {
       this.#child.send(message);
       return;

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
+import { observe } from '../shared/protocol.js';
 import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
 
 /**
@@ -89,6 +90,7 @@ export class ServerProcess {
       out.on('data', (chunk: Buffer) => {
         try {
           for (const frame of this.#frames(chunk)) {
+            if (frame.t === 'ready') observe('py.fromServer', frame);
             if (frame.t === 'ready' && !this.#info) {
               this.#info = {
                 python: String(frame.python),
@@ -188,6 +190,7 @@ export class ServerProcess {
 
   #send(message: Frame): void {
     if (this.#exited || this.#in.destroyed) return;
+    observe('py.toServer', message);
     const body = Buffer.from(JSON.stringify(message), 'utf8');
     const header = Buffer.allocUnsafe(4);
     header.writeUInt32BE(body.length);
@@ -246,6 +249,7 @@ export class ServerProcess {
   }
 
   #onFrame(frame: Frame): void {
+    observe('py.fromServer', Buffer.isBuffer(frame.blob) ? { ...frame, blob: frame.blob.length } : frame);
     if (frame.t === 'vfs') this.#vfs(frame);
     else if (frame.t === 'done') this.#done(frame);
   }

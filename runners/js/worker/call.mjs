@@ -367,7 +367,6 @@ export class CallRun {
 
   #end(outcome) {
     if (this.#ended) return;
-    this.__lap?.('invoke');
     this.#ended = true;
     clearTimeout(this.#timer);
     const message = { t: 'done', id: this.id, ...outcome, logs: this.#logs, dropped: this.#dropped };

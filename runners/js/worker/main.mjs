@@ -102,7 +102,7 @@ function serve(ivm) {
     onFinished: (run) => calls.delete(run.id),
   };
 
-  process.on('message', (msg) => {
+  process.on('message', (/** @type {import('../protocol.js').ToWorker} */ msg) => {
     switch (msg?.t) {
       case 'call': {
         const run = new CallRun(msg, deps);

@@ -26,7 +26,8 @@
   const G = globalThis;
   const R = Reflect;
   const construct = R.construct;
-  const defineProp = R.defineProperty;
+  // Descriptors are written with `__proto__: null` (no inherited get/set can be planted), which TypeScript does not model.
+  const defineProp = /** @type {(target: any, key: PropertyKey, descriptor: object) => any} */ (R.defineProperty);
   const deleteProp = R.deleteProperty;
   const getDesc = R.getOwnPropertyDescriptor;
   const getProto = R.getPrototypeOf;
@@ -51,7 +52,7 @@
   const weakGet = WeakMap.prototype.get;
   const weakSet = WeakMap.prototype.set;
   const isView = ArrayBuffer.isView;
-  const TypedArrayProto = getProto(Uint8Array.prototype);
+  const TypedArrayProto = /** @type {Uint8Array} */ (getProto(Uint8Array.prototype));
   const viewBuffer = getDesc(TypedArrayProto, 'buffer').get;
   const viewOffset = getDesc(TypedArrayProto, 'byteOffset').get;
   const viewLength = getDesc(TypedArrayProto, 'byteLength').get;
@@ -320,6 +321,7 @@
     if (W === null) return;
     const perInstance = new CWeakMap();
 
+    /** @constructor */
     function Module(source) {
       if (new.target === undefined) throw new CTypeError("WebAssembly.Module must be called with 'new'");
       const bytes = copyBytes(source);
@@ -330,6 +332,7 @@
       return module;
     }
 
+    /** @constructor */
     function Instance(module, imports) {
       if (new.target === undefined) throw new CTypeError("WebAssembly.Instance must be called with 'new'");
       const need = call(weakGet, perInstance, module);
@@ -338,6 +341,7 @@
       return construct(OrigInstance, [module, imports]);
     }
 
+    /** @constructor */
     function Memory(descriptor) {
       if (new.target === undefined) throw new CTypeError("WebAssembly.Memory must be called with 'new'");
       if (descriptor === null || typeof descriptor !== 'object') throw new CTypeError('WebAssembly.Memory: the descriptor must be an object');
@@ -367,11 +371,11 @@
         return { module, instance: new Instance(module, imports) };
       });
 
-    for (const [name, wrapper, original] of [
+    for (const [name, wrapper, original] of /** @type {Array<[string, any, any]>} */ ([
       ['Module', Module, OrigModule],
       ['Instance', Instance, OrigInstance],
       ['Memory', Memory, OrigMemory],
-    ]) {
+    ])) {
       defineProp(wrapper, 'prototype', { __proto__: null, value: original.prototype, writable: false, enumerable: false, configurable: false });
       // `Object.getPrototypeOf(x).constructor` must not hand back the unguarded constructor.
       defineProp(original.prototype, 'constructor', hidden(wrapper));

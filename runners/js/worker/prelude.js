@@ -19,7 +19,8 @@
   const getDesc = R.getOwnPropertyDescriptor;
   const getProto = R.getPrototypeOf;
   const hasOwn = Object.hasOwn;
-  const defineProp = R.defineProperty;
+  // Descriptors are written with `__proto__: null` (no inherited get/set can be planted), which TypeScript does not model.
+  const defineProp = /** @type {(target: any, key: PropertyKey, descriptor: object) => any} */ (R.defineProperty);
   const freeze = Object.freeze;
   const CMap = Map;
   const mapGet = Map.prototype.get;
