@@ -107,6 +107,9 @@ export class SandboxProcess {
   #closing: Promise<void> | null = null;
 
   constructor(config: SandboxConfig) {
+    // node:child_process, not execa: this process lives as long as the engine and is supervised here
+    // (grace-period kills, exit reasons, restarts); execa's result promise and output buffering serve
+    // a command that runs and ends, and would hold an always-pending promise for this one.
     this.#child = fork(config.workerPath, [JSON.stringify({ ...config.workerConfig, bulkFd: 4 })], {
       execArgv: config.execArgv,
       // JSON costs a third less CPU per message than 'advanced' here; small bytes travel as flagged
