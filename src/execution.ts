@@ -162,7 +162,7 @@ export class Executor {
       runId: call.meta.run_id,
       traceId: call.meta.trace_id,
       vfs,
-      state: this.#d.state,
+      history: call.runner.capabilities?.includes('history') ? this.#d.state : null,
       log: (level, message) => logs.push(level, message),
       intrusion: call.intrusion,
       meta: call.meta,

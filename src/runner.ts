@@ -16,8 +16,12 @@ export interface RunContext {
   readonly traceId: string;
   /** The VFS as this call may see it: every operation is checked against declared and granted permissions. */
   readonly vfs: ToolVfs;
-  /** The committed VFS and its history. For builtin tools (snapshots, restore); sandboxed runners must use `vfs`. */
-  readonly state: VfsState;
+  /**
+   * The committed VFS and its history (snapshots, diff, restore), for a runner that declares the
+   * `history` capability (the builtins); null for every other runner, whose tools reach the VFS only
+   * through `vfs`.
+   */
+  readonly history: VfsState | null;
   /** Captures a log line for `meta.logs` (bounded by the dispatcher). */
   log(level: LogLine['level'], message: string): void;
   /**
@@ -71,11 +75,16 @@ export interface Runner {
   prepare?(tool: Tool): void;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
+  /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`. */
+  readonly capabilities?: readonly RunnerCapability[];
   /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
   tools?(): Tool[];
   status(): Promise<RunnerStatus>;
   close(): Promise<void>;
 }
+
+/** A power a runner asks for by name: `history`, the durable state with its snapshots. */
+export type RunnerCapability = 'history';
 
 /** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
 export interface Check {

@@ -5,6 +5,7 @@ import { matchesPath } from './permissions.js';
 import type { JournalOp } from './store/journal.js';
 import { applyOps, type Transaction } from './vfs/transaction.js';
 import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs/vfs.js';
+import type { VfsView } from './vfs/view.js';
 
 /**
  * Reports a run-time denial (`permission` set) or an attempt to leave the VFS (`permission` null);
@@ -17,7 +18,7 @@ export type DenialReporter = (permission: PermissionName | null, operation: stri
  * tool declared *and* the caller was granted, both matching that path. It also records what the call
  * changed, for the ToolResultEvent.
  */
-export class ToolVfs {
+export class ToolVfs implements VfsView {
   readonly changes: VfsChangeSummary = { written: [], deleted: [], created_dirs: [], moved: [] };
   /** The call's own transaction: its writes stay private until the dispatcher commits them. */
   readonly #vfs: Transaction;

@@ -134,6 +134,47 @@ describe('a runner from outside the package', () => {
   });
 });
 
+describe('what a runner is given', () => {
+  it('is the call’s checked view only, unless its definition asks for the history capability', async () => {
+    const seen: Record<string, unknown> = {};
+    const probe = (name: string, capabilities?: readonly 'history'[]): RunnerDefinition => ({
+      name,
+      summary: 'records what it is given',
+      extensions: ['.probe'],
+      permission: `exec.${name.replace('-runner', '')}`,
+      grantedByDefault: true,
+      create: () => ({
+        name,
+        interruptible: false,
+        ...(capabilities ? { capabilities } : {}),
+        run: async (ctx) => {
+          seen[name] = ctx.history === null ? null : ctx.history.snapshots.length;
+          return { ok: true };
+        },
+        status: async () => ({ available: true }),
+        close: async () => {},
+      }),
+    });
+    const tool = (id: string, runner: string, permission: string) =>
+      definition({ id, runner, entry: 'x.probe', schema: { type: 'object' }, permissions: [permission] });
+    project = tempProject(
+      { 'plain.json': tool('p.plain', 'plain-runner', 'exec.plain'), 'hist.json': tool('p.hist', 'hist-runner', 'exec.hist'), 'x.probe': '' },
+      'arium-plugin-',
+    );
+    engine = await createEngine({
+      workspace: project.workspace,
+      project: 'p',
+      watch: false,
+      persist: false,
+      runners: [probe('plain-runner'), probe('hist-runner', ['history'])],
+    });
+    engine.snapshot({ label: 'one' });
+    expect(await engine.call('p.plain', {})).toMatchObject({ ok: true });
+    expect(await engine.call('p.hist', {})).toMatchObject({ ok: true });
+    expect(seen).toEqual({ 'plain-runner': null, 'hist-runner': 1 });
+  });
+});
+
 describe('runner definitions that cannot be used', () => {
   const base = templateRunner;
   const cases: [string, RunnerDefinition, RegExp][] = [

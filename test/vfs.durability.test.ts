@@ -263,13 +263,16 @@ describe('SIGKILL during a burst of writes', () => {
   const sorted = (tree: Map<string, string>) => Object.fromEntries([...tree].sort(([a], [b]) => (a < b ? -1 : 1)));
 
   /**
-   * One writer process, killed `killAfterMs` after it reported READY (its engine open), or after it was
-   * spawned when `duringStartUp` (then the kill may land while it opens and recovers the state).
+   * One writer process, killed `killAfterMs` after it acknowledged `minAcks` changes (its engine open and
+   * working), or after it was spawned when `duringStartUp` (then the kill may land while it opens and
+   * recovers the state). Counting acknowledgements, not only time, keeps a loaded machine from leaving
+   * the rounds with nothing done.
    */
   async function round(
     seed: number,
     killAfterMs: number,
     duringStartUp: boolean,
+    minAcks = 0,
   ): Promise<{ acked: Op[]; inflight: Op | null; snapshots: string[]; exit: string }> {
     const child: ChildProcess = spawn(
       process.execPath,
@@ -285,7 +288,7 @@ describe('SIGKILL during a burst of writes', () => {
     if (duringStartUp) arm();
     child.stdout?.on('data', (chunk: Buffer) => {
       out += chunk.toString();
-      if (out.startsWith('READY\n')) arm();
+      if (out.startsWith('READY\n') && (minAcks === 0 || out.split('\nACK ').length - 1 >= minAcks)) arm();
     });
     child.stderr?.on('data', (chunk: Buffer) => {
       err += chunk.toString();
@@ -329,7 +332,8 @@ describe('SIGKILL during a burst of writes', () => {
       // state the last kill left) on.
       const duringStartUp = r % 5 === 4;
       const killAfter = Math.floor(duringStartUp ? 50 + random() * 400 : random() * 250);
-      const { acked, inflight, snapshots } = await round(1000 + r, killAfter, duringStartUp);
+      const minAcks = duringStartUp ? 0 : 7 + Math.floor(random() * 6);
+      const { acked, inflight, snapshots } = await round(1000 + r, killAfter, duringStartUp, minAcks);
       acknowledged += acked.length;
       let expected = tree;
       for (const op of acked) expected = apply(expected, op);

@@ -12,6 +12,8 @@ export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, ...VFS_
 export class BuiltinRunner implements Runner {
   readonly name = 'builtin' as const;
   readonly interruptible = false;
+  // Snapshots, diff and restore work on the durable state itself, not on one call's view of it.
+  readonly capabilities = ['history'] as const;
   readonly #handlers = new Map<string, Builtin['handler']>();
 
   constructor(builtins: readonly Builtin[] = BUILTINS) {

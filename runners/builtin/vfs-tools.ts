@@ -1,5 +1,7 @@
+import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { diff, restore } from '../../src/vfs/history.js';
+import type { VfsState } from '../../src/vfs/state.js';
 import { type Builtin, defineBuiltin, objectSchema } from './define.js';
 
 const REF = { type: 'string', minLength: 1, maxLength: 200, description: 'A snapshot id (or 4+ character prefix), a label, "latest", or "live"' };
@@ -28,7 +30,7 @@ export const vfsSnapshot = defineBuiltin(
     const options: { label?: string; message?: string } = {};
     if (typeof input.label === 'string') options.label = input.label;
     if (typeof input.message === 'string') options.message = input.message;
-    return ctx.state.snapshot(options);
+    return history(ctx).snapshot(options);
   },
 );
 
@@ -41,7 +43,7 @@ export const vfsLog = defineBuiltin(
     permissions: ['vfs.read'],
   },
   (input, ctx) => {
-    const all = [...ctx.state.snapshots].reverse();
+    const all = [...history(ctx).snapshots].reverse();
     const limit = (input.limit as number | undefined) ?? 100;
     return { snapshots: all.slice(0, limit), total: all.length };
   },
@@ -66,7 +68,7 @@ export const vfsDiff = defineBuiltin(
     if (typeof input.path === 'string') options.path = input.path;
     // Leave room in the output for the file list around the patches.
     options.max_patch_chars = Math.max(1024, Math.floor(ctx.limits.output_bytes / 2));
-    return diff(ctx.state, input.from as string | undefined, input.to as string | undefined, options);
+    return diff(history(ctx), input.from as string | undefined, input.to as string | undefined, options);
   },
 );
 
@@ -81,9 +83,16 @@ export const vfsRestore = defineBuiltin(
   (input, ctx) => {
     requireWhole(ctx, 'vfs.write', 'vfs.restore');
     requireWhole(ctx, 'vfs.read', 'vfs.restore');
-    const result = restore(ctx.state, input.snapshot as string, ctx.vfs);
+    const result = restore(history(ctx), input.snapshot as string, ctx.vfs);
     return { ...result, undo: result.backup ? `restore snapshot ${result.backup.id}` : null };
   },
 );
 
 export const VFS_BUILTINS: readonly Builtin[] = [vfsSnapshot, vfsLog, vfsDiff, vfsRestore];
+
+/** The durable state, which the builtin runner asks for (`capabilities`); a call without it is an engine fault. */
+function history(ctx: RunContext): VfsState {
+  if (!ctx.history)
+    throw new ToolFailure('execution', 'INTERNAL', `${ctx.tool.spec.id} needs the history capability, which its runner was not given`);
+  return ctx.history;
+}

@@ -2,6 +2,7 @@ import { dirname } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import { StartBackoff } from '../shared/supervision.js';
 import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
 import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
 import { jsSyntaxProblem } from './syntax.js';
@@ -43,7 +44,7 @@ export class JsRunner implements Runner {
   #flaps = 0;
   #lastStart = 0;
   #lastProblem: string | null = null;
-  #failedStart: { at: number; error: unknown } | null = null;
+  readonly #startFailure = new StartBackoff(RETRY_START_MS);
   #closed = false;
 
   constructor(options: JsRunnerOptions = {}) {
@@ -135,7 +136,8 @@ export class JsRunner implements Runner {
     if (this.#current?.accepting) return this.#current;
     // A process that just failed to start would fail again: answer from that failure for a while
     // instead of starting a process per call.
-    if (this.#failedStart && Date.now() - this.#failedStart.at < RETRY_START_MS) throw this.#unavailable(this.#failedStart.error);
+    const blocking = this.#startFailure.blocking();
+    if (blocking !== null) throw this.#unavailable(blocking);
     return this.#start();
   }
 
@@ -176,11 +178,11 @@ export class JsRunner implements Runner {
     }
     sandbox.ready.then(
       () => {
-        this.#failedStart = null;
+        this.#startFailure.succeeded();
       },
       (error: unknown) => {
         this.#lastProblem = String((error as Error)?.message ?? error);
-        this.#failedStart = { at: Date.now(), error };
+        this.#startFailure.failedWith(error);
       },
     );
     return sandbox;

@@ -5,7 +5,8 @@ import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { observe } from '../shared/protocol.js';
-import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
+import { SupervisedCalls, serveVfs, tail } from '../shared/supervision.js';
+import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
 /**
@@ -31,15 +32,6 @@ const STOP_GRACE_MS = 2_000;
 const STDERR_KEEP = 8_192;
 const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODES);
 const LEVELS: ReadonlySet<string> = new Set(['log', 'info', 'warn', 'error']);
-
-interface Pending {
-  ctx: RunContext;
-  resolve: (value: unknown) => void;
-  reject: (error: unknown) => void;
-  settled: boolean;
-  stopTimer: NodeJS.Timeout | null;
-  onAbort: () => void;
-}
 
 /**
  * How many bytes of VFS answers may be on their way to the sandbox at once before its next requests
@@ -79,9 +71,15 @@ export class SandboxProcess {
   /** Called when the worker asks to be replaced (a catastrophic V8 error in one of its isolates). */
   onDrain: (() => void) | null = null;
   readonly #child: ChildProcess;
-  readonly #calls = new Map<number, Pending>();
+  readonly #calls: SupervisedCalls = new SupervisedCalls({
+    graceMs: STOP_GRACE_MS,
+    kill: () => this.#child.kill('SIGKILL'),
+    stop: (id) => this.#send({ t: 'abort', id, code: 'CANCELLED', message: 'The call was stopped by the engine' }),
+    busy: () => this.#busy(),
+    idle: () => this.#idle(),
+  });
   readonly #probes = new Map<number, (value: Record<string, unknown>) => void>();
-  #seq = 0;
+  #probeSeq = 0;
   /** Bytes of VFS answers handed to the IPC channel and not written out yet (see ANSWER_BYTES). */
   #answerBytes = 0;
   #answerPeak = 0;
@@ -124,7 +122,7 @@ export class SandboxProcess {
     bulk?.on('error', () => {});
     this.#child.stderr?.setEncoding('utf8');
     this.#child.stderr?.on('data', (chunk: string) => {
-      this.#stderr = (this.#stderr + chunk).slice(-STDERR_KEEP);
+      this.#stderr = tail(this.#stderr, chunk, STDERR_KEEP);
     });
     this.ready = new Promise<WorkerInfo>((resolve, reject) => {
       this.#child.on('message', (message: FromWorker) => {
@@ -181,12 +179,7 @@ export class SandboxProcess {
   }
 
   call(ctx: RunContext): Promise<unknown> {
-    const id = ++this.#seq;
-    return new Promise((resolve, reject) => {
-      const pending: Pending = { ctx, resolve, reject, settled: false, stopTimer: null, onAbort: () => this.#abort(id) };
-      this.#calls.set(id, pending);
-      this.#busy();
-      ctx.signal.addEventListener('abort', pending.onAbort, { once: true });
+    return this.#calls.open(ctx, {}, (id) => {
       const tool = ctx.tool;
       this.#send({
         t: 'call',
@@ -206,7 +199,7 @@ export class SandboxProcess {
 
   /** Asks the worker for facts about itself (`stats`) or about its own confinement (`probe`, used by tests). */
   ask(kind: 'stats' | 'probe'): Promise<Record<string, unknown>> {
-    const id = ++this.#seq;
+    const id = ++this.#probeSeq;
     return new Promise((resolve) => {
       this.#probes.set(id, resolve);
       this.#busy();
@@ -315,7 +308,7 @@ export class SandboxProcess {
 
   /** The two channels disagree: nothing later can be matched, so the process goes (its calls fail UNAVAILABLE). */
   #brokenBulk(reason: string): void {
-    this.#stderr = `${this.#stderr}\nbulk pipe out of step: ${reason}`.slice(-STDERR_KEEP);
+    this.#stderr = tail(this.#stderr, `\nbulk pipe out of step: ${reason}`, STDERR_KEEP);
     this.#held.length = 0;
     this.#blobs.length = 0;
     this.#child.kill('SIGKILL');
@@ -348,49 +341,31 @@ export class SandboxProcess {
 
   /** A `ctx.vfs` request from a running tool, served on the call's own permission-checked VFS. */
   #vfs(message: Extract<FromWorker, { t: 'vfs' }>, blob?: Buffer): void {
-    const pending = this.#calls.get(message.id);
-    const reply = (ok: boolean, payload: unknown) => {
-      if (!ok) return this.#send({ t: 'reply', id: message.id, rid: message.rid, ok: false, error: payload as ReturnType<typeof toWire> });
-      if (payload instanceof Uint8Array) {
-        const base64 = Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString('base64');
-        return this.#answer({ t: 'reply', id: message.id, rid: message.rid, ok: true, value: base64, bytes: true }, base64.length);
-      }
-      return this.#answer({ t: 'reply', id: message.id, rid: message.rid, ok: true, value: payload }, answerSize(payload));
-    };
-    if (!pending || pending.settled) {
-      reply(false, { code: 'CANCELLED', message: 'The call has ended' });
-      return;
-    }
-    if (!isVfsOp(message.op) || !Array.isArray(message.args)) {
-      reply(false, { code: 'INVALID_INPUT', message: 'Unknown VFS operation' });
-      return;
-    }
     const args = message.args;
-    if (message.binary === 1 && message.op === 'write' && typeof args[1] === 'string') args[1] = new Uint8Array(Buffer.from(args[1], 'base64'));
-    if (blob !== undefined && message.op === 'write') args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
-    try {
-      reply(true, runVfsOp(pending.ctx.vfs, message.op, args));
-    } catch (error) {
-      const failure =
-        error instanceof ToolFailure
-          ? error
-          : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${message.op} failed in the engine`, { cause: error });
-      if (failure.code === 'INTERNAL' || endsCall(failure)) {
-        // Settle now and stop the tool: it must not get to catch a denial and go on.
-        this.#settle(message.id, failure);
-        this.#send({ t: 'abort', id: message.id, code: failure.code, message: failure.message });
-      }
-      reply(false, toWire(failure));
+    if (Array.isArray(args) && message.op === 'write') {
+      if (message.binary === 1 && typeof args[1] === 'string') args[1] = new Uint8Array(Buffer.from(args[1], 'base64'));
+      if (blob !== undefined) args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
     }
+    const answer = serveVfs(this.#calls, message.id, message.op, args, (failure) =>
+      this.#send({ t: 'abort', id: message.id, code: failure.code, message: failure.message }),
+    );
+    const { id, rid } = message;
+    if (!answer.ok) {
+      this.#send({ t: 'reply', id, rid, ok: false, error: answer.error });
+      return;
+    }
+    const value = answer.value;
+    if (value instanceof Uint8Array) {
+      const base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
+      this.#answer({ t: 'reply', id, rid, ok: true, value: base64, bytes: true }, base64.length);
+      return;
+    }
+    this.#answer({ t: 'reply', id, rid, ok: true, value }, answerSize(value));
   }
 
   #done(message: Extract<FromWorker, { t: 'done' }>): void {
-    const pending = this.#calls.get(message.id);
+    const pending = this.#calls.finish(message.id);
     if (!pending) return;
-    this.#calls.delete(message.id);
-    if (pending.stopTimer) clearTimeout(pending.stopTimer);
-    pending.ctx.signal.removeEventListener('abort', pending.onAbort);
-    this.#idle();
     this.#closeIfDrained();
     if (pending.settled) return;
     pending.settled = true;
@@ -429,60 +404,27 @@ export class SandboxProcess {
     if (this.#draining && this.#calls.size === 0 && !this.#stopping) void this.close();
   }
 
-  /** The dispatcher gave up on the call (deadline or cancel) and has its result; the tool must stop. */
-  #abort(id: number): void {
-    const pending = this.#calls.get(id);
-    if (!pending || pending.settled) return;
-    this.#settle(id, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
-    this.#send({ t: 'abort', id, code: 'CANCELLED', message: 'The call was stopped by the engine' });
-  }
-
-  /** Fails the call now; the worker still owes its `done`, and is killed if it does not come in time. */
-  #settle(id: number, failure: ToolFailure): void {
-    const pending = this.#calls.get(id);
-    if (!pending || pending.settled) return;
-    pending.settled = true;
-    pending.reject(failure);
-    pending.stopTimer = setTimeout(() => {
-      // The worker could not stop the tool (its event loop is stuck): only killing the process helps.
-      if (this.#calls.has(id)) this.#child.kill('SIGKILL');
-    }, STOP_GRACE_MS);
-    pending.stopTimer.unref();
-  }
-
   #failAll(code: number | null, signal: NodeJS.Signals | null): void {
-    const running = [...this.#calls.values()].filter((p) => !p.settled);
     const how = signal ? `signal ${signal}` : `exit code ${code}`;
     const outOfMemory = /out of memory|invalid size error|heap limit|allocation failed|CALL_AND_RETRY_LAST/i.test(this.#stderr);
-    for (const pending of this.#calls.values()) {
-      if (pending.stopTimer) clearTimeout(pending.stopTimer);
-      pending.ctx.signal.removeEventListener('abort', pending.onAbort);
-      if (pending.settled) continue;
-      pending.settled = true;
-      let failure: ToolFailure;
-      if (this.#stopping) {
-        failure = new ToolFailure('execution', 'UNAVAILABLE', 'The JS runner was shut down while the tool ran');
-      } else if (running.length === 1 && outOfMemory) {
+    this.#calls.failAll((pending, running) => {
+      if (this.#stopping) return new ToolFailure('execution', 'UNAVAILABLE', 'The JS runner was shut down while the tool ran');
+      if (running === 1 && outOfMemory) {
         const mb = pending.ctx.limits.memory_mb;
-        failure = new ToolFailure(
+        return new ToolFailure(
           'execution',
           'MEMORY_LIMIT',
           `${pending.ctx.tool.spec.id} exceeded its memory limit of ${mb} MB (V8 aborted the sandbox process, which was replaced)`,
-          {
-            details: { memory_mb: mb, reason: 'the sandbox process aborted' },
-          },
-        );
-      } else {
-        failure = new ToolFailure(
-          'execution',
-          'UNAVAILABLE',
-          `The JS sandbox process stopped (${how}) while ${running.length} call(s) ran; it has been replaced and the call can be retried`,
-          { details: { calls: running.length } },
+          { details: { memory_mb: mb, reason: 'the sandbox process aborted' } },
         );
       }
-      pending.reject(failure);
-    }
-    this.#calls.clear();
+      return new ToolFailure(
+        'execution',
+        'UNAVAILABLE',
+        `The JS sandbox process stopped (${how}) while ${running} call(s) ran; it has been replaced and the call can be retried`,
+        { details: { calls: running } },
+      );
+    });
     for (const resolve of this.#probes.values()) resolve({ error: 'the sandbox process exited' });
     this.#probes.clear();
   }

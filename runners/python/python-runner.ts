@@ -4,6 +4,7 @@ import { relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import { StartBackoff } from '../shared/supervision.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
 import {
   bwrapCommand,
@@ -83,7 +84,7 @@ export class PythonRunner implements Runner {
   readonly #servers = new Map<string, ServerProcess>();
   readonly #workRoots = new Map<ServerProcess, string>();
   #isolation: Promise<Isolation> | null = null;
-  #failedStart: { at: number; error: unknown } | null = null;
+  readonly #startFailure = new StartBackoff(RETRY_START_MS);
   /** When starting an additional server (in the background) last failed. */
   #extraFailedAt = 0;
   #starts = 0;
@@ -255,9 +256,10 @@ export class PythonRunner implements Runner {
       if (server === null || rank(candidate) < rank(server)) server = candidate;
     }
     if (server === null) {
-      if (this.#failedStart && Date.now() - this.#failedStart.at < RETRY_START_MS) throw this.#unavailable(this.#failedStart.error);
+      const blocking = this.#startFailure.blocking();
+      if (blocking !== null) throw this.#unavailable(blocking);
       server = await this.#start(toolsDir, missing);
-    } else if (missing >= 0 && server.info !== null && this.#failedStart === null && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
+    } else if (missing >= 0 && server.info !== null && !this.#startFailure.failed && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
       const failed = () => {
         this.#extraFailedAt = Date.now();
       };
@@ -265,9 +267,9 @@ export class PythonRunner implements Runner {
     }
     try {
       await server.ready;
-      this.#failedStart = null;
+      this.#startFailure.succeeded();
     } catch (error) {
-      this.#failedStart = { at: Date.now(), error };
+      this.#startFailure.failedWith(error);
       throw this.#unavailable(error);
     }
     return server;

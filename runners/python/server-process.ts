@@ -3,7 +3,8 @@ import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { observe } from '../shared/protocol.js';
-import { endsCall, isVfsOp, runVfsOp, toWire, uncaughtVfsCode } from '../shared/vfs-ops.js';
+import { type CallEntry, SupervisedCalls, serveVfs, tail } from '../shared/supervision.js';
+import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 
 /**
  * The engine's side of one Python fork server (python/arium_server.py): frames over fd 3 (to it) and
@@ -37,16 +38,12 @@ const SIGXCPU = 24;
 const SIGKILL = 9;
 const MAX_INTRUSIONS = 16;
 
-interface Pending {
-  ctx: RunContext;
-  resolve: (value: unknown) => void;
-  reject: (error: unknown) => void;
-  settled: boolean;
-  onAbort: () => void;
-  stopTimer: NodeJS.Timeout | null;
+interface PythonCall {
   /** The last ctx.vfs failures the engine answered, by the request's seq: an escaping one ends the call with its code. */
   vfsFailures: Map<number, ToolFailure>;
 }
+
+type Pending = CallEntry & PythonCall;
 
 /** How many ctx.vfs failures a call remembers (a tool that catches thousands keeps only the latest). */
 const REMEMBERED_VFS_FAILURES = 64;
@@ -58,8 +55,13 @@ export class ServerProcess {
   onExit: (() => void) | null = null;
   readonly #child: ChildProcess;
   readonly #in: Writable;
-  readonly #calls = new Map<number, Pending>();
-  #seq = 0;
+  readonly #calls: SupervisedCalls<PythonCall> = new SupervisedCalls<PythonCall>({
+    graceMs: STOP_GRACE_MS,
+    kill: () => this.#child.kill('SIGKILL'),
+    stop: (id) => this.#send({ t: 'kill', id }),
+    busy: () => this.#busy(),
+    idle: () => this.#idle(),
+  });
   /** Bytes read from the server and not yet framed, as read (joined once a frame is whole). */
   #chunks: Buffer[] = [];
   #have = 0;
@@ -86,7 +88,7 @@ export class ServerProcess {
     this.#in.on('error', () => {});
     this.#child.stderr?.setEncoding('utf8');
     this.#child.stderr?.on('data', (chunk: string) => {
-      this.#stderr = (this.#stderr + chunk).slice(-STDERR_KEEP);
+      this.#stderr = tail(this.#stderr, chunk, STDERR_KEEP);
     });
     this.ready = new Promise<ServerInfo>((resolve, reject) => {
       out.on('data', (chunk: Buffer) => {
@@ -147,12 +149,7 @@ export class ServerProcess {
   }
 
   call(ctx: RunContext, entry: string, logBytes: number): Promise<unknown> {
-    const id = ++this.#seq;
-    return new Promise((resolve, reject) => {
-      const pending: Pending = { ctx, resolve, reject, settled: false, onAbort: () => this.#abort(id), stopTimer: null, vfsFailures: new Map() };
-      this.#calls.set(id, pending);
-      this.#busy();
-      ctx.signal.addEventListener('abort', pending.onAbort, { once: true });
+    return this.#calls.open(ctx, { vfsFailures: new Map() }, (id) => {
       const module = entry.replace(/\.py$/, '').replace(/[^A-Za-z0-9_]/g, '_');
       this.#send({
         t: 'call',
@@ -259,45 +256,28 @@ export class ServerProcess {
   #vfs(frame: Frame): void {
     const id = Number(frame.id);
     const seq = frame.seq;
-    const pending = this.#calls.get(id);
-    const reply = (body: Frame) => this.#send({ t: 'vfs-reply', id, seq, ...body });
-    if (!pending || pending.settled) {
-      reply({ ok: false, error: { code: 'CANCELLED', message: 'The call has ended' } });
-      return;
-    }
-    if (!isVfsOp(frame.op) || !Array.isArray(frame.args)) {
-      reply({ ok: false, error: { code: 'INVALID_INPUT', message: 'Unknown VFS operation' } });
-      return;
-    }
     const blob = frame.blob;
-    if (Buffer.isBuffer(blob) && frame.op === 'write') frame.args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
-    try {
-      const value = runVfsOp(pending.ctx.vfs, frame.op, frame.args);
-      reply({ ok: true, value: value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value });
-    } catch (error) {
-      const failure =
-        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${frame.op} failed in the engine`, { cause: error });
-      if (failure.code === 'INTERNAL' || endsCall(failure)) {
-        // The tool must not catch a denial and go on: the call fails with it and its process is killed.
-        this.#settle(id, failure);
-        this.#send({ t: 'kill', id });
-      }
-      if (typeof seq === 'number') {
-        pending.vfsFailures.set(seq, failure);
-        if (pending.vfsFailures.size > REMEMBERED_VFS_FAILURES) pending.vfsFailures.delete(pending.vfsFailures.keys().next().value as number);
-      }
-      reply({ ok: false, error: toWire(failure) });
+    if (Buffer.isBuffer(blob) && frame.op === 'write' && Array.isArray(frame.args))
+      frame.args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
+    // A failure that ends the call also ends its process: the tool must not catch a denial and go on.
+    const answer = serveVfs(this.#calls, id, frame.op, frame.args, () => this.#send({ t: 'kill', id }));
+    if (answer.ok) {
+      const value = answer.value;
+      this.#send({ t: 'vfs-reply', id, seq, ok: true, value: value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value });
+      return;
     }
+    const pending = this.#calls.get(id);
+    if (pending && answer.failure && typeof seq === 'number') {
+      pending.vfsFailures.set(seq, answer.failure);
+      if (pending.vfsFailures.size > REMEMBERED_VFS_FAILURES) pending.vfsFailures.delete(pending.vfsFailures.keys().next().value as number);
+    }
+    this.#send({ t: 'vfs-reply', id, seq, ok: false, error: answer.error });
   }
 
   #done(frame: Frame): void {
     const id = Number(frame.id);
-    const pending = this.#calls.get(id);
+    const pending = this.#calls.finish(id);
     if (!pending) return;
-    this.#calls.delete(id);
-    if (pending.stopTimer) clearTimeout(pending.stopTimer);
-    pending.ctx.signal.removeEventListener('abort', pending.onAbort);
-    this.#idle();
     if (Array.isArray(frame.intrusions)) {
       // Said by the call's own process (the tool could forge more): at most a few, each a bounded string, about itself; also
       // for a call already ended (a timeout), since the attempt was made.
@@ -422,39 +402,13 @@ export class ServerProcess {
     });
   }
 
-  #abort(id: number): void {
-    const pending = this.#calls.get(id);
-    if (!pending || pending.settled) return;
-    this.#settle(id, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
-    this.#send({ t: 'kill', id });
-  }
-
-  /** Fails the call now; the server still owes its `done`, and is killed if it does not come in time. */
-  #settle(id: number, failure: ToolFailure): void {
-    const pending = this.#calls.get(id);
-    if (!pending || pending.settled) return;
-    pending.settled = true;
-    pending.reject(failure);
-    pending.stopTimer = setTimeout(() => {
-      if (this.#calls.has(id)) this.#child.kill('SIGKILL');
-    }, STOP_GRACE_MS);
-    pending.stopTimer.unref();
-  }
-
   #failAll(code: number | null, signal: NodeJS.Signals | null): void {
     const how = signal ? `signal ${signal}` : `exit code ${code}`;
-    for (const pending of this.#calls.values()) {
-      if (pending.stopTimer) clearTimeout(pending.stopTimer);
-      pending.ctx.signal.removeEventListener('abort', pending.onAbort);
-      if (pending.settled) continue;
-      pending.settled = true;
-      pending.reject(
-        this.#stopping
-          ? new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner was shut down while the tool ran')
-          : new ToolFailure('execution', 'UNAVAILABLE', `The Python sandbox stopped (${how}); it is replaced and the call can be retried`),
-      );
-    }
-    this.#calls.clear();
+    this.#calls.failAll(() =>
+      this.#stopping
+        ? new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner was shut down while the tool ran')
+        : new ToolFailure('execution', 'UNAVAILABLE', `The Python sandbox stopped (${how}); it is replaced and the call can be retried`),
+    );
   }
 
   #busy(): void {

@@ -7,6 +7,7 @@ import type { SnapshotInfo, VfsState } from './state.js';
 import type { Transaction } from './transaction.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
 import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
+import type { VfsView } from './view.js';
 
 /** `live` or a snapshot reference (id, unique id prefix, label, `latest`). */
 export type TreeRef = string;
@@ -117,7 +118,7 @@ export function gc(state: VfsState, onProgress?: (phase: 'mark' | 'sweep', count
  * The VFS as the host application sees it (`engine.vfs`): no permission checks (the host is trusted),
  * but every change is a committed, durable transaction of its own, like a tool call's.
  */
-export class HostVfs {
+export class HostVfs implements VfsView {
   readonly #state: VfsState;
 
   constructor(state: VfsState) {

@@ -3,6 +3,7 @@ import type { JournalOp } from '../store/journal.js';
 import { isWithin, parentOf } from './path.js';
 import { type ReadView, type TreeView, walkEntries } from './read-view.js';
 import type { EntryType, ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
+import type { VfsView } from './view.js';
 
 type OverlayEntry = { type: 'file'; data: Buffer; mtime: string } | { type: 'directory'; mtime: string } | { type: 'deleted' };
 
@@ -22,7 +23,7 @@ function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_D
  * began, which also records what the call read, so that its commit can be refused when another call
  * changed any of it meanwhile (see VfsState.commit). A scratch transaction reads the live tree itself.
  */
-export class Transaction {
+export class Transaction implements VfsView {
   readonly ops: JournalOp[] = [];
   /** Set when the ops were computed against the committed tree as of this change count (see VfsState.changes). */
   basis: number | null = null;

@@ -2,6 +2,7 @@ import { Volume } from 'memfs';
 import { ToolFailure } from '../errors.js';
 import { DEFAULT_VFS_QUOTA, type VfsQuota } from '../limits.js';
 import { isWithin, normalizePath, parentOf } from './path.js';
+import type { VfsView } from './view.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -66,7 +67,7 @@ interface FsErrorLike {
   code?: string;
 }
 
-export class Vfs {
+export class Vfs implements VfsView {
   readonly quota: Readonly<VfsQuota>;
   readonly #vol = new Volume();
   #bytes = 0;
