@@ -16,7 +16,7 @@ describe('the protocol description', () => {
     const worker = readFileSync(new URL('../runners/js/worker/call.mjs', import.meta.url), 'utf8');
     const jsList = /const VFS_OPS = new Set\(\[([^\]]*)\]\)/.exec(worker)?.[1];
     expect(jsList?.split(',').map((s) => s.trim().replace(/'/g, ''))).toEqual(schemaOps);
-    const server = readFileSync(new URL('../python/arium_server.py', import.meta.url), 'utf8');
+    const server = readFileSync(new URL('../runners/python/sandbox/arium_server.py', import.meta.url), 'utf8');
     const pyList = /^VFS_OPS = \{([^}]*)\}/m.exec(server)?.[1];
     expect(pyList?.split(',').map((s) => s.trim().replace(/"/g, ''))).toEqual(schemaOps);
   });

@@ -113,10 +113,11 @@ function probe(requested: string, path: string): Promise<Interpreter> {
 
 /** The harness folder (python/): next to the sources, or three levels up from dist/runners/python/. */
 export function harnessDir(): string {
-  const candidates = [new URL('../../python/', import.meta.url), new URL('../../../python/', import.meta.url)];
+  // Next to this module in the source tree; from dist/runners/python/, the package's runners/python/sandbox/.
+  const candidates = [new URL('./sandbox/', import.meta.url), new URL('../../../runners/python/sandbox/', import.meta.url)];
   for (const url of candidates) {
     const dir = fileURLToPath(url);
     if (existsSync(`${dir}arium_server.py`)) return dirname(`${dir}arium_server.py`);
   }
-  throw new Error('the Python harness (python/arium_server.py) is missing from the installation');
+  throw new Error('the Python harness (runners/python/sandbox/arium_server.py) is missing from the installation');
 }

@@ -7,9 +7,9 @@ import { posix } from 'node:path';
  *
  * - `bubblewrap`: the fork server runs in bubblewrap (new PID, network, IPC, UTS and mount namespaces,
  *   a read-only view of only the interpreter and the tools, an empty environment); each call then gets
- *   a PID and mount namespace of its own (see python/arium_server.py).
+ *   a PID and mount namespace of its own (see runners/python/sandbox/arium_server.py).
  * - `unshare`: the same sandbox built by the fork server itself with unshare(2), mounts and pivot_root
- *   (python/arium_unshare.py), for machines with namespaces but without bubblewrap.
+ *   (runners/python/sandbox/arium_unshare.py), for machines with namespaces but without bubblewrap.
  * - `rlimits`: no namespaces — resource limits, a session of its own, a private working folder, an
  *   unprivileged uid when the engine runs as root, seccomp. Processes a tool detaches with setsid
  *   survive a call unless the engine runs as root (then everything of the call's uid is killed).
@@ -23,7 +23,7 @@ export interface Isolation {
   reason?: string;
 }
 
-/** The Landlock ABI that scopes abstract Unix sockets (Linux 6.12): calls get their own with it (python/arium_child.py). */
+/** The Landlock ABI that scopes abstract Unix sockets (Linux 6.12): calls get their own with it (runners/python/sandbox/arium_child.py). */
 export const LANDLOCK_SCOPES = 6;
 
 const TRIAL_TIMEOUT_MS = 10_000;

@@ -67,7 +67,7 @@ const RETRY_START_MS = 5_000;
 
 /**
  * Runs `py-runner` tools: a module with `def run(input, ctx)` (or `async def`), each call in a fresh
- * process forked by a fork server that is started once per tools folder (python/arium_server.py),
+ * process forked by a fork server that is started once per tools folder (runners/python/sandbox/arium_server.py),
  * confined as `isolation.ts` describes. THREAT_MODEL.md says what this does and does not guarantee.
  */
 export class PythonRunner implements Runner {

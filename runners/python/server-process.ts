@@ -7,7 +7,7 @@ import { type CallEntry, SupervisedCalls, serveVfs, tail } from '../shared/super
 import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 
 /**
- * The engine's side of one Python fork server (python/arium_server.py): frames over fd 3 (to it) and
+ * The engine's side of one Python fork server (runners/python/sandbox/arium_server.py): frames over fd 3 (to it) and
  * fd 4 (from it), the calls it is running, and their `ctx.vfs` requests, served here on each call's
  * permission-checked VFS. The server never runs tool code, but it lives in the sandbox, so everything
  * it sends is checked before use; the envelope of a result is built by the dispatcher, never from it.
