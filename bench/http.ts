@@ -6,8 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Fastify from 'fastify';
-import { createGateway } from '../src/http/gateway.js';
 import { createEngine } from '../src/index.js';
+import { createGateway } from '../src/surfaces/http/gateway.js';
 
 const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, '..', '..');

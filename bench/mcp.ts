@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { createGateway } from '../src/http/gateway.js';
 import { createEngine } from '../src/index.js';
+import { createGateway } from '../src/surfaces/http/gateway.js';
 import { median } from './stats.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');

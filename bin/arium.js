@@ -2,7 +2,7 @@
 // The `arium` command: loads the compiled CLI. Plain JS, so it runs before (and tells you about) a build.
 import { existsSync } from 'node:fs';
 
-const cli = new URL('../dist/src/cli/main.js', import.meta.url);
+const cli = new URL('../dist/src/surfaces/cli/main.js', import.meta.url);
 if (!existsSync(cli)) {
   process.stderr.write('arium: the CLI is not built (dist/ is missing): run npm run build in the arium package, then try again\n');
   process.exit(3);
@@ -15,7 +15,7 @@ process.stdout.on('error', (error) => {
 });
 
 const { main } = await import(cli.href);
-const { processIo } = await import(new URL('../dist/src/cli/io.js', import.meta.url).href);
+const { processIo } = await import(new URL('../dist/src/surfaces/cli/io.js', import.meta.url).href);
 
 // Holds the event loop open until main settles. Runners unref their idle sandbox processes so a host is
 // never kept alive by them; a promise that waits only on such a process (a runner's status() did, while

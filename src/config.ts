@@ -3,8 +3,8 @@ import { join, resolve } from 'node:path';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
-import type { SurfaceProfile } from './mcp/profile.js';
 import type { RunnerCatalog } from './runner-catalog.js';
+import type { SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
 
 /**

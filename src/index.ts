@@ -23,15 +23,8 @@ export type {
   ToolResultEvent,
   VfsChangeSummary,
 } from './events.js';
-export type { ExportedTools, ExportOptions, Vendor } from './export.js';
-export { callExported, exportTools, resolveCall, VENDORS, vendorName } from './export.js';
-export type { Gateway, GatewayOptions } from './http/gateway.js';
-export { createGateway } from './http/gateway.js';
 export type { CallLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
 export { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
-export type { SurfaceProfile } from './mcp/profile.js';
-export type { AriumMcpServer, McpServerOptions } from './mcp/server.js';
-export { createMcpServer } from './mcp/server.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
@@ -40,6 +33,13 @@ export { FileStateStore } from './store/file-store.js';
 export { ProjectLockedError } from './store/lock.js';
 export { MemoryStateStore } from './store/memory-store.js';
 export type { JournalPort, LiveRef, StateStore } from './store/port.js';
+export type { ExportedTools, ExportOptions, Vendor } from './surfaces/export.js';
+export { callExported, exportTools, resolveCall, VENDORS, vendorName } from './surfaces/export.js';
+export type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
+export { createGateway } from './surfaces/http/gateway.js';
+export type { SurfaceProfile } from './surfaces/mcp/profile.js';
+export type { AriumMcpServer, McpServerOptions } from './surfaces/mcp/server.js';
+export { createMcpServer } from './surfaces/mcp/server.js';
 export type { RunnerName, ToolInfo, ToolSpec } from './tool.js';
 export type { ToolVfs } from './tool-vfs.js';
 export type { GcReport } from './vfs/gc.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it, test } from 'vitest';
-import { closest, type FlagSpecs, int, maxPositionals, parseArgs, UsageError } from '../src/cli/args.js';
+import { closest, type FlagSpecs, int, maxPositionals, parseArgs, UsageError } from '../src/surfaces/cli/args.js';
 
 const SPEC: FlagSpecs = {
   timeout: { value: true, arg: '<ms>', help: 'a value' },

@@ -1,8 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { CliIo } from '../src/cli/io.js';
-import { main } from '../src/cli/main.js';
+import type { CliIo } from '../src/surfaces/cli/io.js';
+import { main } from '../src/surfaces/cli/main.js';
 
 /** What one in-process run of the CLI printed and returned. */
 export interface CliRun {

@@ -5,7 +5,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { type CallToolResult, ResourceUpdatedNotificationSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createGateway, type Gateway } from '../src/http/gateway.js';
+import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 import { compileSchema } from '../src/validation.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 

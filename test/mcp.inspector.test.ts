@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createGateway, type Gateway } from '../src/http/gateway.js';
+import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**

@@ -1,6 +1,6 @@
-import type { ErrorCode, ErrorInfo } from '../errors.js';
-import { isRetryable } from '../errors.js';
-import type { ToolResult } from '../result.js';
+import type { ErrorCode, ErrorInfo } from '../../errors.js';
+import { isRetryable } from '../../errors.js';
+import type { ToolResult } from '../../result.js';
 
 /**
  * The one body shape of the gateway's answers about a run, and of every error it gives (seed 003 §6):

@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto';
-import type { CallOptions } from './dispatcher.js';
-import type { Engine } from './engine.js';
-import { ToolFailure } from './errors.js';
+import type { CallOptions } from '../dispatcher.js';
+import type { Engine } from '../engine.js';
+import { ToolFailure } from '../errors.js';
+import type { ToolResult } from '../result.js';
+import type { ToolInfo } from '../tool.js';
 import { mcpTool } from './mcp/server.js';
-import type { ToolResult } from './result.js';
-import type { ToolInfo } from './tool.js';
 
 /**
  * A project's tools in the tool schemas of function-calling APIs, and the way back from a model's tool

@@ -1,4 +1,4 @@
-import type { Engine, EngineEvent, ToolInfo, ToolResult } from '../../index.js';
+import type { Engine, EngineEvent, ToolInfo, ToolResult } from '../../../index.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';

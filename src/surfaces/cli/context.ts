@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { createEngine, type Engine, ProjectLockedError } from '../index.js';
+import { createEngine, type Engine, ProjectLockedError } from '../../index.js';
 import { bool, list, type Parsed, str } from './args.js';
 import { type CliIo, type Paint, paint, wantsColour } from './io.js';
 

@@ -1,6 +1,6 @@
-import type { Check } from '../probe.js';
+import type { Check } from '../../probe.js';
 
-export type { Check } from '../probe.js';
+export type { Check } from '../../probe.js';
 
 export function checkNode(version = process.versions.node): Check {
   const [major = 0, minor = 0] = version.split('.').map(Number);

@@ -1,4 +1,4 @@
-import type { EngineEvent, ErrorInfo, ToolResult } from '../index.js';
+import type { EngineEvent, ErrorInfo, ToolResult } from '../../index.js';
 import type { Paint } from './io.js';
 
 /** A result as people read it: the data, or the error with its stage, code and details; then the tool's logs. */

@@ -1,4 +1,4 @@
-import { EngineConfigError, ProjectLockedError, StateCorruptError, ToolFailure } from '../index.js';
+import { EngineConfigError, ProjectLockedError, StateCorruptError, ToolFailure } from '../../index.js';
 import { bool, closest, GLOBAL_FLAGS, type Parsed, parseArgs, UsageError } from './args.js';
 import { type CommandSpec, commandHelp, EXIT_CODES_HELP, flagsHelp, HostError } from './command.js';
 import { callSpec } from './commands/call.js';

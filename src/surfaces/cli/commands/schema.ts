@@ -1,4 +1,4 @@
-import { TOOL_META_SCHEMA } from '../../index.js';
+import { TOOL_META_SCHEMA } from '../../../index.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';

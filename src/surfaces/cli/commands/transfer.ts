@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { type Engine, ToolFailure } from '../../index.js';
+import { type Engine, ToolFailure } from '../../../index.js';
 import { bool, maxPositionals as noExtra, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';

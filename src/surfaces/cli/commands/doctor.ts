@@ -1,5 +1,5 @@
-import { DEFAULT_CATALOG } from '../../../runners/index.js';
-import type { Engine, EngineStatus } from '../../index.js';
+import { DEFAULT_CATALOG } from '../../../../runners/index.js';
+import type { Engine, EngineStatus } from '../../../index.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';

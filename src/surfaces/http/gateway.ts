@@ -3,12 +3,12 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../engine.js';
-import { ToolFailure } from '../errors.js';
-import type { EngineEvent } from '../events.js';
+import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
+import { ToolFailure } from '../../errors.js';
+import type { EngineEvent } from '../../events.js';
+import { ProjectLockedError } from '../../store/lock.js';
+import type { ToolInfo } from '../../tool.js';
 import { surfaceFilter } from '../mcp/profile.js';
-import { ProjectLockedError } from '../store/lock.js';
-import type { ToolInfo } from '../tool.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
 import { McpSessions } from './mcp-http.js';
 

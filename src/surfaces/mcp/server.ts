@@ -15,11 +15,11 @@ import {
   SubscribeRequestSchema,
   UnsubscribeRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { Engine } from '../engine.js';
-import type { ErrorInfo } from '../errors.js';
-import type { ToolResultEvent } from '../events.js';
-import type { LogLine } from '../result.js';
-import type { ToolInfo } from '../tool.js';
+import type { Engine } from '../../engine.js';
+import type { ErrorInfo } from '../../errors.js';
+import type { ToolResultEvent } from '../../events.js';
+import type { LogLine } from '../../result.js';
+import type { ToolInfo } from '../../tool.js';
 import { type SurfaceProfile, surfaceFilter } from './profile.js';
 
 /**
