@@ -1,7 +1,11 @@
-// The process protocols are described once (runners/shared/protocol.schema.json); this checks the
-// engine's side against it on real traffic with both sandboxes, and the sandboxes' copies of the
-// operation list. The JS worker's side is also typed from runners/js/protocol.ts (tsconfig.worker.json).
+// The process protocols are described once (runners/shared/protocol.schema.json); this checks every
+// boundary against it on real traffic: the engine checks what it exchanges with the JS sandbox process
+// and the Python fork server, and the fork server checks what it exchanges with its call processes
+// (the same schema, handed to it, and a small validator in arium_proto.py). Also the sandboxes'
+// copies of the operation list. The JS worker's side is also typed from runners/js/protocol.ts (tsconfig.worker.json).
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkProtocol, observe, type ProtocolLog, protocolSchema } from '../runners/shared/protocol.js';
 import { VFS_OPS } from '../runners/shared/vfs-ops.js';
@@ -75,6 +79,33 @@ const PY_TOOL = `def run(input, ctx):
     return {"text": text, "bytes": len(data), "listed": len(listed["entries"]), "size": stat["size"], "exists": exists, "missing": missing}
 `;
 
+describe('the Python server’s own check', () => {
+  it('finds what strays from the schema, and passes what matches', () => {
+    const sandbox = fileURLToPath(new URL('../runners/python/sandbox/', import.meta.url));
+    const frames = [
+      { t: 'vfs', seq: 1, op: 'read', args: ['/a'] },
+      { t: 'vfs', seq: 1, op: 'chmod', args: ['/a'] },
+      { t: 'result', output: 3 },
+      { t: 'log', level: 'info', message: 'hi', extra: true },
+      { t: 'error', kind: 'exception', message: 'boom', traceback: '' },
+    ];
+    const script = [
+      'import json, sys',
+      'sys.path.insert(0, sys.argv[1])',
+      'import arium_proto',
+      'defs = json.loads(sys.argv[2])',
+      'print(json.dumps([arium_proto.violation({"$ref": "#/$defs/py.fromChild"}, defs, f) for f in json.loads(sys.argv[3])]))',
+    ].join('\n');
+    const out = execFileSync('python3', ['-c', script, sandbox, JSON.stringify(protocolSchema().$defs), JSON.stringify(frames)], {
+      encoding: 'utf8',
+    });
+    const problems = JSON.parse(out) as (string | null)[];
+    expect(problems[0]).toBeNull();
+    expect(problems[4]).toBeNull();
+    for (const i of [1, 2, 3]) expect(problems[i], JSON.stringify(frames[i])).toMatch(/alternatives/);
+  });
+});
+
 describe('real traffic with both sandboxes', () => {
   let project: TempProject;
   let engine: Engine;
@@ -125,11 +156,18 @@ describe('real traffic with both sandboxes', () => {
       'py.fromServer ready',
       'py.fromServer vfs',
       'py.fromServer done',
+      'py.toChild job',
+      'py.toChild reply',
+      'py.fromChild vfs',
+      'py.fromChild log',
+      'py.fromChild result',
+      'py.fromChild error',
     ]) {
       expect(log.seen[key], key).toBeGreaterThan(0);
     }
     // Every VFS operation crossed both boundaries.
     expect(log.seen['js.fromWorker vfs']).toBeGreaterThanOrEqual(10 * 4);
     expect(log.seen['py.fromServer vfs']).toBeGreaterThanOrEqual(10 * 4);
+    expect(log.seen['py.fromChild vfs']).toBe(log.seen['py.fromServer vfs']);
   }, 60_000);
 });

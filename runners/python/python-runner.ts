@@ -4,6 +4,7 @@ import { relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import { checking, protocolSchema } from '../shared/protocol.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
 import {
@@ -318,6 +319,8 @@ export class PythonRunner implements Runner {
       compile_wait_s: (this.#options.compileWaitMs ?? DEFAULT_COMPILE_WAIT_MS) / 1000,
       stdlib: interpreter.stdlib,
       ...(isolation.mode === 'unshare' && workRoot ? { unshare: { layout: sandboxLayout(paths), root: workRoot } } : {}),
+      // The engine's tests check the frames between the server and its call processes, which only the server sees.
+      ...(checking() ? { protocol: protocolSchema().$defs } : {}),
     };
     const inBwrap = isolation.mode === 'bubblewrap';
     const serverArgs = ['-I', '-B', `${inBwrap ? '/arium' : harness}/arium_server.py`, JSON.stringify(config)];

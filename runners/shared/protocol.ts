@@ -6,7 +6,7 @@ import { compileSchema, summarize, type Validator } from '../../src/validation.j
  * runners/shared/protocol.schema.json. Off unless turned on (tests do): a check costs a schema
  * validation per message, and the hosts already treat what comes back as untrusted data.
  */
-export type Channel = 'js.toWorker' | 'js.fromWorker' | 'py.toServer' | 'py.fromServer';
+export type Channel = 'js.toWorker' | 'js.fromWorker' | 'py.toServer' | 'py.fromServer' | 'py.toChild' | 'py.fromChild';
 
 export interface ProtocolLog {
   /** Messages checked, by channel and `t`. */
@@ -56,4 +56,17 @@ export function observe(channel: Channel, message: unknown): void {
   log.seen[key] = (log.seen[key] ?? 0) + 1;
   const violations = validator(channel)(message);
   if (violations) log.violations.push({ channel, message: JSON.stringify(message).slice(0, 500), problem: summarize(violations) });
+}
+
+/** Whether checking is on: a host then asks its sandbox to check what it alone sees (the Python server's frames with call processes). */
+export function checking(): boolean {
+  return log !== null;
+}
+
+/** A check made on the far side of a boundary the engine does not see (the Python server and its call processes). */
+export function reported(channel: Channel, kind: string, problem: string | null): void {
+  if (log === null) return;
+  const key = `${channel} ${kind}`;
+  log.seen[key] = (log.seen[key] ?? 0) + 1;
+  if (problem !== null) log.violations.push({ channel, message: `(a ${kind} frame, checked by the Python server)`, problem });
 }

@@ -137,3 +137,67 @@ def read_frame(fd, reader):
         if frames:
             reader.pending = frames[1:]
             return frames[0]
+
+
+def violation(schema, defs, value, at=""):
+    """Where `value` strays from a JSON Schema of the protocol (runners/shared/protocol.schema.json), or
+    None. Knows the keywords that file uses for these frames: $ref into $defs, oneOf, type, const,
+    enum, required, properties, additionalProperties false, items, minimum. Used only when the engine
+    turns protocol checking on (its tests); a frame is never refused because of it."""
+    if schema is True:
+        return None
+    if "$ref" in schema:
+        return violation(defs[schema["$ref"].split("/")[-1]], defs, value, at)
+    if "oneOf" in schema:
+        problems = [violation(option, defs, value, at) for option in schema["oneOf"]]
+        matched = [p for p in problems if p is None]
+        if len(matched) == 1:
+            return None
+        return "%s: matches %d of the alternatives (%s)" % (at or "/", len(matched), "; ".join(p for p in problems if p)[:300])
+    kind = schema.get("type")
+    if kind is not None and not _is_type(kind, value):
+        return "%s: is not of type %s" % (at or "/", kind)
+    if "const" in schema and not _same(value, schema["const"]):
+        return "%s: must be %r" % (at or "/", schema["const"])
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
+        return "%s: must be one of %r" % (at or "/", schema["enum"])
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        return "%s: must be at least %r" % (at or "/", schema["minimum"])
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            if key not in value:
+                return "%s/%s: is required" % (at, key)
+        properties = schema.get("properties", {})
+        for key, item in value.items():
+            if key in properties:
+                problem = violation(properties[key], defs, item, "%s/%s" % (at, key))
+                if problem:
+                    return problem
+            elif schema.get("additionalProperties") is False:
+                return "%s/%s: is not an allowed property" % (at, key)
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            problem = violation(schema["items"], defs, item, "%s/%d" % (at, i))
+            if problem:
+                return problem
+    return None
+
+
+def _is_type(kind, value):
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return False
+
+
+def _same(a, b):
+    return type(a) is type(b) and a == b

@@ -192,6 +192,8 @@ class Server:
             arium_child.make_root_readonly()
         preload_asyncio(config["namespaces"])
         self.config = config
+        # The protocol's schema for the frames with call processes, when the engine checks the protocol (tests).
+        self.protocol = config.get("protocol")
         self.selector = selectors.DefaultSelector()
         self.calls = {}
         self.recent = {}
@@ -487,8 +489,18 @@ class Server:
         not block can take only part of a large frame (a job with a big input, the answer to a large
         read): the rest goes when the socket is writable again, never dropped and never blocking the
         server, whose other calls go on (a process that stops reading holds up only its own frames)."""
+        if self.protocol is not None:
+            self.observe("py.toChild", message)
         call.outbox.append(memoryview(arium_proto.encode(message)))
         self.flush_call(call)
+
+    def observe(self, channel, message):
+        """Checks a frame with a call process against the protocol's schema and tells the engine."""
+        blob = message.get("blob")
+        shown = dict(message, blob=len(blob)) if isinstance(blob, bytes) else message
+        problem = arium_proto.violation({"$ref": "#/$defs/" + channel}, self.protocol, shown)
+        kind = message.get("t", "reply" if "seq" in message else "?")
+        self.to_host({"t": "protocol", "channel": channel, "kind": str(kind), "problem": problem})
 
     def flush_call(self, call):
         sock = call.proc.sock
@@ -548,6 +560,8 @@ class Server:
         return True
 
     def from_child(self, call, frame):
+        if self.protocol is not None:
+            self.observe("py.fromChild", frame)
         kind = frame.get("t")
         if call.reply is not None or call.failure is not None:
             return
