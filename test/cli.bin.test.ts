@@ -9,7 +9,7 @@ import { tempWorkspace } from './cli.helpers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'arium.js');
-const MAIN = join(ROOT, 'dist', 'src', 'cli', 'main.js');
+const MAIN = join(ROOT, 'dist', 'src', 'surfaces', 'cli', 'main.js');
 
 function newestSource(dir: string): number {
   let newest = 0;
