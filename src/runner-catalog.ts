@@ -16,6 +16,7 @@ export class RunnerDefinitionError extends Error {
  */
 export class RunnerCatalog {
   readonly #byName = new Map<string, RunnerDefinition>();
+  readonly #signature: string;
 
   /** `reservedConfigKeys`: arium.json keys the engine itself reads, which no runner may claim. */
   constructor(definitions: readonly RunnerDefinition[], reservedConfigKeys: readonly string[] = []) {
@@ -46,6 +47,7 @@ export class RunnerCatalog {
         keys.set(key, definition.name);
       }
     }
+    this.#signature = JSON.stringify([this.definable(), this.execPermissions()]);
   }
 
   get(name: string): RunnerDefinition | undefined {
@@ -91,7 +93,7 @@ export class RunnerCatalog {
 
   /** A key that tells two catalogs apart for what the registry compiles from them (meta-schema). */
   signature(): string {
-    return JSON.stringify([this.definable(), this.execPermissions()]);
+    return this.#signature;
   }
 }
 

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
-import { observe, reported } from '../shared/protocol.js';
+import { checking, observe, reported } from '../shared/protocol.js';
 import { type CallEntry, SupervisedCalls, serveVfs, tail } from '../shared/supervision.js';
 import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 
@@ -248,7 +248,8 @@ export class ServerProcess {
   }
 
   #onFrame(frame: Frame): void {
-    observe('py.fromServer', Buffer.isBuffer(frame.blob) ? { ...frame, blob: frame.blob.length } : frame);
+    // The copy with the blob's length is made only while the protocol is checked (tests).
+    if (checking()) observe('py.fromServer', Buffer.isBuffer(frame.blob) ? { ...frame, blob: frame.blob.length } : frame);
     if (frame.t === 'protocol') {
       const channel = frame.channel === 'py.toChild' ? 'py.toChild' : 'py.fromChild';
       reported(channel, String(frame.kind), typeof frame.problem === 'string' ? frame.problem : null);

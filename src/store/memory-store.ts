@@ -81,15 +81,14 @@ class MemoryJournal implements JournalPort {
 
   append(record: JournalRecord): void {
     // Copied: the live tree adopts the buffers it is given, and this record must not change with it.
-    const ops = record.ops.map((op) => (op.op === 'write' ? { ...op, data: Buffer.from(op.data) } : { ...op }));
-    this.#records.push({ ...record, ops });
+    this.#records.push({ ...record, ops: copyOps(record.ops) });
     this.#size += recordBytes(record);
   }
 
   replay(): { records: JournalRecord[]; droppedBytes: number; corruptAt: number | null } {
     const records = this.#records.map((r) => ({
       ...r,
-      ops: r.ops.map((op) => (op.op === 'write' ? { ...op, data: Buffer.from(op.data) } : { ...op })),
+      ops: copyOps(r.ops),
     }));
     return { records, droppedBytes: 0, corruptAt: null };
   }
@@ -98,6 +97,11 @@ class MemoryJournal implements JournalPort {
     this.#records = [];
     this.#size = 0;
   }
+}
+
+/** Ops with their own copies of the bytes: the live tree adopts the buffers it is given. */
+function copyOps(ops: readonly JournalOp[]): JournalOp[] {
+  return ops.map((op) => (op.op === 'write' ? { ...op, data: Buffer.from(op.data) } : { ...op }));
 }
 
 /** About what the record would take on disk: what the state compares with its checkpoint threshold. */
