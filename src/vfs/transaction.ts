@@ -5,7 +5,8 @@ import { type ReadView, type TreeView, walkEntries } from './read-view.js';
 import type { EntryType, ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
 import type { VfsView } from './view.js';
 
-type OverlayEntry = { type: 'file'; data: Buffer; mtime: string } | { type: 'directory'; mtime: string } | { type: 'deleted' };
+/** `mtime` in ms since the epoch: formatted only when a stat asks (a write made the string for nothing). */
+type OverlayEntry = { type: 'file'; data: Buffer; mtime: number } | { type: 'directory'; mtime: number } | { type: 'deleted' };
 
 function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_DIRECTORY' | 'NOT_EMPTY', message: string, path: string) {
   return new ToolFailure('execution', code, message, { details: { path } });
@@ -79,7 +80,8 @@ export class Transaction implements VfsView {
     const own = this.#overlay.get(path);
     if (own && own.type !== 'deleted') {
       const size = own.type === 'file' ? own.data.length : 0;
-      return { path, type: own.type, size, mtime: own.mtime, birthtime: own.mtime };
+      const mtime = new Date(own.mtime).toISOString();
+      return { path, type: own.type, size, mtime, birthtime: mtime };
     }
     if (this.typeOf(path) === null) throw fail('NOT_FOUND', `No such file or directory: ${path}`, path);
     return this.#base.stat(path);
@@ -122,7 +124,8 @@ export class Transaction implements VfsView {
   }
 
   #createDirs(dirs: readonly string[]): void {
-    const mtime = new Date().toISOString();
+    if (dirs.length === 0) return;
+    const mtime = Date.now();
     for (const dir of dirs) {
       this.#overlay.set(dir, { type: 'directory', mtime });
       this.ops.push({ op: 'mkdir', path: dir });
@@ -145,7 +148,7 @@ export class Transaction implements VfsView {
     const nodes = missing.length + (previous ? 0 : 1);
     this.#reserve(content.length - (previous?.length ?? 0), nodes, path, content.length);
     this.#createDirs(missing);
-    this.#overlay.set(path, { type: 'file', data: content, mtime: new Date().toISOString() });
+    this.#overlay.set(path, { type: 'file', data: content, mtime: Date.now() });
     // An append is journaled as what was added, a create as a create: replayed at commit on a tree another
     // call may have changed meanwhile, they keep their meaning (no lost appends, no doubly created file).
     const op: JournalOp = { op: 'write', path, data: options.append ? bytes : content };
@@ -213,7 +216,7 @@ export class Transaction implements VfsView {
     }
     this.#reserve(0, missing.length, to, 0);
     const moved: Array<[string, OverlayEntry]> = [];
-    const mtime = new Date().toISOString();
+    const mtime = Date.now();
     if (type === 'file') {
       moved.push([to, { type: 'file', data: this.read(from), mtime }]);
     } else {

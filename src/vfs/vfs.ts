@@ -6,13 +6,56 @@ import type { VfsView } from './view.js';
 
 const EMPTY = Buffer.alloc(0);
 
-/** The part of memfs's (4.x) core that lets a file's node take a buffer without copying it. */
+/**
+ * The parts of memfs's (4.x) core the VFS uses directly: the link tree, to find a path's node in one
+ * walk (the fs API's walk stamps an access time on every folder it passes, builds a Stats object for
+ * each lstat, and opens a file descriptor for each read and write: most of a small write's cost), and
+ * a node's buffer, to store and read a file without copies. `coreOf` checks the shape once; without
+ * it every operation goes through the fs API.
+ */
 interface MemfsNode {
-  _setBuf?(buf: Buffer): void;
+  buf: Buffer;
+  size: number;
+  isDirectory(): boolean;
+  isSymlink(): boolean;
+  _setBuf(buf: Buffer): void;
+}
+interface MemfsLink {
+  children: Map<string, MemfsLink | undefined>;
+  getNode(): MemfsNode;
 }
 interface MemfsCore {
-  getResolvedLink?(path: string): { getNode?(): MemfsNode } | null;
+  root: MemfsLink;
 }
+
+function coreOf(vol: Volume): MemfsCore | null {
+  const core = (vol as unknown as { _core?: Partial<MemfsCore> })._core;
+  const root = core?.root;
+  if (!root || !(root.children instanceof Map) || typeof root.getNode !== 'function') return null;
+  const node = root.getNode() as Partial<MemfsNode>;
+  if (typeof node.isDirectory !== 'function' || typeof node.isSymlink !== 'function' || typeof node._setBuf !== 'function') return null;
+  return core as MemfsCore;
+}
+
+/**
+ * What memfs asks of `process`. Its path walk asks for the uid and gid at every step (16 of each per
+ * `fs.write`), and where a system call costs microseconds (measured 1.5 µs per `getuid` on a gVisor-like
+ * sandbox) that was most of a write. The ids never change within a process, so they are read once;
+ * they must be the real ones, as memfs stamps new nodes with `process.getuid()` itself. Relative paths
+ * never reach memfs (every path is normalized first), so the working directory is fixed at the root.
+ */
+const MEMFS_PROCESS = (() => {
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  return {
+    cwd: () => '/',
+    platform: 'linux' as NodeJS.Platform,
+    emitWarning: () => {},
+    env: {},
+    getuid: () => uid,
+    getgid: () => gid,
+  };
+})();
 
 /**
  * The engine's virtual filesystem: an in-memory POSIX tree on memfs. Nothing here imports `node:fs`;
@@ -59,6 +102,11 @@ export interface ListOptions {
   limit?: number;
 }
 
+/** A file node's bytes as stored (its buffer may be longer than the file when memfs wrote it). */
+function held(node: MemfsNode): Buffer {
+  return node.buf.length === node.size ? node.buf : node.buf.subarray(0, node.size);
+}
+
 function fail(code: 'NOT_FOUND' | 'ALREADY_EXISTS' | 'NOT_A_DIRECTORY' | 'IS_A_DIRECTORY' | 'NOT_EMPTY', message: string, path: string) {
   return new ToolFailure('execution', code, message, { details: { path } });
 }
@@ -69,15 +117,18 @@ interface FsErrorLike {
 
 export class Vfs implements VfsView {
   readonly quota: Readonly<VfsQuota>;
-  readonly #vol = new Volume();
+  readonly #vol = Volume.fromJSON({}, '/', { process: MEMFS_PROCESS });
+  readonly #core: MemfsCore | null;
   #bytes = 0;
   /** Files and directories, not counting the root. */
   #nodes = 0;
   /** Directories among the nodes (snapshots report files and folders apart without walking the tree). */
   #dirs = 0;
 
-  constructor(quota: Partial<VfsQuota> = {}) {
+  /** `direct: false` makes every operation go through memfs's fs API, as without its core (tests compare the two). */
+  constructor(quota: Partial<VfsQuota> = {}, options: { direct?: boolean } = {}) {
     this.quota = Object.freeze({ ...DEFAULT_VFS_QUOTA, ...quota });
+    this.#core = options.direct === false ? null : coreOf(this.#vol);
   }
 
   /** Normalizes an untrusted path (throws INVALID_PATH / QUOTA_EXCEEDED). */
@@ -97,6 +148,14 @@ export class Vfs implements VfsView {
   }
 
   #typeOf(path: string): EntryType | null {
+    if (this.#core) {
+      const node = this.#lookup(path);
+      if (node === null) return null;
+      // The VFS API creates no symlinks; one found here is refused rather than followed.
+      if (node.isSymlink())
+        throw new ToolFailure('execution', 'INVALID_PATH', `Refusing to follow a symbolic link at ${path}`, { details: { path } });
+      return node.isDirectory() ? 'directory' : 'file';
+    }
     try {
       const st = this.#vol.lstatSync(path);
       if (st.isSymbolicLink()) {
@@ -110,6 +169,27 @@ export class Vfs implements VfsView {
       if (code === 'ENOENT') return null;
       if (code === 'ENOTDIR') return null;
       throw error;
+    }
+  }
+
+  /**
+   * The node at a normalized path, or null when nothing is there or a file stands where a folder
+   * should (as lstat reports ENOENT or ENOTDIR). A symlink on the way is not followed: the VFS makes
+   * none, and one met before the last step counts as nothing there.
+   */
+  #lookup(path: string): MemfsNode | null {
+    let link = (this.#core as MemfsCore).root;
+    if (path === '/') return link.getNode();
+    let from = 1;
+    for (;;) {
+      const end = path.indexOf('/', from);
+      const next = link.children.get(end === -1 ? path.slice(from) : path.slice(from, end));
+      if (next === undefined) return null;
+      const node = next.getNode();
+      if (end === -1) return node;
+      if (!node.isDirectory()) return null;
+      link = next;
+      from = end + 1;
     }
   }
 
@@ -139,20 +219,17 @@ export class Vfs implements VfsView {
    * only hash or store them, such as checkpoints and snapshots. The caller must not change them.
    */
   peek(path: string): Buffer {
-    const node = this.#node(path);
-    const buf = (node as { buf?: unknown } | undefined)?.buf;
-    const size = (node as { size?: unknown } | undefined)?.size;
-    if (Buffer.isBuffer(buf) && typeof size === 'number') return buf.length === size ? buf : buf.subarray(0, size);
+    const node = this.#core ? this.#lookup(path) : null;
+    if (node && !node.isDirectory() && !node.isSymlink()) return held(node);
     return this.read(path);
-  }
-
-  /** memfs's node of a file, when its (4.x) core is there to ask. */
-  #node(path: string): MemfsNode | undefined {
-    return (this.#vol as unknown as { _core?: MemfsCore })._core?.getResolvedLink?.(path)?.getNode?.();
   }
 
   read(rawPath: unknown): Buffer {
     const path = this.resolve(rawPath);
+    if (this.#core) {
+      const node = this.#lookup(path);
+      if (node && !node.isDirectory() && !node.isSymlink()) return Buffer.from(held(node));
+    }
     // One memfs call on the hot path; the type checks run only when it fails. The VFS API creates no
     // symlinks, so there is none to follow here.
     try {
@@ -186,7 +263,8 @@ export class Vfs implements VfsView {
     const type = this.#typeOf(path);
     if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
     if (type === 'file' && options.exclusive) throw fail('ALREADY_EXISTS', `File already exists: ${path}`, path);
-    const previous = type === 'file' ? (this.#vol.readFileSync(path) as Buffer) : null;
+    // Not a copy: the stored buffer is replaced by the write, never changed (see #store).
+    const previous = type === 'file' ? this.peek(path) : null;
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
     this.checkQuota(content.length - (previous?.length ?? 0), missing.length + (previous ? 0 : 1), path, content.length);
@@ -207,14 +285,16 @@ export class Vfs implements VfsView {
    * version lack the node API, the copy is made.
    */
   #store(path: string, content: Buffer): void {
-    if (content.length === 0) {
+    if (!this.#core) {
       this.#vol.writeFileSync(path, content);
       return;
     }
-    this.#vol.writeFileSync(path, EMPTY);
-    const node = this.#node(path);
-    if (node && typeof node._setBuf === 'function') node._setBuf(content);
-    else this.#vol.writeFileSync(path, content);
+    let node = this.#lookup(path);
+    if (node === null) {
+      this.#vol.writeFileSync(path, EMPTY);
+      node = this.#lookup(path) as MemfsNode;
+    }
+    node._setBuf(content);
   }
 
   mkdir(rawPath: unknown, options: { parents?: boolean } = {}): { created: boolean; path: string } {
