@@ -117,8 +117,16 @@ describe('fs.read', () => {
 });
 
 describe('fs.write', () => {
-  it('creates a file and returns the diff from nothing', async () => {
-    const data = ok(await call('fs.write', { path: '/new/note.txt', content: 'hello\n' }));
+  it('creates a file and returns what it did, without a diff unless asked', async () => {
+    const data = ok(await call('fs.write', { path: '/plain/note.txt', content: 'hello\n' }));
+    expect(data).toEqual({ path: '/plain/note.txt', created: true, size: 6, bytes_written: 6 });
+    const again = ok(await call('fs.write', { path: '/plain/note.txt', content: 'hello again\n', diff: false }));
+    expect(again).toEqual({ path: '/plain/note.txt', created: false, size: 12, bytes_written: 12 });
+    expect(engine.vfs.read('/plain/note.txt').toString()).toBe('hello again\n');
+  });
+
+  it('creates a file and returns the diff from nothing when asked', async () => {
+    const data = ok(await call('fs.write', { path: '/new/note.txt', content: 'hello\n', diff: true }));
     expect(data).toEqual({
       path: '/new/note.txt',
       created: true,
@@ -132,25 +140,25 @@ describe('fs.write', () => {
   });
 
   it('replaces a file and returns the unified diff against its previous content', async () => {
-    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'alpha\nBETA\ngamma\n' }));
+    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'alpha\nBETA\ngamma\n', diff: true }));
     expect(data).toMatchObject({ created: false, size: 17, added: 1, removed: 1 });
     expect(data.diff).toBe('--- a/docs/a.txt\n+++ b/docs/a.txt\n@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma\n');
   });
 
   it('appends, and diffs against what was there', async () => {
-    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'delta\n', append: true }));
+    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'delta\n', append: true, diff: true }));
     expect(data).toMatchObject({ created: false, size: 23, bytes_written: 6, added: 1, removed: 0 });
     expect(data.diff).toContain('+delta');
     expect(engine.vfs.read('/docs/a.txt').toString()).toBe('alpha\nbeta\ngamma\ndelta\n');
   });
 
   it('reports an unchanged rewrite with an empty diff', async () => {
-    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'alpha\nbeta\ngamma\n' }));
+    const data = ok(await call('fs.write', { path: '/docs/a.txt', content: 'alpha\nbeta\ngamma\n', diff: true }));
     expect(data).toMatchObject({ created: false, added: 0, removed: 0 });
   });
 
   it('writes base64 content as bytes and does not diff binary', async () => {
-    const data = ok(await call('fs.write', { path: '/bin/new.dat', content: 'AAEC/w==', encoding: 'base64' }));
+    const data = ok(await call('fs.write', { path: '/bin/new.dat', content: 'AAEC/w==', encoding: 'base64', diff: true }));
     expect(data).toMatchObject({ created: true, size: 4, diff: null, diff_note: 'diff omitted: binary content (0 → 4 bytes)' });
     expect([...engine.vfs.read('/bin/new.dat')]).toEqual([0, 1, 2, 255]);
   });
@@ -165,7 +173,7 @@ describe('fs.write', () => {
   it('omits the diff (the old content) from a caller who may write but not read the file', async () => {
     await reopen({ grants: ['vfs.write'] });
     engine.vfs.write('/secret.txt', 'the old secret\n');
-    const data = ok(await call('fs.write', { path: '/secret.txt', content: 'new\n' }));
+    const data = ok(await call('fs.write', { path: '/secret.txt', content: 'new\n', diff: true }));
     expect(data).toEqual({
       path: '/secret.txt',
       created: false,
@@ -182,8 +190,8 @@ describe('fs.write', () => {
   it('omits the diff when the read grant does not cover that path', async () => {
     await reopen({ grants: ['vfs.write', 'vfs.read:/public/**'] });
     engine.vfs.write('/private/x.txt', 'old\n');
-    expect(ok(await call('fs.write', { path: '/private/x.txt', content: 'new\n' }))).toMatchObject({ diff: null });
-    expect(ok(await call('fs.write', { path: '/public/y.txt', content: 'new\n' })).diff).toContain('+new');
+    expect(ok(await call('fs.write', { path: '/private/x.txt', content: 'new\n', diff: true }))).toMatchObject({ diff: null });
+    expect(ok(await call('fs.write', { path: '/public/y.txt', content: 'new\n', diff: true })).diff).toContain('+new');
   });
 
   test.each([

@@ -59,14 +59,19 @@ export const BUILTIN_STEPS: readonly Step[] = [
       return `snapshot ${String(o.id)} "${String(o.label)}": ${String(o.files)} files, ${String(o.bytes)} bytes`;
     },
   },
-  { title: 'Write a file', tool: 'fs.write', input: { path: '/notes/todo.md', content: TODO_V1 }, show: showWrite },
+  { title: 'Write a file', tool: 'fs.write', input: { path: '/notes/todo.md', content: TODO_V1, diff: true }, show: showWrite },
   {
     title: 'Read it back',
     tool: 'fs.read',
     input: { path: '/notes/todo.md' },
     show: (data, c) => `${c.dim(`${String(obj(data).size)} bytes, ${String(obj(data).encoding)}:`)}\n${String(obj(data).content).trimEnd()}`,
   },
-  { title: 'Rewrite it: the result carries the diff', tool: 'fs.write', input: { path: '/notes/todo.md', content: TODO_V2 }, show: showWrite },
+  {
+    title: 'Rewrite it: asked for, the result carries the diff',
+    tool: 'fs.write',
+    input: { path: '/notes/todo.md', content: TODO_V2, diff: true },
+    show: showWrite,
+  },
   {
     title: 'List the folder',
     tool: 'fs.list',
