@@ -24,6 +24,7 @@ const suites: Array<[string, Bench | null]> = [
   ['builtin', benchBuiltin],
   ['js', await optional('./js.js', 'benchJs')],
   ['python', await optional('./python.js', 'benchPython')],
+  ['write', await optional('./write.js', 'benchWrite')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
