@@ -20,4 +20,7 @@ try {
   process.exit(1);
 }
 const result = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { cwd: root, stdio: 'inherit' });
-process.exit(result.status ?? 1);
+if (result.status !== 0) process.exit(result.status ?? 1);
+// The build's second step (package.json "build"): the schemas compiled ahead.
+const schemas = spawnSync(process.execPath, [join(root, 'scripts', 'precompile-schemas.mjs')], { cwd: root, stdio: 'inherit' });
+process.exit(schemas.status ?? 1);

@@ -13,7 +13,7 @@ import type { ToolResult } from './result.js';
 import type { Runner, RunnerDefinition, RunnerStatus } from './runner.js';
 import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
 import type { StateStore } from './store/port.js';
-import { type ToolInfo, toolInfo } from './tool.js';
+import { type Tool, type ToolInfo, toolInfo } from './tool.js';
 import type { GcReport } from './vfs/gc.js';
 import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
 import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
@@ -35,6 +35,14 @@ export interface EngineOptions {
   registryLimits?: Partial<RegistryLimits>;
   /** Watch the tools folder and reload on change. Default true. */
   watch?: boolean;
+  /**
+   * Get the runners ready as tools load (default true): each tool's code is checked for syntax errors
+   * (reported by `problems()`) and the processes tools run in are started, so a first call does not
+   * wait for them. `false`: nothing is checked or started before a call needs it — for a host that
+   * makes one call and exits (the CLI's one-shot commands); a tool whose code is broken still fails
+   * its call with the same error.
+   */
+  warmUp?: boolean;
   /**
    * A reloaded definition that asks for more permissions than the version it replaces: `allow` serves
    * it (default), `refuse` keeps the approved version until a restart. Both emit a `SecurityEvent`.
@@ -326,6 +334,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
 
   const realProject = realpathSync(projectDir);
+  const warmUp = options.warmUp ?? true;
   const registry = new Registry({
     projectDir: realProject,
     toolsPath: join(realProject, 'tools'),
@@ -334,12 +343,13 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     limits: registryLimits,
     widening,
     onSecurity: (event) => bus.publish(event),
-    checkCode: (tool) => runners.get(tool.spec.runner)?.check?.(tool) ?? Promise.resolve(null),
+    ...(warmUp ? { checkCode: (tool: Tool) => runners.get(tool.spec.runner)?.check?.(tool) ?? Promise.resolve(null) } : {}),
     onRetired: (tools) => {
       for (const tool of tools) runners.get(tool.spec.runner)?.forget?.(tool);
     },
     onChange: (event) => {
       bus.publish(event);
+      if (!warmUp) return;
       for (const id of [...event.added, ...event.updated]) {
         const tool = registry.get(id);
         if (tool) runners.get(tool.spec.runner)?.prepare?.(tool);

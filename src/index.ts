@@ -4,6 +4,7 @@
 import { DEFAULT_CATALOG } from '../runners/index.js';
 import { projectConfigSchema } from './config.js';
 import { toolMetaSchema } from './registry/meta-schema.js';
+import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
 export { DEFAULT_RUNNERS } from '../runners/index.js';
 export type { ProjectConfig } from './config.js';
@@ -36,10 +37,18 @@ export type { JournalPort, LiveRef, StateStore } from './store/port.js';
 export type { ExportedTools, ExportOptions, Vendor } from './surfaces/export.js';
 export { callExported, exportTools, resolveCall, VENDORS, vendorName } from './surfaces/export.js';
 export type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
-export { createGateway } from './surfaces/http/gateway.js';
 export type { SurfaceProfile } from './surfaces/mcp/profile.js';
 export type { AriumMcpServer, McpServerOptions } from './surfaces/mcp/server.js';
-export { createMcpServer } from './surfaces/mcp/server.js';
+
+/**
+ * The HTTP gateway (also `arium/http`). Loaded when first asked for: Fastify and the MCP SDK behind it
+ * took more than half of the time to import this module, which every CLI command and every host that
+ * only calls tools paid. `createMcpServer` is in `arium/mcp` for the same reason.
+ */
+export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const { createGateway: create } = await import('./surfaces/http/gateway.js');
+  return create(options);
+}
 export type { RunnerName, ToolInfo, ToolSpec } from './tool.js';
 export type { ToolVfs } from './tool-vfs.js';
 export type { GcReport } from './vfs/gc.js';

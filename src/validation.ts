@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { Script } from 'node:vm';
-import AjvModule, { type ErrorObject, type Options, type ValidateFunction } from 'ajv';
-import Ajv2019Module from 'ajv/dist/2019.js';
-import Ajv2020Module from 'ajv/dist/2020.js';
-import addFormatsModule from 'ajv-formats';
+import type AjvModule from 'ajv';
+import type { ErrorObject, Options } from 'ajv';
 
 /**
  * JSON Schema validation behind one small interface (the MCP SDK keeps its validator behind one too).
@@ -11,12 +10,14 @@ import addFormatsModule from 'ajv-formats';
  * tools sharing a schema, costs no second compile.
  */
 
-// ajv and ajv-formats are CommonJS; under NodeNext their default export arrives wrapped.
+// ajv and ajv-formats are CommonJS, required when first needed: each draft's class and the formats
+// took tens of ms to load, paid by every engine start (every CLI command) whether or not a schema was
+// compiled, and a schema without "format" never needs the formats.
 type AjvClass = typeof AjvModule.default;
-const Ajv07 = (AjvModule as unknown as { default: AjvClass }).default;
-const Ajv2019 = (Ajv2019Module as unknown as { default: AjvClass }).default;
-const Ajv2020 = (Ajv2020Module as unknown as { default: AjvClass }).default;
-const addFormats = (addFormatsModule as unknown as { default: (ajv: InstanceType<AjvClass>) => void }).default;
+const require = createRequire(import.meta.url);
+const DRAFT_MODULES = { '2020-12': 'ajv/dist/2020.js', '2019-09': 'ajv/dist/2019.js', 'draft-07': 'ajv' } as const;
+const ajvClass = (draft: Draft): AjvClass => (require(DRAFT_MODULES[draft]) as { default: AjvClass }).default;
+const addFormats = (ajv: InstanceType<AjvClass>): void => (require('ajv-formats') as { default: (ajv: InstanceType<AjvClass>) => void }).default(ajv);
 
 export interface Violation {
   /** JSON pointer into the validated value ("" is the value itself). */
@@ -102,19 +103,92 @@ function usesPatterns(value: unknown, depth = 0): boolean {
   return false;
 }
 
-const instances = new Map<string, InstanceType<AjvClass>>();
+/**
+ * Validators compiled at build time (scripts/precompile-schemas.mjs, ajv's standalone code): the
+ * default tool meta-schema and the drafts' meta-schemas, which every engine start that loads a tool
+ * definition needs, and which took ajv most of a CLI command's time to compile (a 2020-12 meta-schema
+ * and the tool meta-schema: 220 ms of a 890 ms profiled `arium call`). Keyed like the cache below, by
+ * the schema's text, so a schema changed since the build is simply compiled. Absent (a build without
+ * the step), everything is compiled as before.
+ */
+type Standalone = ((value: unknown) => boolean) & { errors?: ErrorObject[] | null };
+let precompiled: Record<string, Standalone> | null | undefined;
 
-function instance(draft: Draft, defaults: boolean): InstanceType<AjvClass> {
-  const key = `${draft}${defaults ? '+defaults' : ''}`;
+function precompiledValidator(key: string): Standalone | undefined {
+  if (precompiled === undefined) {
+    precompiled = null;
+    // From dist/src/validation.js the file is dist/generated/; from src/validation.ts (tests), the build's.
+    for (const candidate of ['../generated/validators.cjs', '../dist/generated/validators.cjs']) {
+      try {
+        precompiled = require(new URL(candidate, import.meta.url).pathname) as Record<string, Standalone>;
+        break;
+      } catch {}
+    }
+  }
+  return precompiled?.[key];
+}
+
+/** The key of a draft's meta-schema validator among the precompiled ones. */
+export const metaKey = (draft: Draft): string => `meta:${draft}`;
+
+/** The cache key of a schema compiled with these options (the precompiled validators use it too). */
+export function schemaKey(schema: unknown, options: { defaults?: boolean; trusted?: boolean } = {}): string {
+  const text = JSON.stringify(schema);
+  return `${options.defaults ? 'd' : 'p'}${options.trusted ? 't' : ''}${createHash('sha256').update(text).digest('hex')}`;
+}
+
+/**
+ * For the build: standalone code of the validators of `schemas` (compiled as `compileSchema` compiles
+ * them without defaults) and of every draft's meta-schema, as one CommonJS module.
+ */
+export function precompileSource(schemas: readonly unknown[]): string {
+  const standaloneCode = require('ajv/dist/standalone').default as (ajv: unknown, fn: unknown) => string;
+  const parts: string[] = ['"use strict";'];
+  const add = (ajv: InstanceType<AjvClass>, fn: unknown, key: string) => {
+    // The generated module sets module.exports; a local `module` takes it, and its require()s of ajv's
+    // runtime resolve from where the file is written.
+    parts.push(
+      `exports[${JSON.stringify(key)}] = (function () { const module = { exports: {} }; ${standaloneCode(ajv, fn)}; return module.exports; })();`,
+    );
+  };
+  for (const draft of ['2020-12', '2019-09', 'draft-07'] as const) {
+    const ajv = new (ajvClass(draft))({ ...OPTIONS, code: { source: true } });
+    addFormats(ajv);
+    const meta = ajv.getSchema(String((ajv as unknown as { defaultMeta(): string }).defaultMeta()));
+    if (!meta) throw new Error(`no meta-schema for ${draft}`);
+    add(ajv, meta, metaKey(draft));
+  }
+  for (const schema of schemas) {
+    const draft = draftOf(schema);
+    const ajv = new (ajvClass(draft))({ ...OPTIONS, code: { source: true } });
+    if (JSON.stringify(schema).includes('"format"')) addFormats(ajv);
+    add(ajv, ajv.compile(JSON.parse(JSON.stringify(schema))), schemaKey(schema));
+  }
+  return `${parts.join('\n')}\n`;
+}
+
+const instances = new Map<string, InstanceType<AjvClass>>();
+/** Instances given the formats (on the first schema of theirs that names a "format"). */
+const withFormats = new WeakSet<InstanceType<AjvClass>>();
+
+/** `checked`: schemas given to this instance are already known to match their draft (it does not check them again). */
+function instance(draft: Draft, defaults: boolean, formats: boolean, checked = false): InstanceType<AjvClass> {
+  const key = `${draft}${defaults ? '+defaults' : ''}${checked ? '+checked' : ''}`;
   let ajv = instances.get(key);
   if (!ajv) {
-    const Cls = draft === '2020-12' ? Ajv2020 : draft === '2019-09' ? Ajv2019 : Ajv07;
+    const Cls = ajvClass(draft);
     // useDefaults fills in a missing property (or array item) that declares a "default", in the value
     // being checked. ajv does not apply a default under oneOf/anyOf/not, and in strict mode refuses such
     // a schema; the schema is compiled strictly (without defaults) first, so this instance need not be.
-    ajv = new Cls(defaults ? { ...OPTIONS, useDefaults: true, strictSchema: false } : OPTIONS);
-    addFormats(ajv);
+    // A trusted schema is not checked against its draft's meta-schema at all: compiling that meta-schema
+    // was most of the first call's time in a fresh process (150 ms of 190 ms profiled for `arium call`).
+    const options = defaults ? { ...OPTIONS, useDefaults: true, strictSchema: false } : OPTIONS;
+    ajv = new Cls(checked ? { ...options, validateSchema: false } : options);
     instances.set(key, ajv);
+  }
+  if (formats && !withFormats.has(ajv)) {
+    addFormats(ajv);
+    withFormats.add(ajv);
   }
   return ajv;
 }
@@ -141,39 +215,22 @@ const MAX_CACHED = 5000;
  * properties it lacks that the schema gives a `default` (a tool's input: the tool sees them filled in);
  * the value is changed in place, so callers check their own copy.
  */
-export function compileSchema(schema: unknown, options: { defaults?: boolean } = {}): Validator {
+export function compileSchema(schema: unknown, options: { defaults?: boolean; trusted?: boolean } = {}): Validator {
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
     if (typeof schema === 'boolean') throw new SchemaError('a boolean schema is not allowed here; use an object schema');
     throw new SchemaError('a schema must be a JSON object');
   }
   const defaults = options.defaults === true;
+  const trusted = options.trusted === true;
   const text = JSON.stringify(schema);
-  const key = `${defaults ? 'd' : 'p'}${createHash('sha256').update(text).digest('hex')}`;
+  const key = schemaKey(schema, options);
   const hit = compiled.get(key);
   if (hit) return hit;
-  // The strict compile finds the author's mistakes (an unknown keyword such as "requried"); the checks
-  // are then made by the instance that applies defaults.
-  if (defaults) compileSchema(schema);
   const draft = draftOf(schema);
-  const ajv = instance(draft, defaults);
   // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
   const copy = JSON.parse(text);
-  // Checked here rather than left to compile(), whose error is one flat string: this way the author
-  // learns where in the schema the mistake is ("/properties/n/type"), as a pointer.
-  if (!ajv.validateSchema(copy)) {
-    const violations = toViolations(ajv.errors ?? []);
-    throw new SchemaError(`schema is invalid: ${summarize(violations)}`, { pointer: violations[0]?.pointer ?? '' });
-  }
-  let fn: ValidateFunction;
-  try {
-    fn = ajv.compile(copy);
-  } catch (error) {
-    const message = (error as Error).message;
-    // ajv's strict-mode error names the keyword but not where it is; find it, so the report can point at it.
-    const keyword = /^strict mode: unknown keyword: "(.+)"$/.exec(message)?.[1];
-    const pointer = keyword === undefined ? undefined : findKey(copy, keyword, '');
-    throw new SchemaError(message, pointer === undefined ? { cause: error } : { cause: error, pointer });
-  }
+  const built = defaults || trusted ? undefined : precompiledValidator(key);
+  const fn = built ?? compileWithAjv(copy, text, draft, defaults, trusted);
   const check = (value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? []));
   const bound = (value: unknown) => {
     const outcome = withinTime(() => check(value), PATTERN_CHECK_MS);
@@ -185,14 +242,44 @@ export function compileSchema(schema: unknown, options: { defaults?: boolean } =
   return validator;
 }
 
+function compileWithAjv(copy: Record<string, unknown>, text: string, draft: Draft, defaults: boolean, trusted: boolean): Standalone {
+  // The strict compile finds the author's mistakes (an unknown keyword such as "requried"); the checks
+  // are then made by the instance that applies defaults.
+  if (defaults && !trusted) compileSchema(copy);
+  // The schema is checked against its draft here, by the build's validator when there is one (then
+  // the instance need not compile the meta-schema to check it again), rather than left to compile(),
+  // whose error is one flat string: this way the author learns where in the schema the mistake is
+  // ("/properties/n/type"), as a pointer.
+  const meta = trusted ? undefined : precompiledValidator(metaKey(draft));
+  // A property named "format" also matches: the formats are then loaded for nothing, which is harmless.
+  const ajv = instance(draft, defaults, text.includes('"format"'), trusted || meta !== undefined);
+  if (!trusted) {
+    const valid = meta ? meta(copy) : ajv.validateSchema(copy);
+    if (!valid) {
+      const violations = toViolations((meta ? meta.errors : ajv.errors) ?? []);
+      throw new SchemaError(`schema is invalid: ${summarize(violations)}`, { pointer: violations[0]?.pointer ?? '' });
+    }
+  }
+  try {
+    return ajv.compile(copy);
+  } catch (error) {
+    const message = (error as Error).message;
+    // ajv's strict-mode error names the keyword but not where it is; find it, so the report can point at it.
+    const keyword = /^strict mode: unknown keyword: "(.+)"$/.exec(message)?.[1];
+    const pointer = keyword === undefined ? undefined : findKey(copy, keyword, '');
+    throw new SchemaError(message, pointer === undefined ? { cause: error } : { cause: error, pointer });
+  }
+}
+
 /**
- * A validator compiled on its first use: for the engine's own schemas (the builtins'), which are known
- * good, so that starting an engine (every CLI command) does not pay for compiling schemas no call uses.
+ * A validator compiled on its first use, without checking the schema itself: for the engine's own
+ * schemas (the builtins'), which are known good (test/builtins.schemas.test.ts compiles each strictly),
+ * so that starting an engine (every CLI command) does not pay for compiling schemas no call uses.
  */
 export function lazyValidator(schema: Record<string, unknown>, options: { defaults?: boolean } = {}): Validator {
   let compiled: Validator | null = null;
   const check = (value: unknown) => {
-    compiled ??= compileSchema(schema, options);
+    compiled ??= compileSchema(schema, { ...options, trusted: true });
     return compiled(value);
   };
   return Object.assign(check, { draft: draftOf(schema) });

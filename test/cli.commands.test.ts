@@ -65,9 +65,9 @@ describe('arium call', () => {
     expect(parseJson(await cli(['call', 'fs.list', ...P, '--json'])).data.path).toBe('/'); // no input is {}: fs.list lists /
   });
 
-  it('prints the data for people, with the diff fs.write returns as a patch', async () => {
+  it('prints the data for people, with the diff fs.write returns (when asked) as a patch', async () => {
     await cli(['call', 'fs.write', '{"path":"/a.txt","content":"one\\n"}', ...P]);
-    const r = await cli(['call', 'fs.write', '{"path":"/a.txt","content":"two\\n"}', ...P]);
+    const r = await cli(['call', 'fs.write', '{"path":"/a.txt","content":"two\\n","diff":true}', ...P]);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^ok fs\.write · [\d.]+ ms · run [0-9a-f]{8}/);
     expect(r.out).toContain('\n-one\n+two');

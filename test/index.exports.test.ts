@@ -27,7 +27,6 @@ describe('public API', () => {
         'callExported',
         'createEngine',
         'createGateway',
-        'createMcpServer',
         'exportTools',
         'isRetryable',
         'resolveCall',

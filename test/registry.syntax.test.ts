@@ -44,6 +44,31 @@ describe('syntax errors in tool code', () => {
     expect(call.ok ? null : call.error.code).toBe('TOOL_ERROR');
   });
 
+  it('are not looked for, and no runner is started, by an engine opened with warmUp: false; a call still reports them', async () => {
+    project = tempProject({
+      'bad-js.json': definition({ id: 'bad.js', entry: 'bad.js' }),
+      'bad.js': 'export default async function run(input) {\n  const x = ;\n}\n',
+      'bad-py.json': py('bad.py', 'bad_tool.py'),
+      'bad_tool.py': 'def run(input, ctx):\n    return {"a": 1\n',
+      'good.json': definition({ id: 'good', entry: 'good.js' }),
+      'good.js': 'export default async (input) => ({ echoed: input });\n',
+    });
+    engine = await openEngine(project, { warmUp: false });
+    expect(syntax(engine)).toEqual([]);
+    expect(engine.tools().map((t) => t.id)).toEqual(expect.arrayContaining(['bad.js', 'bad.py', 'good']));
+    // Nothing was started ahead: the JS sandbox process has no pid until a call needs it.
+    const before = await engine.status();
+    expect(before.runners['js-runner']?.process_starts).toBe(0);
+    const bad = await engine.call('bad.js', {});
+    expect(bad.ok ? null : bad.error).toMatchObject({ code: 'TOOL_ERROR' });
+    expect(bad.ok ? null : bad.error.message).toMatch(/Unexpected token|SyntaxError/);
+    const good = await engine.call('good', { n: 1 });
+    expect(good.ok ? good.data : good.error).toEqual({ echoed: { n: 1 } });
+    const badPy = await engine.call('bad.py', {});
+    expect(badPy.ok ? null : badPy.error).toMatchObject({ code: 'TOOL_ERROR' });
+    expect(badPy.ok ? null : badPy.error.message).toContain('SyntaxError');
+  });
+
   it('appear and clear as the code is edited (hot reload)', async () => {
     project = tempProject({
       'js.json': definition({ id: 'edit.js', entry: 'edit.js' }),

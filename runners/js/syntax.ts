@@ -1,6 +1,7 @@
 import { readFileSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, extname, relative, resolve } from 'node:path';
-import { parse } from 'acorn';
+import type { parse as Parse } from 'acorn';
 import type { CodeProblem } from '../../src/runner.js';
 
 /** Files of one tool's import graph that a check reads at most. */
@@ -16,12 +17,19 @@ const checked = new Map<string, { stamp: string; found: Found }>();
 
 type Found = { problem: CodeProblem } | { imports: string[] };
 
+/** acorn, required by the first JavaScript file checked: a project without one (or a CLI command that loads no tools) does not load it. */
+let acornParse: typeof Parse | null = null;
+const parse: typeof Parse = (text, options) => {
+  acornParse ??= (createRequire(import.meta.url)('acorn') as { parse: typeof Parse }).parse;
+  return acornParse(text, options);
+};
+
 /**
  * A JavaScript module's syntax error, or its relative imports: acorn parses it as V8 would (the latest
  * ECMAScript, as a module), in the engine, in a few milliseconds, so no sandbox is started to check it.
  */
 function checkJs(text: string, shown: string): Found {
-  let program: ReturnType<typeof parse>;
+  let program: ReturnType<typeof Parse>;
   try {
     program = parse(text, { ecmaVersion: 'latest', sourceType: 'module', locations: true });
   } catch (error) {

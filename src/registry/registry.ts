@@ -1,6 +1,6 @@
 import { readdir, realpath, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type FSWatcher, watch } from 'chokidar';
+import type { FSWatcher } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
 import { GrantSet } from '../permissions.js';
@@ -8,6 +8,13 @@ import type { CodeProblem } from '../runner.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
+
+/** chokidar, loaded by the first engine that watches: a host that never watches (the CLI) does not pay for it. */
+let chokidar: Promise<typeof import('chokidar')> | null = null;
+const loadChokidar = () => {
+  chokidar ??= import('chokidar');
+  return chokidar;
+};
 
 /** chokidar 4 emits at most one "change" per path in this window (`_throttle('change', path, 50)`). */
 const CHOKIDAR_CHANGE_THROTTLE_MS = 50;
@@ -148,6 +155,8 @@ export class Registry {
   async watch(): Promise<void> {
     if (this.#watching || this.#closed) return;
     this.#watching = true;
+    const { watch } = await loadChokidar();
+    if (this.#closed) return;
     const { projectDir, toolsPath } = this.#options;
     const project = watch(projectDir, {
       ignoreInitial: true,
@@ -182,6 +191,7 @@ export class Registry {
     this.#watchedDir = dir;
     await old?.close();
     if (!dir) return;
+    const { watch } = await loadChokidar();
     const watcher = watch(dir, {
       ignoreInitial: true,
       depth: 8,

@@ -4,7 +4,7 @@ import type { Engine } from '../engine.js';
 import { ToolFailure } from '../errors.js';
 import type { ToolResult } from '../result.js';
 import type { ToolInfo } from '../tool.js';
-import { mcpTool } from './mcp/server.js';
+import { mcpTool } from './mcp/tool-shape.js';
 
 /**
  * A project's tools in the tool schemas of function-calling APIs, and the way back from a model's tool

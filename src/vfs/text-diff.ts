@@ -1,4 +1,12 @@
-import { createTwoFilesPatch } from 'diff';
+import { createRequire } from 'node:module';
+import type { createTwoFilesPatch as CreatePatch } from 'diff';
+
+/** The `diff` package, required by the first diff made: most engine starts make none. */
+let createTwoFilesPatch: typeof CreatePatch | null = null;
+const loadDiff = (): typeof CreatePatch => {
+  createTwoFilesPatch ??= (createRequire(import.meta.url)('diff') as { createTwoFilesPatch: typeof CreatePatch }).createTwoFilesPatch;
+  return createTwoFilesPatch;
+};
 
 /**
  * Unified diffs of file contents, bounded: binary content is summarized, not dumped, and a diff that
@@ -44,7 +52,7 @@ export function diffFiles(path: string, before: Buffer | null, after: Buffer | n
   if ((before?.length ?? 0) > limits.max_input_bytes || (after?.length ?? 0) > limits.max_input_bytes) {
     return { patch: null, added: 0, removed: 0, binary: false, omitted: `file larger than ${limits.max_input_bytes} bytes; not diffed line by line` };
   }
-  const patch = createTwoFilesPatch(
+  const patch = loadDiff()(
     before === null ? '/dev/null' : `a${path}`,
     after === null ? '/dev/null' : `b${path}`,
     oldText,

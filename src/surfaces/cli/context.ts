@@ -18,7 +18,7 @@ export interface Context {
    * Opens the engine for the chosen project (no watcher: CLI commands are short-lived, unless `watch`).
    * A project another engine holds is opened read-only, unless `exclusive`: then that is an error.
    */
-  open(how?: { watch?: boolean; exclusive?: boolean }): Promise<Engine>;
+  open(how?: { watch?: boolean; exclusive?: boolean; warmUp?: boolean }): Promise<Engine>;
   out(text: string): void;
   /** Prints one JSON document (the whole --json output of a command). */
   emit(value: unknown): void;
@@ -42,6 +42,8 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
         workspace,
         project,
         watch: how.watch === true,
+        // A one-shot command gets nothing ready it will not use (see EngineOptions.warmUp).
+        warmUp: how.warmUp ?? true,
         ...(grants ? { grants } : {}),
         ...(bool(parsed, 'recover') ? { recover: true } : {}),
       };
@@ -63,9 +65,12 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
   };
 }
 
-/** Runs `fn` with an open engine and always closes it. */
-export async function withEngine<T>(ctx: Context, fn: (engine: Engine) => Promise<T> | T): Promise<T> {
-  const engine = await ctx.open();
+/**
+ * Runs `fn` with an open engine and always closes it. The engine is not warmed up (no code checks, no
+ * runner started ahead): a one-shot command starts only what its call uses.
+ */
+export async function withEngine<T>(ctx: Context, fn: (engine: Engine) => Promise<T> | T, how: { warmUp?: boolean } = {}): Promise<T> {
+  const engine = await ctx.open({ warmUp: how.warmUp ?? false });
   try {
     return await fn(engine);
   } finally {

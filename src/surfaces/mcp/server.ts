@@ -8,7 +8,6 @@ import {
   ListToolsRequestSchema,
   type LoggingLevel,
   McpError,
-  type Tool as McpTool,
   ReadResourceRequestSchema,
   type ReadResourceResult,
   type Resource,
@@ -19,8 +18,8 @@ import type { Engine } from '../../engine.js';
 import type { ErrorInfo } from '../../errors.js';
 import type { ToolResultEvent } from '../../events.js';
 import type { LogLine } from '../../result.js';
-import type { ToolInfo } from '../../tool.js';
 import { type SurfaceProfile, surfaceFilter } from './profile.js';
+import { mcpTool } from './tool-shape.js';
 
 /**
  * Arium as an MCP server (the official SDK's low-level `Server`: tools keep the JSON Schemas their
@@ -53,36 +52,6 @@ const LOG_LEVELS: Record<LogLine['level'], LoggingLevel> = {
   stdout: 'info',
   stderr: 'warning',
 };
-
-/** The annotations MCP clients show: derived from what the tool declares, never from the client. */
-export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
-  const permissions = tool.permissions ?? [];
-  const writes = permissions.some((p) => p === 'vfs.write' || p.startsWith('vfs.write:'));
-  const destructive = tool.id === 'fs.delete' || tool.id === 'vfs.restore';
-  return {
-    title: tool.name ?? tool.id,
-    readOnlyHint: !writes,
-    destructiveHint: writes ? destructive : false,
-    idempotentHint: !writes,
-    openWorldHint: permissions.includes('net.fetch'),
-  };
-}
-
-/** A tool as MCP lists it. */
-export function mcpTool(tool: ToolInfo): McpTool {
-  const listed: McpTool = {
-    name: tool.id,
-    title: tool.name ?? tool.id,
-    description: tool.description,
-    inputSchema: tool.schema as McpTool['inputSchema'],
-    annotations: annotationsOf(tool),
-  };
-  // MCP's structuredContent is an object: only an object output schema can describe it.
-  if (tool.output_schema && (tool.output_schema as { type?: unknown }).type === 'object') {
-    listed.outputSchema = tool.output_schema as McpTool['outputSchema'];
-  }
-  return listed;
-}
 
 function errorResult(error: ErrorInfo): CallToolResult {
   const { code, stage, message, retryable } = error;

@@ -119,7 +119,7 @@ async function projectTool(tool: ToolInfo, call: Caller, note: (text: string) =>
 
 async function run(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, demoSpec.usage);
-  return withEngine(ctx, (engine) => session(ctx, engine));
+  return withEngine(ctx, (engine) => session(ctx, engine), { warmUp: true });
 }
 
 export const demoSpec: CommandSpec = {

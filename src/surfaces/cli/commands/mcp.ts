@@ -1,5 +1,3 @@
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { createMcpServer } from '../../mcp/server.js';
 import { maxPositionals } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -9,8 +7,12 @@ async function run(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, mcpSpec.usage);
   const streams = ctx.io.streams;
   if (!streams) throw new HostError('arium mcp speaks MCP on standard input and output, which this environment does not give it');
+  // Loaded here, not at the top: the MCP SDK (with zod) costs every other command to import. Started
+  // before the engine opens, so the two overlap.
+  const loading = Promise.all([import('@modelcontextprotocol/sdk/server/stdio.js'), import('../../mcp/server.js')]);
   // Watching: tool files added, changed or removed while a client is connected reach it as list_changed.
   const engine = await ctx.open({ watch: true, exclusive: true });
+  const [{ StdioServerTransport }, { createMcpServer }] = await loading;
   const { server, detach } = createMcpServer(engine, { ...(engine.config.surfaces?.mcp ? { profile: engine.config.surfaces.mcp } : {}) });
   const transport = new StdioServerTransport(streams.stdin, streams.stdout);
   const closed = new Promise<void>((resolve) => {

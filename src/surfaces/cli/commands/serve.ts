@@ -1,7 +1,6 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { createGateway } from '../../http/gateway.js';
 import { int, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -30,6 +29,8 @@ async function run(ctx: Context): Promise<number> {
     );
   }
   const addrFile = resolve(ctx.io.cwd, str(ctx.parsed, 'addr-file') ?? defaultAddrFile(ctx.io.env, ctx.workspace));
+  // Loaded here, not at the top: Fastify and the MCP SDK cost every other command ~0.1 s to import.
+  const { createGateway } = await import('../../http/gateway.js');
   const gateway = await createGateway({ workspace: ctx.workspace, project: ctx.project, ...(apiKey ? { apiKey } : {}) });
   let address: string;
   try {

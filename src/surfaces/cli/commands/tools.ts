@@ -12,34 +12,39 @@ async function run(ctx: Context): Promise<number> {
     throw new UsageError(`Option --format takes ${VENDORS.join(', ')} (got "${format}")`);
   }
   if (bool(ctx.parsed, 'strict') && format !== 'openai') throw new UsageError('Option --strict is for --format openai');
-  return withEngine(ctx, (engine) => {
-    const tools = engine.tools();
-    if (format !== undefined) {
-      // One JSON document, --json or not: it is meant for another program.
-      const exported = exportTools(tools, format as Vendor, { strict: bool(ctx.parsed, 'strict') });
-      ctx.emit(exported);
-      for (const p of exported.problems) ctx.io.stderr.write(`arium: ${p.tool}: ${p.message}\n`);
-      return EXIT.ok;
-    }
-    const problems = engine.problems();
-    if (ctx.json) {
-      ctx.emit({ project: engine.project, tools, problems });
-      return EXIT.ok;
-    }
-    const { c } = ctx;
-    const own = tools.filter((t) => t.runner !== 'builtin').length;
-    ctx.out(c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own} builtin, ${own} from tools/)`));
-    ctx.out(table(tools.map((t) => [c.cyan(t.id), t.runner, t.permissions.join(',') || '-', t.description])));
-    if (problems.length > 0) {
-      ctx.out('');
-      ctx.out(c.yellow(`${problems.length} definition file${problems.length === 1 ? '' : 's'} did not load:`));
-      for (const p of problems) {
-        const stale = p.stale ? c.dim(' (the last good version is still served)') : '';
-        ctx.out(`  ${c.bold(p.file)}${p.at ? c.dim(` at ${p.at}`) : ''}: ${p.message}${stale}`);
+  // Warmed up: the listing reports each tool's syntax errors, which only the code checks find.
+  return withEngine(
+    ctx,
+    (engine) => {
+      const tools = engine.tools();
+      if (format !== undefined) {
+        // One JSON document, --json or not: it is meant for another program.
+        const exported = exportTools(tools, format as Vendor, { strict: bool(ctx.parsed, 'strict') });
+        ctx.emit(exported);
+        for (const p of exported.problems) ctx.io.stderr.write(`arium: ${p.tool}: ${p.message}\n`);
+        return EXIT.ok;
       }
-    }
-    return EXIT.ok;
-  });
+      const problems = engine.problems();
+      if (ctx.json) {
+        ctx.emit({ project: engine.project, tools, problems });
+        return EXIT.ok;
+      }
+      const { c } = ctx;
+      const own = tools.filter((t) => t.runner !== 'builtin').length;
+      ctx.out(c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own} builtin, ${own} from tools/)`));
+      ctx.out(table(tools.map((t) => [c.cyan(t.id), t.runner, t.permissions.join(',') || '-', t.description])));
+      if (problems.length > 0) {
+        ctx.out('');
+        ctx.out(c.yellow(`${problems.length} definition file${problems.length === 1 ? '' : 's'} did not load:`));
+        for (const p of problems) {
+          const stale = p.stale ? c.dim(' (the last good version is still served)') : '';
+          ctx.out(`  ${c.bold(p.file)}${p.at ? c.dim(` at ${p.at}`) : ''}: ${p.message}${stale}`);
+        }
+      }
+      return EXIT.ok;
+    },
+    { warmUp: true },
+  );
 }
 
 export const toolsSpec: CommandSpec = {
