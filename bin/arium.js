@@ -1,6 +1,11 @@
 #!/usr/bin/env node
 // The `arium` command: loads the compiled CLI. Plain JS, so it runs before (and tells you about) a build.
 import { existsSync } from 'node:fs';
+import module from 'node:module';
+
+// Node 22.1 and later keep V8's compiled code of the modules on disk between runs (a no-op before):
+// every command starts by loading the same modules.
+module.enableCompileCache?.();
 
 const cli = new URL('../dist/src/surfaces/cli/main.js', import.meta.url);
 if (!existsSync(cli)) {

@@ -138,10 +138,10 @@ export function schemaKey(schema: unknown, options: { defaults?: boolean; truste
 }
 
 /**
- * For the build: standalone code of the validators of `schemas` (compiled as `compileSchema` compiles
- * them without defaults) and of every draft's meta-schema, as one CommonJS module.
+ * For the build: standalone code of the validators of `schemas` (each compiled as `compileSchema`
+ * compiles it with the same options) and of every draft's meta-schema, as one CommonJS module.
  */
-export function precompileSource(schemas: readonly unknown[]): string {
+export function precompileSource(schemas: ReadonlyArray<{ schema: unknown; defaults?: boolean; trusted?: boolean }>): string {
   const standaloneCode = require('ajv/dist/standalone').default as (ajv: unknown, fn: unknown) => string;
   const parts: string[] = ['"use strict";'];
   const add = (ajv: InstanceType<AjvClass>, fn: unknown, key: string) => {
@@ -158,11 +158,12 @@ export function precompileSource(schemas: readonly unknown[]): string {
     if (!meta) throw new Error(`no meta-schema for ${draft}`);
     add(ajv, meta, metaKey(draft));
   }
-  for (const schema of schemas) {
+  for (const { schema, defaults = false, trusted = false } of schemas) {
     const draft = draftOf(schema);
-    const ajv = new (ajvClass(draft))({ ...OPTIONS, code: { source: true } });
+    // The options the instance compiling it at run time would have (see instance()).
+    const ajv = new (ajvClass(draft))({ ...ajvOptions(defaults, trusted), code: { source: true } });
     if (JSON.stringify(schema).includes('"format"')) addFormats(ajv);
-    add(ajv, ajv.compile(JSON.parse(JSON.stringify(schema))), schemaKey(schema));
+    add(ajv, ajv.compile(JSON.parse(JSON.stringify(schema))), schemaKey(schema, { defaults, trusted }));
   }
   return `${parts.join('\n')}\n`;
 }
@@ -170,6 +171,11 @@ export function precompileSource(schemas: readonly unknown[]): string {
 const instances = new Map<string, InstanceType<AjvClass>>();
 /** Instances given the formats (on the first schema of theirs that names a "format"). */
 const withFormats = new WeakSet<InstanceType<AjvClass>>();
+
+function ajvOptions(defaults: boolean, checked: boolean): Options {
+  const options = defaults ? { ...OPTIONS, useDefaults: true, strictSchema: false } : OPTIONS;
+  return checked ? { ...options, validateSchema: false } : options;
+}
 
 /** `checked`: schemas given to this instance are already known to match their draft (it does not check them again). */
 function instance(draft: Draft, defaults: boolean, formats: boolean, checked = false): InstanceType<AjvClass> {
@@ -182,8 +188,7 @@ function instance(draft: Draft, defaults: boolean, formats: boolean, checked = f
     // a schema; the schema is compiled strictly (without defaults) first, so this instance need not be.
     // A trusted schema is not checked against its draft's meta-schema at all: compiling that meta-schema
     // was most of the first call's time in a fresh process (150 ms of 190 ms profiled for `arium call`).
-    const options = defaults ? { ...OPTIONS, useDefaults: true, strictSchema: false } : OPTIONS;
-    ajv = new Cls(checked ? { ...options, validateSchema: false } : options);
+    ajv = new Cls(ajvOptions(defaults, checked));
     instances.set(key, ajv);
   }
   if (formats && !withFormats.has(ajv)) {
@@ -229,7 +234,7 @@ export function compileSchema(schema: unknown, options: { defaults?: boolean; tr
   const draft = draftOf(schema);
   // Compile a private copy: ajv keeps a reference, and the caller's object must not be shared.
   const copy = JSON.parse(text);
-  const built = defaults || trusted ? undefined : precompiledValidator(key);
+  const built = precompiledValidator(key);
   const fn = built ?? compileWithAjv(copy, text, draft, defaults, trusted);
   const check = (value: unknown) => (fn(value) ? null : toViolations(fn.errors ?? []));
   const bound = (value: unknown) => {

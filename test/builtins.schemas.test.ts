@@ -1,6 +1,9 @@
+import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import { BUILTINS } from '../runners/builtin/index.js';
-import { compileSchema, lazyValidator, SchemaError } from '../src/validation.js';
+import { DEFAULT_CATALOG } from '../runners/index.js';
+import { toolMetaSchema } from '../src/registry/meta-schema.js';
+import { compileSchema, lazyValidator, metaKey, SchemaError, schemaKey } from '../src/validation.js';
 
 // At run time the builtins' schemas are compiled without being checked against their draft's
 // meta-schema (src/validation.ts lazyValidator: that check made the first call of a fresh process
@@ -28,5 +31,54 @@ describe('the builtin tools’ schemas', () => {
     const check = compileSchema({ type: 'object', properties: { at: { type: 'string', format: 'date-time' } } });
     expect(check({ at: '2026-11-25T10:00:00Z' })).toBeNull();
     expect(check({ at: 'yesterday' })?.[0]).toMatchObject({ pointer: '/at', keyword: 'format' });
+  });
+});
+
+describe('the validators compiled at build time (dist/generated/validators.cjs)', () => {
+  const generated = createRequire(import.meta.url)('../dist/generated/validators.cjs') as Record<
+    string,
+    ((v: unknown) => boolean) & { errors?: unknown }
+  >;
+
+  it('are there for the current tool meta-schema, every draft and every builtin, so starts do not compile them', () => {
+    const { $id: _id, ...meta } = toolMetaSchema(DEFAULT_CATALOG);
+    const keys = [
+      schemaKey(meta),
+      metaKey('2020-12'),
+      metaKey('2019-09'),
+      metaKey('draft-07'),
+      ...BUILTINS.map((b) => schemaKey(b.tool.spec.schema, { defaults: true, trusted: true })),
+    ];
+    for (const key of keys) expect(typeof generated[key], key).toBe('function');
+  });
+
+  it('answer as ajv compiling the same schema now does, errors included', () => {
+    const fsWrite = BUILTINS.find((b) => b.tool.spec.id === 'fs.write')?.tool.spec.schema as Record<string, unknown>;
+    const built = generated[schemaKey(fsWrite, { defaults: true, trusted: true })];
+    const inputs: unknown[] = [
+      { path: '/a', content: 'x' },
+      { path: '', content: 1 },
+      { content: 'x', extra: true },
+      { path: '/a', content: 'x', diff: 'yes' },
+      [],
+    ];
+    // The same schema with its keys in another order: another text, so compiled by ajv now, not looked up.
+    const { type, ...rest } = fsWrite;
+    const reordered = { ...rest, type };
+    expect(generated[schemaKey(reordered, { defaults: true, trusted: true })]).toBeUndefined();
+    const fresh = compileSchema(reordered, { defaults: true, trusted: true });
+    for (const input of inputs) {
+      const a = structuredClone(input);
+      const b = structuredClone(input);
+      expect(built?.(a)).toBe(fresh(b) === null);
+      expect(a).toEqual(b); // the same defaults filled in
+    }
+    const { $id: _id, ...meta } = toolMetaSchema(DEFAULT_CATALOG);
+    const metaCheck = generated[schemaKey(meta)];
+    const bad = { id: 'Bad Id', description: '', runner: 'nope', schema: {} };
+    expect(metaCheck?.(bad)).toBe(false);
+    expect(((metaCheck?.errors ?? []) as Array<{ instancePath: string }>).map((e) => e.instancePath)).toEqual(
+      expect.arrayContaining(['/id', '/description', '/runner']),
+    );
   });
 });
