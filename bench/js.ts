@@ -5,13 +5,15 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runInNewContext } from 'node:vm';
+import { getQuickJS } from 'quickjs-emscripten';
 import { createEngine, type Engine } from '../src/index.js';
 import { cpuPerOp, machineCpu, median, threadCpu } from './stats.js';
 
 /**
  * JS tools through the whole engine (validation, permissions, a fresh isolated-vm context per call in
  * the sandbox process, output checks), against baselines measured in the same run: `node:vm`
- * runInNewContext per call (no security boundary), spawning `node` per call, raw isolated-vm, and the
+ * runInNewContext per call (no security boundary), a fresh QuickJS context per call (quickjs-emscripten,
+ * in-process), spawning `node` per call, raw isolated-vm, and the
  * floor of the runner's architecture (bench/js-floor.ts: the same sandbox process and fresh contexts
  * made ahead, with none of the engine's work). Calls are timed back to back (each starts when the last
  * ended: the machine is saturated, so work done ahead competes with the call for the 2 cores) and
@@ -90,13 +92,36 @@ async function coldTool(): Promise<{ first_call_of_new_tool_ms: number; engine_s
 
 interface Baselines {
   node_vm_per_call_ms: number;
+  quickjs_fresh_context_per_call_ms: number;
   spawn_per_call_ms: number;
   ivm_fresh_context_ms: number;
   ivm_fresh_context_call_ms: number;
   ivm_existing_context_call_ms: number;
 }
 
-function baselines(): Baselines {
+/**
+ * The same function in a fresh QuickJS context per call (quickjs-emscripten: QuickJS compiled to
+ * WebAssembly, in this process): make the context, evaluate the call, copy the result out, dispose.
+ */
+async function quickjsTimes(input: { text: string }, count: number): Promise<number[]> {
+  const quickjs = await getQuickJS();
+  const code = `${REVERSE}(${JSON.stringify(input)})`;
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = performance.now();
+    const context = quickjs.newContext();
+    const result = context.evalCode(code);
+    const out = context.unwrapResult(result);
+    const value = context.dump(out) as { text?: string };
+    out.dispose();
+    context.dispose();
+    times.push(performance.now() - t0);
+    if (value?.text !== 'olleh') throw new Error(`QuickJS call returned ${JSON.stringify(value)}`);
+  }
+  return times;
+}
+
+async function baselines(): Promise<Baselines> {
   const input = { text: 'hello' };
   const vmTimes: number[] = [];
   for (let i = 0; i < 2200; i++) {
@@ -115,8 +140,10 @@ function baselines(): Baselines {
     string,
     number
   >;
+  const quickjs = (await quickjsTimes(input, 2200)).slice(200);
   return {
     node_vm_per_call_ms: ms(median(vmTimes)),
+    quickjs_fresh_context_per_call_ms: ms(median(quickjs)),
     spawn_per_call_ms: ms(median(spawnTimes)),
     ivm_fresh_context_ms: ms(raw.fresh_context_ms ?? Number.NaN),
     ivm_fresh_context_call_ms: ms(raw.fresh_context_call_ms ?? Number.NaN),
@@ -243,7 +270,7 @@ async function reusedFloor(sandbox: FloorProcess): Promise<number> {
 }
 
 export async function benchJs(): Promise<Record<string, unknown>> {
-  const base = baselines();
+  const base = await baselines();
   const sandbox = await floorProcess();
   const reused = await floorProcess(true);
   const engine = await createEngine({ workspace: join(root, 'fixtures', 'js'), project: 'project', watch: false, persist: false });
@@ -298,6 +325,7 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       ratio_floor_to_node_vm: ms(architecture.floor_median_ms / base.node_vm_per_call_ms),
       ratio_warm_to_floor: ms(warmMedian / architecture.floor_median_ms),
       ratio_spawn_to_warm: Math.round(base.spawn_per_call_ms / warmMedian),
+      ratio_warm_to_quickjs: ms(warmMedian / base.quickjs_fresh_context_per_call_ms),
       // Not a clean global scope per call: what reusing contexts could reach at best (bench/js-floor.ts).
       reused_context_floor_median_ms: ms(reusedMedian),
       ratio_reused_context_floor_to_node_vm: ms(reusedMedian / base.node_vm_per_call_ms),

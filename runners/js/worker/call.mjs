@@ -63,7 +63,6 @@ function failure(code, message, extra = {}) {
 export class CallRun {
   #msg;
   #deps;
-  #deadline;
   #timer;
   #ended = false;
   #lease = null;
@@ -85,7 +84,6 @@ export class CallRun {
   constructor(msg, deps) {
     this.#msg = msg;
     this.#deps = deps;
-    this.#deadline = Date.now() + msg.limits.timeout_ms;
     this.#timer = setTimeout(
       () => this.stop('TIMEOUT', `${msg.info.tool} did not finish within ${msg.limits.timeout_ms} ms`, { timeout_ms: msg.limits.timeout_ms }),
       msg.limits.timeout_ms,
@@ -146,14 +144,12 @@ export class CallRun {
     let main;
     try {
       // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
-      const info = {
-        tool: msg.info.tool,
-        runId: msg.info.runId,
-        traceId: msg.info.traceId,
-        limits: msg.limits,
-        outputBytes: msg.limits.output_bytes,
-      };
-      context.entry.applySync(undefined, [0, msg.input, info], { arguments: { copy: true } });
+      const { info, limits } = msg;
+      context.entry.applySync(
+        undefined,
+        [0, msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes],
+        { arguments: { copy: true } },
+      );
       if (context.linked && context.linked.graph !== graph) {
         release(context.linked);
         context.linked = null;
@@ -172,7 +168,9 @@ export class CallRun {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
     }
     // One isolate task evaluates the tool's modules and starts the tool (see GENERATED in loader.mjs).
-    await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
+    // No isolated-vm timeout on it: the call's deadline timer disposes the isolate, which stops the
+    // task, and a timeout would cost this thread a timer per task.
+    await this.#task(main.evaluate(), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
   }
@@ -184,10 +182,6 @@ export class CallRun {
     } catch {
       return 2;
     }
-  }
-
-  #remaining() {
-    return Math.max(1, this.#deadline - Date.now());
   }
 
   /** Tracks an isolated-vm task; a rejection ends the call unless it already has an outcome. */
@@ -320,7 +314,7 @@ export class CallRun {
   #deliver(rid, ok, payload) {
     const entry = this.#lease?.context.entry;
     if (!entry || this.#ended) return;
-    this.#task(entry.apply(undefined, [1, rid, ok, payload], { arguments: { copy: true }, timeout: this.#remaining() }), 'deliver');
+    this.#task(entry.apply(undefined, [1, rid, ok, payload], { arguments: { copy: true } }), 'deliver');
   }
 
   /** From the prelude: the call's one outcome (see prelude.js `finish`). */

@@ -194,8 +194,9 @@ export class IsolatePool {
    */
   async #newContext(slot) {
     // Two async steps (making a context and running the prelude are the heavy parts, done on the
-    // isolate's thread); the short steps between and after run synchronously while the isolate is idle,
-    // as each async isolated-vm call costs this process's thread tens of µs (it captures a stack trace).
+    // isolate's thread); the short steps run synchronously between them, all together, while the
+    // isolate is idle: each async isolated-vm call costs this process's thread tens of µs (it captures
+    // a stack trace), and the first synchronous call after one costs more than those that follow it.
     const context = await slot.isolate.createContext();
     const serial = ++this.#serial;
     const global = context.global;
@@ -204,17 +205,24 @@ export class IsolatePool {
     // A string, not an object: copying an object into an isolate also makes isolated-vm check its heap.
     global.setSync(HOST_GLOBALS.config, `${slot.memoryMb},${this.#options.logCap},${serial}`);
     // No global.release(): the context owns that handle and releases it with itself.
-    const entry = await slot.script.run(context, { reference: true });
-    const warm = { context, entry, serial, linked: null };
+    let linked = null;
     const hint = this.#hints.get(slot.memoryMb);
     if (hint && !slot.leased) {
+      // Linking runs no code in the context (see link.mjs), so it may come before the prelude.
       try {
-        warm.linked = await link(slot.isolate, context, hint.graph, hint.generated);
+        linked = await link(slot.isolate, context, hint.graph, hint.generated);
       } catch {
         // Linked at call time instead, where the error is reported.
       }
     }
-    return warm;
+    let entry;
+    try {
+      entry = await slot.script.run(context, { reference: true });
+    } catch (error) {
+      release(linked);
+      throw error;
+    }
+    return { context, entry, serial, linked };
   }
 
   /** Brings an idle isolate back to WARM_CONTEXTS, one context at a time, stopping when a call leases it. */

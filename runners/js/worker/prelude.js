@@ -345,7 +345,7 @@
         tool: info.tool,
         runId: info.runId,
         traceId: info.traceId,
-        limits: freeze(info.limits),
+        limits: freeze({ timeout_ms: info.timeoutMs, memory_mb: info.memoryMb, output_bytes: info.outputBytes }),
       });
       run(fn, callInput, ctx, info.outputBytes);
     }
@@ -364,14 +364,17 @@
     }
 
     /**
-     * The worker's single entry into this context. 0: the call's input and facts, given before any tool
-     * code runs. 1: the answer to a VFS request. 2: where the call is (0 not started, 1 running, 2 done).
+     * The worker's single entry into this context. 0: the call's input and facts (tool, runId, traceId,
+     * timeout_ms, memory_mb, output_bytes), given before any tool code runs; the facts come as
+     * primitives and their objects are made here, on the isolate's thread when the tool starts, as
+     * copying objects into a fresh context costs the worker's thread more. 1: the answer to a VFS
+     * request. 2: where the call is (0 not started, 1 running, 2 done).
      */
-    return (kind, a, b, c) => {
+    return (kind, a, b, c, d, e, f, g) => {
       if (kind === 0) {
         if (callInfo === null) {
           callInput = a;
-          callInfo = b;
+          callInfo = { __proto__: null, tool: b, runId: c, traceId: d, timeoutMs: e, memoryMb: f, outputBytes: g };
         }
       } else if (kind === 1) {
         deliver(a, b, c);
