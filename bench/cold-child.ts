@@ -4,18 +4,18 @@ import { createRequire } from 'node:module';
  * One cold start, run by bench/cold.ts as a fresh process: gets the first answer of one kind, prints
  * `{ answer_ms }` (milliseconds since this process started, from `performance.now()`) and the answer,
  * and exits. Modes:
- * - `js <workspace>` / `python <workspace>`: imports Arium, opens the project `cold` (in memory, not
- *   watched), calls its tool once;
+ * - `js <workspace> <project>` / `python <workspace> <project>`: imports Arium, opens the project (in
+ *   memory, not watched), calls its tool once;
  * - `ivm`: isolated-vm alone: an isolate, a context, the same function run once;
  * - `quickjs`: quickjs-emscripten alone: its module, a context, the same function run once.
  */
 const CODE = "(function (input) { return { text: [...input.text].reverse().join('') }; })";
 
 async function answer(): Promise<unknown> {
-  const [mode, workspace] = process.argv.slice(2);
+  const [mode, workspace, project = 'cold'] = process.argv.slice(2);
   if (mode === 'js' || mode === 'python') {
     const { createEngine } = await import('../src/index.js');
-    const engine = await createEngine({ workspace: workspace as string, project: 'cold', persist: false, watch: false });
+    const engine = await createEngine({ workspace: workspace as string, project, persist: false, watch: false });
     const result = await engine.call(mode === 'js' ? 'cold.js' : 'cold.py', { text: 'hello' });
     // Answered: what follows (closing the engine) is not part of the first answer's time.
     const out = result.ok ? result.data : result.error;

@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,8 @@ import { median } from './stats.js';
  * - `arium call fs.read` on a durable project holding the file (what every CLI command pays), one with
  *   a JS and a Python tool (their definitions are loaded and their schemas compiled) and one without;
  * - first JS answer: import Arium, open a project with one JS tool, call it (bench/cold-child.ts);
- * - first Python answer: the same with one Python tool.
+ * - first Python answer: the same with one Python tool;
+ * - first JS answer in the project that has a Python tool too (its code check is waited for).
  * Each answer is checked.
  */
 const ROUNDS = 10;
@@ -53,6 +54,12 @@ export async function benchCold(): Promise<Record<string, unknown>> {
   const workspace = mkdtempSync(join(tmpdir(), 'arium-bench-cold-'));
   const tools = join(workspace, 'cold', 'tools');
   mkdirSync(tools, { recursive: true });
+  // One project per language as well, so that a first JS answer does not wait for the Python tool's
+  // code check (an engine warming up checks every tool's code before it is ready).
+  const jsTools = join(workspace, 'cold-js', 'tools');
+  const pyTools = join(workspace, 'cold-py', 'tools');
+  mkdirSync(jsTools, { recursive: true });
+  mkdirSync(pyTools, { recursive: true });
   mkdirSync(join(workspace, 'empty', 'tools'), { recursive: true });
   const schema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
   writeFileSync(
@@ -65,6 +72,8 @@ export async function benchCold(): Promise<Record<string, unknown>> {
     JSON.stringify({ id: 'cold.py', description: 'reverse', runner: 'py-runner', entry: 'cold_py.py', schema, permissions: ['exec.py'] }),
   );
   writeFileSync(join(tools, 'cold_py.py'), "def run(input, ctx):\n    return {'text': input['text'][::-1]}\n");
+  for (const name of ['cold-js.json', 'cold.js']) writeFileSync(join(jsTools, name), readFileSync(join(tools, name)));
+  for (const name of ['cold-py.json', 'cold_py.py']) writeFileSync(join(pyTools, name), readFileSync(join(tools, name)));
   const arium = join(root, 'bin', 'arium.js');
   const cli = ['--workspace', workspace, '--project', 'cold'];
   const python = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' }).trim();
@@ -81,8 +90,9 @@ export async function benchCold(): Promise<Record<string, unknown>> {
         'cli_call_fs_read_no_tools',
         () => run(process.execPath, [arium, ...empty, 'call', 'fs.read', '{"path":"/a.txt"}'], (out) => out.includes('cold')),
       ],
-      ['first_js_answer', () => run(process.execPath, ['--no-node-snapshot', child, 'js', workspace], reversed)],
-      ['first_python_answer', () => run(process.execPath, [child, 'python', workspace], reversed)],
+      ['first_js_answer', () => run(process.execPath, ['--no-node-snapshot', child, 'js', workspace, 'cold-js'], reversed)],
+      ['first_python_answer', () => run(process.execPath, [child, 'python', workspace, 'cold-py'], reversed)],
+      ['first_js_answer_beside_python', () => run(process.execPath, ['--no-node-snapshot', child, 'js', workspace, 'cold'], reversed)],
       ['isolated_vm_alone', () => run(process.execPath, ['--no-node-snapshot', child, 'ivm'], reversed)],
       ['quickjs_alone', () => run(process.execPath, [child, 'quickjs'], reversed)],
     ];
