@@ -14,7 +14,8 @@ import { median } from './stats.js';
  * - `arium call fs.read` on a durable project holding the file (what every CLI command pays), one with
  *   a JS and a Python tool (their definitions are loaded and their schemas compiled) and one without;
  * - first JS answer: import Arium, open a project with one JS tool, call it (bench/cold-child.ts);
- * - first Python answer: the same with one Python tool;
+ * - first Python answer: the same with one Python tool, `python3` resolved from PATH (the default) and
+ *   named by its real path in arium.json;
  * - first JS answer in the project that has a Python tool too (its code check is waited for).
  * Each answer is checked.
  */
@@ -74,9 +75,15 @@ export async function benchCold(): Promise<Record<string, unknown>> {
   writeFileSync(join(tools, 'cold_py.py'), "def run(input, ctx):\n    return {'text': input['text'][::-1]}\n");
   for (const name of ['cold-js.json', 'cold.js']) writeFileSync(join(jsTools, name), readFileSync(join(tools, name)));
   for (const name of ['cold-py.json', 'cold_py.py']) writeFileSync(join(pyTools, name), readFileSync(join(tools, name)));
+  // The same Python project naming the interpreter by its real path in arium.json: no `python3` to
+  // resolve first (here a pyenv shim, a chain of shell scripts).
+  const pyDirect = join(workspace, 'cold-py-direct', 'tools');
+  mkdirSync(pyDirect, { recursive: true });
+  for (const name of ['cold-py.json', 'cold_py.py']) writeFileSync(join(pyDirect, name), readFileSync(join(tools, name)));
   const arium = join(root, 'bin', 'arium.js');
   const cli = ['--workspace', workspace, '--project', 'cold'];
   const python = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' }).trim();
+  writeFileSync(join(workspace, 'cold-py-direct', 'arium.json'), JSON.stringify({ python }));
   try {
     const empty = ['--workspace', workspace, '--project', 'empty'];
     for (const project of [cli, empty])
@@ -92,6 +99,7 @@ export async function benchCold(): Promise<Record<string, unknown>> {
       ],
       ['first_js_answer', () => run(process.execPath, ['--no-node-snapshot', child, 'js', workspace, 'cold-js'], reversed)],
       ['first_python_answer', () => run(process.execPath, [child, 'python', workspace, 'cold-py'], reversed)],
+      ['first_python_answer_interpreter_named', () => run(process.execPath, [child, 'python', workspace, 'cold-py-direct'], reversed)],
       ['first_js_answer_beside_python', () => run(process.execPath, ['--no-node-snapshot', child, 'js', workspace, 'cold'], reversed)],
       ['isolated_vm_alone', () => run(process.execPath, ['--no-node-snapshot', child, 'ivm'], reversed)],
       ['quickjs_alone', () => run(process.execPath, [child, 'quickjs'], reversed)],

@@ -1,4 +1,8 @@
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import type { Interpreter } from './interpreter.js';
 
 /**
@@ -44,9 +48,79 @@ print(json.dumps(sorted({os.fsdecode(n) for n in names if n and n.startswith(b"/
 
 const found = new Map<string, Promise<string[] | null>>();
 
+/**
+ * The answer is also kept on disk, in the user's cache folder (`$XDG_CACHE_HOME/arium` or
+ * `~/.cache/arium`): finding it took 0.6 s here, the largest part of a fresh process's first Python
+ * answer. It is keyed by the interpreter (its path and the identity of its file) and by the folders it
+ * imports from and their direct subfolders (path and modification time): installing, removing or
+ * upgrading a package renames files in one of them, which changes the key. The cache is the engine's
+ * own: a file or folder another user could have written is not read (it lists what each sandbox shows).
+ */
+function cacheDir(): string {
+  return join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'arium');
+}
+
+function cacheKey(interpreter: Interpreter): string | null {
+  try {
+    const hash = createHash('sha256');
+    const exe = statSync(interpreter.executable);
+    hash.update(`${interpreter.executable}\0${exe.dev}:${exe.ino}:${exe.size}:${exe.mtimeMs}\0`);
+    for (const folder of interpreter.needs) {
+      const st = statSync(folder, { throwIfNoEntry: false });
+      hash.update(`${folder}\0${st?.mtimeMs ?? 'missing'}\0`);
+      if (!st?.isDirectory()) continue;
+      for (const entry of readdirSync(folder, { withFileTypes: true })) {
+        if (entry.isDirectory()) hash.update(`${entry.name}\0${statSync(join(folder, entry.name), { throwIfNoEntry: false })?.mtimeMs ?? ''}\0`);
+      }
+    }
+    return hash.digest('hex');
+  } catch {
+    return null;
+  }
+}
+
+/** Only what this user alone could have written. */
+function ownedOnly(path: string): boolean {
+  const st = statSync(path, { throwIfNoEntry: false });
+  return st !== undefined && st.uid === process.getuid?.() && (st.mode & 0o022) === 0;
+}
+
+function readCached(key: string): string[] | null {
+  const dir = cacheDir();
+  const file = join(dir, `python-libraries-${key}.json`);
+  try {
+    if (!ownedOnly(dir) || !ownedOnly(file)) return null;
+    const paths = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+    return Array.isArray(paths) && paths.length > 0 && paths.every((p) => typeof p === 'string' && p.startsWith('/')) ? (paths as string[]) : null;
+  } catch {
+    return null;
+  }
+}
+
+function writeCached(key: string, paths: string[]): void {
+  const dir = cacheDir();
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    if (!ownedOnly(dir)) return;
+    const file = join(dir, `python-libraries-${key}.json`);
+    const temporary = `${file}.${process.pid}.tmp`;
+    writeFileSync(temporary, JSON.stringify(paths), { mode: 0o600 });
+    renameSync(temporary, file);
+  } catch {
+    // No cache: the next process asks the interpreter again.
+  }
+}
+
 export function sharedLibraries(interpreter: Interpreter): Promise<string[] | null> {
   let promise = found.get(interpreter.executable);
   if (!promise) {
+    const key = cacheKey(interpreter);
+    const cached = key === null ? null : readCached(key);
+    if (cached) {
+      promise = Promise.resolve(cached);
+      found.set(interpreter.executable, promise);
+      return promise;
+    }
     promise = new Promise((resolve) => {
       execFile(
         interpreter.executable,
@@ -56,7 +130,9 @@ export function sharedLibraries(interpreter: Interpreter): Promise<string[] | nu
           if (error) return resolve(null);
           try {
             const paths = JSON.parse(stdout) as unknown;
-            resolve(Array.isArray(paths) && paths.length > 0 ? paths.map(String) : null);
+            const list = Array.isArray(paths) && paths.length > 0 ? paths.map(String) : null;
+            if (list && key !== null) writeCached(key, list);
+            resolve(list);
           } catch {
             resolve(null);
           }
@@ -66,4 +142,9 @@ export function sharedLibraries(interpreter: Interpreter): Promise<string[] | nu
     found.set(interpreter.executable, promise);
   }
   return promise;
+}
+
+/** For tests: forget what this process found, as a fresh process would. */
+export function forgetSharedLibraries(): void {
+  found.clear();
 }
