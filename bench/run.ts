@@ -25,6 +25,7 @@ const suites: Array<[string, Bench | null]> = [
   ['js', await optional('./js.js', 'benchJs')],
   ['python', await optional('./python.js', 'benchPython')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
+  ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['http', await optional('./http.js', 'benchHttp')],
