@@ -381,8 +381,10 @@ export class ObjectStore {
         let bytes: Buffer;
         try {
           bytes = pack.read(at);
-        } catch {
-          continue; // removed by a gc since it was listed: another copy may be in the pack that replaced it
+        } catch (error) {
+          // Removed by a gc since it was listed: another copy may be in the pack that replaced it.
+          if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue;
+          throw error;
         }
         found = true;
         yield bytes;

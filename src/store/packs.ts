@@ -93,7 +93,8 @@ export class Pack {
     // Records in the order of their names, so the index is written as they go, without a sort of its own.
     const sorted = [...objects].sort((a, b) => (a.hash < b.hash ? -1 : a.hash > b.hash ? 1 : 0));
     const index = Buffer.allocUnsafe(sorted.length * ENTRY);
-    const fd = openSync(writing, 'wx', 0o600);
+    // Read and write: the pack is read through this descriptor for as long as it is open.
+    const fd = openSync(writing, 'wx+', 0o600);
     try {
       const out = new ChunkWriter(fd);
       out.take(MAGIC.length).set(MAGIC);
