@@ -27,6 +27,7 @@ const suites: Array<[string, Bench | null]> = [
   ['write', await optional('./write.js', 'benchWrite')],
   ['cold', await optional('./cold.js', 'benchCold')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
+  ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['http', await optional('./http.js', 'benchHttp')],

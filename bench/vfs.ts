@@ -28,11 +28,12 @@ function fileText(folder: number, file: number, version = 0, changedLine = -1): 
 
 const pathOf = (folder: number, file: number) => `/src/d${String(folder).padStart(3, '0')}/f${String(file).padStart(3, '0')}.txt`;
 
-/** Bytes of the object store on disk. */
+/** Bytes of the object store on disk: loose objects (`ab/cdef…`) and packs (`pack/*.pack`, with their dead lists). */
 function storeBytes(dir: string): number {
   let total = 0;
-  for (const prefix of readdirSync(dir)) {
-    for (const name of readdirSync(join(dir, prefix))) total += statSync(join(dir, prefix, name)).size;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    total += entry.isDirectory() ? storeBytes(path) : statSync(path).size;
   }
   return total;
 }

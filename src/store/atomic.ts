@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync, writevSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /**
@@ -35,5 +35,25 @@ export function fsyncDir(dir: string): void {
     fsyncSync(fd);
   } finally {
     closeSync(fd);
+  }
+}
+
+/** Writes every buffer, in order, going on after a partial write. */
+export function writeAll(fd: number, buffers: Buffer[]): void {
+  let pending = buffers.filter((b) => b.length > 0);
+  while (pending.length > 0) {
+    // At most IOV_MAX (1024 on Linux) buffers per call.
+    let written = writevSync(fd, pending.slice(0, 1024));
+    while (written > 0 && pending.length > 0) {
+      const first = pending[0] as Buffer;
+      if (written >= first.length) {
+        written -= first.length;
+        pending.shift();
+      } else {
+        pending[0] = first.subarray(written);
+        written = 0;
+      }
+    }
+    pending = pending.filter((b) => b.length > 0);
   }
 }

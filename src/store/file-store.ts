@@ -21,6 +21,7 @@ import type { JournalPort, LiveRef, StateStore } from './port.js';
 /**
  * The state of a project in a folder (`<project>/.arium`):
  *   objects/ab/cdef…   blobs and trees      live.json        {root, seq} of the last checkpoint
+ *   objects/pack/…     many objects a file
  *   journal            records since then   snapshots.jsonl  one SnapshotInfo a line
  *   lock               the owning engine
  */
@@ -107,6 +108,7 @@ export class FileStateStore implements StateStore {
   close(): void {
     this.#journal?.close();
     this.#journal = null;
+    this.objects.close();
   }
 }
 

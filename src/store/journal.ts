@@ -1,6 +1,6 @@
-import { closeSync, existsSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writevSync } from 'node:fs';
+import { closeSync, existsSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { fsyncDir } from './atomic.js';
+import { fsyncDir, writeAll } from './atomic.js';
 import { crc32 } from './crc32.js';
 import type { ObjectKind, StoredObject } from './objects.js';
 
@@ -195,26 +195,6 @@ interface Header {
   ops: StoredOp[];
   snapshot?: unknown;
   objects?: Array<{ kind: ObjectKind; hash: string; size: number }>;
-}
-
-/** Writes every buffer, in order, going on after a partial write. */
-function writeAll(fd: number, buffers: Buffer[]): void {
-  let pending = buffers.filter((b) => b.length > 0);
-  while (pending.length > 0) {
-    // At most IOV_MAX (1024 on Linux) buffers per call.
-    let written = writevSync(fd, pending.slice(0, 1024));
-    while (written > 0 && pending.length > 0) {
-      const first = pending[0] as Buffer;
-      if (written >= first.length) {
-        written -= first.length;
-        pending.shift();
-      } else {
-        pending[0] = first.subarray(written);
-        written = 0;
-      }
-    }
-    pending = pending.filter((b) => b.length > 0);
-  }
 }
 
 /** A record as the parts of its payload: header length, header, then each write's and object's bytes. */

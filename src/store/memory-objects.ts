@@ -48,10 +48,12 @@ export class MemoryObjectStore {
   delete(hash: string): void {
     this.#objects.delete(hash);
   }
+
+  compact(): void {}
 }
 
 /** What the state layer needs of an object store, on disk or in memory. */
 export type Objects = Pick<
   ObjectStore,
-  'has' | 'get' | 'put' | 'pending' | 'writePending' | 'restore' | 'sync' | 'baseOf' | 'list' | 'delete' | 'size'
+  'has' | 'get' | 'put' | 'pending' | 'writePending' | 'restore' | 'sync' | 'baseOf' | 'list' | 'delete' | 'size' | 'compact'
 >;

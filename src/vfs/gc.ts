@@ -44,5 +44,7 @@ export function collectGarbage(objects: Objects, roots: Iterable<string>, onProg
     objects.delete(hash);
     removed++;
   }
+  // Objects deleted from a pack leave it when it is rewritten (see ObjectStore.compact).
+  objects.compact();
   return { kept: live.size, removed, removed_bytes: removedBytes };
 }

@@ -3,7 +3,7 @@ import type { VfsQuota } from '../limits.js';
 import { FileStateStore } from '../store/file-store.js';
 import { JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
-import { CorruptObjectError, ObjectStore } from '../store/objects.js';
+import { CorruptObjectError, ObjectStore, PACK_MIN_OBJECTS } from '../store/objects.js';
 import type { JournalPort, LiveRef, StateStore } from '../store/port.js';
 import { parentOf } from './path.js';
 import { imageOf, type NodeImage, ReadView } from './read-view.js';
@@ -59,7 +59,12 @@ export class InconsistentReadError extends Error {
   override readonly name = 'InconsistentReadError';
 }
 
-/** Above this many new object bytes, a snapshot syncs its objects in place rather than journaling them. */
+/**
+ * Above this many new object bytes, or from as many new objects as the store writes as one pack, a
+ * snapshot syncs its objects in place rather than journaling them: a pack costs one fsync whatever the
+ * number of objects in it, about what the journal's fdatasync of the same bytes costs, and the bytes
+ * are written once instead of twice (10,000 objects of 200 bytes: 0.25 s instead of 0.4 s).
+ */
 const INLINE_SNAPSHOT_BYTES = 8 * 1024 * 1024;
 
 /**
@@ -353,8 +358,8 @@ export class VfsState {
    * Records the live tree as a snapshot. On disk this is one journal record holding the snapshot and
    * the objects new since the last one (about the size of what changed), made durable by one
    * fdatasync; the objects are written without syncing and synced by the next checkpoint. A snapshot
-   * that adds many bytes (the first one of a big tree) syncs its objects in place instead, so the
-   * journal does not hold the tree twice.
+   * that adds many objects or bytes (the first one of a big tree) syncs its objects in place instead,
+   * so the journal does not hold the tree twice.
    */
   snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
     this.assertWritable('A snapshot');
@@ -377,7 +382,7 @@ export class VfsState {
     if (journal) {
       unavailable('The snapshot', () => {
         let objects = this.objects.pending();
-        if (objects.reduce((n, o) => n + o.stored.length, 0) > INLINE_SNAPSHOT_BYTES) {
+        if (objects.length >= PACK_MIN_OBJECTS || objects.reduce((n, o) => n + o.stored.length, 0) > INLINE_SNAPSHOT_BYTES) {
           this.objects.sync();
           objects = [];
         }
