@@ -63,6 +63,7 @@ function failure(code, message, extra = {}) {
 export class CallRun {
   #msg;
   #deps;
+  #deadline;
   #timer;
   #ended = false;
   #lease = null;
@@ -84,6 +85,7 @@ export class CallRun {
   constructor(msg, deps) {
     this.#msg = msg;
     this.#deps = deps;
+    this.#deadline = Date.now() + msg.limits.timeout_ms;
     this.#timer = setTimeout(
       () => this.stop('TIMEOUT', `${msg.info.tool} did not finish within ${msg.limits.timeout_ms} ms`, { timeout_ms: msg.limits.timeout_ms }),
       msg.limits.timeout_ms,
@@ -168,9 +170,7 @@ export class CallRun {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
     }
     // One isolate task evaluates the tool's modules and starts the tool (see GENERATED in loader.mjs).
-    // No isolated-vm timeout on it: the call's deadline timer disposes the isolate, which stops the
-    // task, and a timeout would cost this thread a timer per task.
-    await this.#task(main.evaluate(), 'evaluate');
+    await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
   }
@@ -182,6 +182,10 @@ export class CallRun {
     } catch {
       return 2;
     }
+  }
+
+  #remaining() {
+    return Math.max(1, this.#deadline - Date.now());
   }
 
   /** Tracks an isolated-vm task; a rejection ends the call unless it already has an outcome. */
@@ -314,7 +318,7 @@ export class CallRun {
   #deliver(rid, ok, payload) {
     const entry = this.#lease?.context.entry;
     if (!entry || this.#ended) return;
-    this.#task(entry.apply(undefined, [1, rid, ok, payload], { arguments: { copy: true } }), 'deliver');
+    this.#task(entry.apply(undefined, [1, rid, ok, payload], { arguments: { copy: true }, timeout: this.#remaining() }), 'deliver');
   }
 
   /** From the prelude: the call's one outcome (see prelude.js `finish`). */
