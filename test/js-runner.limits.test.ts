@@ -19,6 +19,9 @@ afterAll(async () => {
 const TIMEOUT_MS = 1500;
 const MARGIN_MS = 5000;
 
+/** Stopping a call's tool code disposes its isolate, never the sandbox process: the process keeps its pid. */
+const sandboxPid = async (engine: Engine) => (await engine.status()).runners['js-runner']?.pid;
+
 async function timed(call: Promise<ToolResult>): Promise<{ result: ToolResult; ms: number }> {
   const started = performance.now();
   const result = await call;
@@ -35,6 +38,26 @@ describe('time', () => {
       expect(ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
       expect(ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
     }
+  });
+
+  it('stops a loop that starts in the task handing the tool a VFS answer, and keeps the sandbox process', async () => {
+    expect(dataOf(await hostile.call('escape', { attack: 'own-stack' }))).toEqual({ findings: [] });
+    const pid = await sandboxPid(hostile);
+    const started = performance.now();
+    const result = await hostile.call('timeouts', { kind: 'loop-after-host' });
+    const ms = performance.now() - started;
+    expect(errorOf(result)).toMatchObject({ code: 'TIMEOUT', stage: 'execution', retryable: true });
+    expect(ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
+    expect(ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
+    expect(dataOf(await hostile.call('escape', { attack: 'own-stack' }))).toEqual({ findings: [] });
+    expect(await sandboxPid(hostile)).toBe(pid);
+  });
+
+  it('stops a top-level loop and a loop in the tool, and the next calls still run', async () => {
+    const runs = await Promise.all([hostile.call('toplevel-loop', {}), hostile.call('timeouts', { kind: 'cpu-loop' })]);
+    for (const result of runs) expect(errorOf(result)).toMatchObject({ code: 'TIMEOUT' });
+    const after = await Promise.all(Array.from({ length: 4 }, () => hostile.call('escape', { attack: 'own-stack' })));
+    for (const result of after) expect(dataOf(result)).toEqual({ findings: [] });
   });
 
   it('returns the result of a tool that leaves a loop or a microtask flood behind, and recovers the isolate', async () => {
