@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Volume } from 'memfs';
 import { createEngine } from '../src/index.js';
-import { median, perOp, timeBatches } from './stats.js';
+import { median, percentile, perOp, timeBatches } from './stats.js';
 
 /**
  * The cost the pipeline (lookup, input copy and validation, permission gate, concurrency slot,
@@ -145,11 +145,6 @@ async function benchWrites(content: string): Promise<Record<string, unknown>> {
     await engine.close();
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] as number;
 }
 
 function round(n: number): number {

@@ -7,7 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runInNewContext } from 'node:vm';
 import { getQuickJS } from 'quickjs-emscripten';
 import { createEngine, type Engine } from '../src/index.js';
-import { cpuPerOp, machineCpu, median, threadCpu } from './stats.js';
+import { cpuPerOp, machineCpu, median, percentile, threadCpu } from './stats.js';
 
 /**
  * JS tools through the whole engine (validation, permissions, a fresh isolated-vm context per call in
@@ -26,8 +26,6 @@ const root = [join(here, '..'), join(here, '..', '..')].find((dir) => existsSync
 const REVERSE = "(function (input) { return { text: [...input.text].reverse().join('') }; })";
 
 const ms = (value: number) => Math.round(value * 1000) / 1000;
-const percentile = (values: number[], p: number) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))] as number;
 
 async function ready(engine: Engine): Promise<void> {
   const status = await engine.status();

@@ -6,7 +6,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createEngine } from '../src/index.js';
 import { createGateway } from '../src/surfaces/http/gateway.js';
-import { median } from './stats.js';
+import { median, percentile } from './stats.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -114,11 +114,6 @@ async function latencies(warm: number, timed: number, fn: () => Promise<void>): 
     out.push(performance.now() - t0);
   }
   return out;
-}
-
-function percentile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] as number;
 }
 
 const round = (ms: number) => Math.round(ms * 1000) / 1000;

@@ -6,7 +6,7 @@ import { PythonRunner } from '../runners/python/index.js';
 import { findInterpreter, harnessDir } from '../runners/python/interpreter.js';
 import { bwrapCommand, bwrapProblem } from '../runners/python/isolation.js';
 import { createEngine, type Engine } from '../src/index.js';
-import { machineCpu, median } from './stats.js';
+import { machineCpu, median, percentile } from './stats.js';
 
 /**
  * Python tools through the whole engine (validation, permissions, a fresh confined process per call
@@ -18,8 +18,6 @@ import { machineCpu, median } from './stats.js';
 const here = dirname(fileURLToPath(import.meta.url));
 const root = [join(here, '..'), join(here, '..', '..')].find((dir) => existsSync(join(dir, 'fixtures', 'python', 'tools'))) as string;
 const ms = (value: number) => Math.round(value * 1000) / 1000;
-const percentile = (values: number[], p: number) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * p))] as number;
 
 async function sequential(engine: Engine, n: number, gapMs = 0): Promise<{ times: number[]; perSec: number }> {
   const times: number[] = [];

@@ -11,6 +11,12 @@ export function median(values: readonly number[]): number {
   return sorted.length % 2 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
+/** The value below which a fraction `p` of `values` lies (0.99: the 99th percentile). */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] as number;
+}
+
 /** Runs `fn` `perBatch` times in each of `batches` batches; returns each batch's total time. */
 export function timeBatches(batches: number, perBatch: number, fn: () => void): number[] {
   const out: number[] = [];

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Volume } from 'memfs';
 import { createEngine, type Engine } from '../src/index.js';
-import { median } from './stats.js';
+import { MEMFS_PROCESS } from '../src/vfs/vfs.js';
+import { median, percentile } from './stats.js';
 
 /**
  * `fs.write` of 1 KB through `engine.call`, beside its floor and a peer, interleaved in one run: rounds
@@ -47,10 +48,7 @@ async function timedCalls(engine: Engine, input: Record<string, unknown>, count:
 export async function benchWrite(): Promise<Record<string, unknown>> {
   const content = `${'x'.repeat(1023)}\n`;
   const path = '/data/w.txt';
-  const uid = process.getuid?.() ?? 0;
-  const gid = process.getgid?.() ?? 0;
-  const ids = { cwd: () => '/', platform: 'linux' as NodeJS.Platform, emitWarning: () => {}, env: {}, getuid: () => uid, getgid: () => gid };
-  const vol = Volume.fromJSON({}, '/', { process: ids });
+  const vol = Volume.fromJSON({}, '/', { process: MEMFS_PROCESS });
   vol.mkdirSync('/data');
   const defaultVol = new Volume();
   defaultVol.mkdirSync('/data');
@@ -120,9 +118,4 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
       rmSync(dir, { recursive: true, force: true });
     }
   }
-}
-
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] as number;
 }

@@ -44,7 +44,7 @@ function coreOf(vol: Volume): MemfsCore | null {
  * they must be the real ones, as memfs stamps new nodes with `process.getuid()` itself. Relative paths
  * never reach memfs (every path is normalized first), so the working directory is fixed at the root.
  */
-const MEMFS_PROCESS = (() => {
+export const MEMFS_PROCESS = (() => {
   const uid = process.getuid?.() ?? 0;
   const gid = process.getgid?.() ?? 0;
   return {
