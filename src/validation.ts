@@ -133,7 +133,10 @@ export const metaKey = (draft: Draft): string => `meta:${draft}`;
 
 /** The cache key of a schema compiled with these options (the precompiled validators use it too). */
 export function schemaKey(schema: unknown, options: { defaults?: boolean; trusted?: boolean } = {}): string {
-  const text = JSON.stringify(schema);
+  return keyOfText(JSON.stringify(schema), options);
+}
+
+function keyOfText(text: string, options: { defaults?: boolean; trusted?: boolean }): string {
   return `${options.defaults ? 'd' : 'p'}${options.trusted ? 't' : ''}${createHash('sha256').update(text).digest('hex')}`;
 }
 
@@ -228,7 +231,7 @@ export function compileSchema(schema: unknown, options: { defaults?: boolean; tr
   const defaults = options.defaults === true;
   const trusted = options.trusted === true;
   const text = JSON.stringify(schema);
-  const key = schemaKey(schema, options);
+  const key = keyOfText(text, options);
   const hit = compiled.get(key);
   if (hit) return hit;
   const draft = draftOf(schema);
