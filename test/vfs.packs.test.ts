@@ -54,11 +54,44 @@ describe('packs', () => {
       const store = new ObjectStore(objectsDir(), { readOnly: true });
       for (let i = 0; i < 200; i++) expect(store.get('blob', blob(content(i))).toString()).toBe(content(i));
       store.close();
-      // A snapshot after one change stays a few loose files.
+      // A snapshot after one change writes no object file (its journal record holds its objects);
+      // the checkpoint at close writes them, a few loose files.
       engine.vfs.write('/d0/f0.txt', 'changed\n');
       engine.snapshot();
+      expect(loose().has(blob('changed\n'))).toBe(false);
+      await engine.close();
       expect(packs()).toHaveLength(1);
       expect(loose().has(blob('changed\n'))).toBe(true);
+      engine = await open();
+      expect(engine.vfs.read('/d0/f0.txt').toString()).toBe('changed\n');
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it('the objects of many small snapshots are written together at the checkpoint, as one pack', async () => {
+    let engine: Engine = await open();
+    const ids: string[] = [];
+    try {
+      for (let i = 0; i < 4; i++) engine.vfs.write(`/d${i}/seed.txt`, 'seed\n');
+      engine.snapshot();
+      await engine.close();
+      const before = { packs: packs().length, loose: loose().size };
+      engine = await open();
+      // 40 snapshots of one changed file: a blob, its folder and the root each, 120 objects in all.
+      for (let v = 0; v < 40; v++) {
+        engine.vfs.write(`/d${v % 4}/f.txt`, content(v % 4, v));
+        ids.push(engine.snapshot({ label: `v${v}` }).id);
+      }
+      expect({ packs: packs().length, loose: loose().size }).toEqual(before);
+      await engine.close();
+      expect(packs()).toHaveLength(before.packs + 1);
+      expect(loose().size).toBe(before.loose);
+      engine = await open();
+      for (const [v, id] of ids.entries()) {
+        engine.restore(id);
+        expect(engine.vfs.read(`/d${v % 4}/f.txt`).toString()).toBe(content(v % 4, v));
+      }
     } finally {
       await engine.close();
     }

@@ -25,7 +25,7 @@ export class MemoryObjectStore {
     return [];
   }
 
-  writePending(_synced: boolean): void {}
+  journaled(_objects: readonly StoredObject[]): void {}
 
   restore(object: StoredObject): void {
     this.#objects.set(object.hash, object.stored);
@@ -55,5 +55,5 @@ export class MemoryObjectStore {
 /** What the state layer needs of an object store, on disk or in memory. */
 export type Objects = Pick<
   ObjectStore,
-  'has' | 'get' | 'put' | 'pending' | 'writePending' | 'restore' | 'sync' | 'baseOf' | 'list' | 'delete' | 'size' | 'compact'
+  'has' | 'get' | 'put' | 'pending' | 'journaled' | 'restore' | 'sync' | 'baseOf' | 'list' | 'delete' | 'size' | 'compact'
 >;

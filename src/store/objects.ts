@@ -229,6 +229,17 @@ export class ObjectStore {
   }
 
   /**
+   * Says that a journal record now carries these objects (they were `pending()`): that record keeps
+   * them durable, so they stay in memory and are written with the next `sync` (a checkpoint), where
+   * the few new objects of many snapshots go to disk together, most often as one pack. Writing each
+   * snapshot's three or four objects as loose files at once cost 1–7 ms a snapshot on a packed store,
+   * whose prefix folders mostly do not exist yet (BENCHMARKS.md).
+   */
+  journaled(objects: readonly StoredObject[]): void {
+    for (const object of objects) if (this.#pending.has(object.hash)) this.#journaled.add(object.hash);
+  }
+
+  /**
    * Writes the pending objects to disk. `synced`: each is fsynced before it takes its name (after a
    * power loss an object under a valid name is whole); otherwise the caller has made their bytes
    * durable elsewhere (a journal record) and `sync()` fsyncs them later. Many small objects go to one

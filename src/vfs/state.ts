@@ -357,7 +357,8 @@ export class VfsState {
   /**
    * Records the live tree as a snapshot. On disk this is one journal record holding the snapshot and
    * the objects new since the last one (about the size of what changed), made durable by one
-   * fdatasync; the objects are written without syncing and synced by the next checkpoint. A snapshot
+   * fdatasync; the objects stay in memory until the next checkpoint writes them to the store (the
+   * journal, which holds them too, is folded past `checkpointBytes`, which bounds that memory). A snapshot
    * that adds many objects or bytes (the first one of a big tree) syncs its objects in place instead,
    * so the journal does not hold the tree twice.
    */
@@ -387,14 +388,10 @@ export class VfsState {
           objects = [];
         }
         journal.append({ seq: this.#seq + 1, ops: [], snapshot: info, objects });
+        this.objects.journaled(objects);
       });
       this.#seq++;
       this.#unlogged.push(info);
-      try {
-        this.objects.writePending(false);
-      } catch {
-        // The journal holds them: they stay in memory and are written by the next checkpoint (or replay).
-      }
     }
     this.#snapshots.push(info);
     if (journal && journal.size > this.#checkpointBytes) {
