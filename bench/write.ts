@@ -30,10 +30,10 @@ interface JustBashFs {
   readFile(path: string): Promise<string>;
 }
 
-async function project(persist: boolean): Promise<{ engine: Engine; dir: string }> {
+async function project(persist: boolean, changeLog = false): Promise<{ engine: Engine; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'arium-bench-write-'));
   mkdirSync(join(dir, 'bench', 'tools'), { recursive: true });
-  return { engine: await createEngine({ workspace: dir, project: 'bench', watch: false, persist }), dir };
+  return { engine: await createEngine({ workspace: dir, project: 'bench', watch: false, persist, changeLog }), dir };
 }
 
 async function timedCalls(engine: Engine, input: Record<string, unknown>, count: number, into: number[]): Promise<void> {
@@ -56,6 +56,8 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
   const bash = new InMemoryFs();
   const memory = await project(false);
   const durable = await project(true);
+  // As `arium serve` runs it: each commit copies what the call replaced and wrote, for the inspector.
+  const logged = await project(false, true);
   try {
     const tool = memory.engine.tools().find((t) => t.id === 'fs.write');
     const canAskDiff = Boolean((tool?.schema as { properties?: Record<string, unknown> } | undefined)?.properties?.diff);
@@ -69,6 +71,7 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
     await timedCalls(memory.engine, plain, 20_000, []);
     await timedCalls(memory.engine, withDiff, 5_000, []);
     await timedCalls(durable.engine, plain, 200, []);
+    await timedCalls(logged.engine, plain, 20_000, []);
 
     const memfsPerOp: number[] = [];
     const memfsDefaultPerOp: number[] = [];
@@ -76,6 +79,7 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
     const calls: number[] = [];
     const diffCalls: number[] = [];
     const durableCalls: number[] = [];
+    const loggedCalls: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       let t0 = performance.now();
       for (let i = 0; i < PER_ROUND; i++) vol.writeFileSync(path, content);
@@ -89,6 +93,7 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
       await timedCalls(memory.engine, plain, PER_ROUND, calls);
       await timedCalls(memory.engine, withDiff, PER_ROUND, diffCalls);
       await timedCalls(durable.engine, plain, DURABLE_PER_ROUND, durableCalls);
+      await timedCalls(logged.engine, plain, PER_ROUND, loggedCalls);
     }
     if ((vol.readFileSync(path, 'utf8') as string) !== content) throw new Error('memfs wrote something else');
     if ((await bash.readFile(path)) !== content) throw new Error('just-bash wrote something else');
@@ -111,9 +116,11 @@ export async function benchWrite(): Promise<Record<string, unknown>> {
       fs_write_with_diff_median_us: us(median(diffCalls)),
       diff_asked: canAskDiff,
       fs_write_durable_median_us: us(median(durableCalls)),
+      fs_write_with_change_log_median_us: us(median(loggedCalls)),
+      fs_write_with_change_log_ratio_to_call: Math.round((us(median(loggedCalls)) / callUs) * 100) / 100,
     };
   } finally {
-    for (const { engine, dir } of [memory, durable]) {
+    for (const { engine, dir } of [memory, durable, logged]) {
       await engine.close();
       rmSync(dir, { recursive: true, force: true });
     }

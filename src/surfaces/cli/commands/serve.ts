@@ -31,6 +31,7 @@ async function run(ctx: Context): Promise<number> {
   const addrFile = resolve(ctx.io.cwd, str(ctx.parsed, 'addr-file') ?? defaultAddrFile(ctx.io.env, ctx.workspace));
   // Loaded here, not at the top: Fastify and the MCP SDK cost every other command ~0.1 s to import.
   const { createGateway } = await import('../../http/gateway.js');
+  const { builtInspector } = await import('../../http/inspector.js');
   const gateway = await createGateway({ workspace: ctx.workspace, project: ctx.project, ...(apiKey ? { apiKey } : {}) });
   let address: string;
   try {
@@ -49,6 +50,11 @@ async function run(ctx: Context): Promise<number> {
   ctx.io.stderr.write(
     `arium: serving ${ctx.workspace} on ${address} (project "${ctx.project}" at /v1 and /mcp, others at /p/<project>/…)${apiKey ? ', API key required' : ''}; address in ${addrFile}; Ctrl-C stops\n`,
   );
+  ctx.io.stderr.write(
+    builtInspector()
+      ? `arium: inspector at ${address}/ (other projects at ${address}/p/<project>/)${apiKey ? '; it asks for the API key' : ''}\n`
+      : 'arium: the inspector is not built in this installation (run `npm run build` in the Arium folder)\n',
+  );
   if (ctx.json) ctx.emit({ address, addr_file: addrFile, project: ctx.project });
   const stop = ctx.io.interrupt();
   await new Promise<void>((done) => stop.addEventListener('abort', () => done(), { once: true }));
@@ -60,14 +66,16 @@ async function run(ctx: Context): Promise<number> {
 export const serveSpec: CommandSpec = {
   name: 'serve',
   usage: 'arium serve [--host <host>] [--port <port>] [--addr-file <path>]',
-  summary: 'serve the workspace’s tools over HTTP (/v1 gateway, /mcp Streamable HTTP) until Ctrl-C',
+  summary: 'serve the workspace’s tools over HTTP (/v1 gateway, /mcp Streamable HTTP, the inspector at /) until Ctrl-C',
   details: [
     'Binds 127.0.0.1 on a free port by default and writes the address (http://host:port) to the address',
     'file ($XDG_RUNTIME_DIR/arium.addr, else <workspace>/.arium/arium.addr), removed on exit. A host other',
     'machines can reach needs ARIUM_API_KEY in the environment; every request but /healthz then needs',
     '`Authorization: Bearer <key>` (or X-API-Key). Routes: GET /healthz, GET /v1/tools, GET /v1/tools/{id},',
     'POST /v1/tools/{id}:run, GET|POST /v1/snapshots, GET /v1/diff, POST /v1/restore, GET /v1/events (SSE),',
-    '/mcp, GET /v1/openapi.json; other projects of the workspace under /p/<project>/.',
+    'GET /v1/project, GET /v1/fs/list, GET /v1/fs/read, GET /v1/runs/{run_id}/diff, /mcp, GET /v1/openapi.json;',
+    'other projects of the workspace under /p/<project>/. The inspector (a web page: tools, live calls, files,',
+    'snapshots and diffs) is at / and /p/<project>/; the page loads without the key and asks for it.',
   ].join('\n'),
   flags: {
     host: { value: true, arg: '<host>', help: 'address to bind (default 127.0.0.1)' },
