@@ -25,6 +25,7 @@ const suites: Array<[string, Bench | null]> = [
   ['js', await optional('./js.js', 'benchJs')],
   ['python', await optional('./python.js', 'benchPython')],
   ['write', await optional('./write.js', 'benchWrite')],
+  ['packages', await optional('./packages.js', 'benchPackages')],
   ['cold', await optional('./cold.js', 'benchCold')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
   ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],

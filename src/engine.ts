@@ -266,7 +266,8 @@ function defaultGrants(catalog: RunnerCatalog): string[] {
   return [...plain.filter((g) => g.startsWith('vfs.')), ...catalog.defaultExecGrants(), ...plain.filter((g) => !g.startsWith('vfs.'))];
 }
 
-export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
+/** The project folder the options name (default `./workspace/demo`); EngineConfigError when it is not one. */
+export function projectLocation(options: Pick<EngineOptions, 'workspace' | 'project'>): { project: string; workspace: string; projectDir: string } {
   const project = options.project ?? 'demo';
   if (typeof project !== 'string' || !PROJECT_NAME.test(project) || project.includes('..')) {
     throw new EngineConfigError(`Invalid project name ${JSON.stringify(project)}: use letters, digits, ".", "_" and "-" (not a path)`, 'project');
@@ -279,6 +280,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       'project',
     );
   }
+  return { project, workspace, projectDir };
+}
+
+export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
+  const { project, projectDir } = projectLocation(options);
   const { catalog, instances } = runnerOptions(options.runners);
   let config: ProjectConfig;
   try {

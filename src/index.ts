@@ -3,6 +3,7 @@
 
 import { DEFAULT_CATALOG } from '../runners/index.js';
 import { projectConfigSchema } from './config.js';
+import type { InstallOptions, InstallReport } from './install.js';
 import { toolMetaSchema } from './registry/meta-schema.js';
 import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
@@ -49,14 +50,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const { createGateway: create } = await import('./surfaces/http/gateway.js');
   return create(options);
 }
+
+/** Installs a project's pinned dependencies, as `arium install` does (loaded when first asked for). */
+export async function installProject(options?: InstallOptions): Promise<InstallReport> {
+  const { installProject: install } = await import('./install.js');
+  return install(options);
+}
+export type { InstallOptions, InstallReport } from './install.js';
 export type { RunnerName, ToolInfo, ToolSpec } from './tool.js';
 export type { ToolVfs } from './tool-vfs.js';
+export type { ChangeLogLimits } from './vfs/change-log.js';
 export type { GcReport } from './vfs/gc.js';
-export type { DiffOptions, DiffResult, HostVfs, RestoreResult } from './vfs/history.js';
+export type { DiffOptions, DiffResult, HostVfs, RestoreResult, TreeReader } from './vfs/history.js';
 export type { RecoveryReport, SnapshotInfo } from './vfs/state.js';
 export { StateCorruptError } from './vfs/state.js';
 export type { TransferReport } from './vfs/transfer.js';
-export type { ChangeStatus, FileChange } from './vfs/tree-diff.js';
+export type { ChangeStatus, FileChange, TreeDiff } from './vfs/tree-diff.js';
 export type { VfsEntry, VfsStat } from './vfs/vfs.js';
 export { Vfs } from './vfs/vfs.js';
 

@@ -40,6 +40,8 @@ export interface CodeProblem {
   line: number;
   column: number;
   message: string;
+  /** What kind of problem: a syntax error (default), or an import that cannot be served (a package not installed, a Node built-in). */
+  kind?: 'syntax' | 'import';
 }
 
 export interface RunnerStatus {

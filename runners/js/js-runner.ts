@@ -3,6 +3,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { StartBackoff } from '../shared/supervision.js';
+import { type BundleOutcome, Bundler } from './bundle.js';
 import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
 import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
 import { jsSyntaxProblem } from './syntax.js';
@@ -39,6 +40,7 @@ export class JsRunner implements Runner {
   /** Tools folders the sandbox process may read (with the permission model on). */
   readonly #roots = new Set<string>();
   readonly #prepared = new Map<string, Tool>();
+  readonly #bundler = new Bundler();
   #starts = 0;
   #crashes = 0;
   #flaps = 0;
@@ -52,33 +54,67 @@ export class JsRunner implements Runner {
   }
 
   async run(ctx: RunContext): Promise<unknown> {
+    const bundled = await this.#bundle(ctx.tool);
+    if (bundled && 'problem' in bundled) {
+      throw new ToolFailure('execution', 'TOOL_ERROR', `${ctx.tool.spec.id} cannot be loaded: ${bundled.problem.message}`, {
+        details: { file: `tools/${bundled.problem.file}`, line: bundled.problem.line, column: bundled.problem.column },
+      });
+    }
     const sandbox = this.#sandbox(ctx.tool);
     try {
       await sandbox.ready;
     } catch (error) {
       throw this.#unavailable(error);
     }
-    return sandbox.call(ctx);
+    if (!bundled) return sandbox.call(ctx);
+    const { ref } = bundled;
+    ctx.meta.bundle = { bytes: ref.bytes, ...(ref.built_ms !== undefined ? { built_ms: ref.built_ms } : {}) };
+    return sandbox.call(ctx, { entry: ref.entry, root: ref.root });
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {
     if (!tool.entryPath || !tool.toolsDir) return null;
-    return await jsSyntaxProblem(tool.entryPath, tool.toolsDir);
+    const syntax = await jsSyntaxProblem(tool.entryPath, tool.toolsDir);
+    if (syntax) return syntax;
+    const bundled = await this.#bundle(tool);
+    return bundled && 'problem' in bundled ? { ...bundled.problem, kind: 'import' } : null;
   }
 
   prepare(tool: Tool): void {
     if (!tool.entryPath || this.#closed) return;
     this.#prepared.set(tool.spec.id, tool);
-    try {
-      this.#sandbox(tool).prepare(tool);
-    } catch {
-      // Unavailable: the first call reports why.
-    }
+    void this.#bundle(tool).then(
+      (bundled) => {
+        if (this.#closed || (bundled && 'problem' in bundled)) return;
+        try {
+          const sandbox = this.#sandbox(tool);
+          if (bundled) sandbox.prepare(tool, { entry: bundled.ref.entry, root: bundled.ref.root });
+          else sandbox.prepare(tool);
+        } catch {
+          // Unavailable: the first call reports why.
+        }
+      },
+      () => {},
+    );
   }
 
   forget(tool: Tool): void {
     this.#prepared.delete(tool.spec.id);
+    this.#bundler.forget(tool);
     this.#current?.forget(tool);
+  }
+
+  /** The bundle of a tool that imports packages (its folder readable by the sandbox process), or null. */
+  async #bundle(tool: Tool): Promise<BundleOutcome | null> {
+    const outcome = await this.#bundler.outcome(tool);
+    if (outcome && 'ref' in outcome) {
+      const bundles = dirname(outcome.ref.root);
+      if (!this.#roots.has(bundles)) {
+        this.#roots.add(bundles);
+        if (this.#current && this.#permissionFlag() !== null) this.#retire(this.#current);
+      }
+    }
+    return outcome;
   }
 
   async status(): Promise<RunnerStatus> {

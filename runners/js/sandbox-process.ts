@@ -178,13 +178,14 @@ export class SandboxProcess {
     return this.#child.pid;
   }
 
-  call(ctx: RunContext): Promise<unknown> {
+  /** Runs a call; `ref` names the module to load instead of the tool's entry (its bundle). */
+  call(ctx: RunContext, ref: ToolRef = toolRef(ctx.tool)): Promise<unknown> {
     return this.#calls.open(ctx, {}, (id) => {
       const tool = ctx.tool;
       this.#send({
         t: 'call',
         id,
-        tool: toolRef(tool),
+        tool: ref,
         input: ctx.input,
         // What the tool may know of its limits (ctx.limits): the same three fields as a Python tool's.
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
@@ -193,8 +194,8 @@ export class SandboxProcess {
     });
   }
 
-  prepare(tool: Tool): void {
-    this.#send({ t: 'prepare', tool: toolRef(tool), memoryMb: tool.spec.limits?.memory_mb ?? 128 });
+  prepare(tool: Tool, ref: ToolRef = toolRef(tool)): void {
+    this.#send({ t: 'prepare', tool: ref, memoryMb: tool.spec.limits?.memory_mb ?? 128 });
   }
 
   /** Asks the worker for facts about itself (`stats`) or about its own confinement (`probe`, used by tests). */

@@ -1,5 +1,5 @@
 import { readFileSync, statSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { createRequire, isBuiltin } from 'node:module';
 import { dirname, extname, relative, resolve } from 'node:path';
 import type { parse as Parse } from 'acorn';
 import type { CodeProblem } from '../../src/runner.js';
@@ -74,6 +74,18 @@ async function checkTs(text: string, file: string, shown: string): Promise<Found
  * TypeScript's parser (which misses a few errors V8 reports in TypeScript files; the call still does).
  */
 export async function jsSyntaxProblem(entry: string, toolsDir: string): Promise<CodeProblem | null> {
+  return (await scanTool(entry, toolsDir)).problem;
+}
+
+/** A bare specifier naming a package, not a Node built-in (`node:fs`, `fs`, `fs/promises`). */
+export function isPackageSpecifier(specifier: string): boolean {
+  if (specifier.startsWith('./') || specifier.startsWith('../') || specifier.startsWith('/') || specifier.includes(':')) return false;
+  return !isBuiltin(specifier);
+}
+
+/** The packages a tool's files import (bare specifiers, built-ins left out), with its first syntax error. */
+export async function scanTool(entry: string, toolsDir: string): Promise<{ problem: CodeProblem | null; packages: string[]; files: string[] }> {
+  const packages = new Set<string>();
   const queue = [entry];
   const seen = new Set<string>();
   while (queue.length > 0 && seen.size < MAX_FILES) {
@@ -103,8 +115,9 @@ export async function jsSyntaxProblem(entry: string, toolsDir: string): Promise<
       if (checked.size >= 5000) checked.clear();
       checked.set(file, { stamp, found });
     }
-    if ('problem' in found) return found.problem;
+    if ('problem' in found) return { problem: found.problem, packages: [...packages], files: [...seen] };
     for (const specifier of found.imports) {
+      if (isPackageSpecifier(specifier)) packages.add(specifier);
       if (!specifier.startsWith('./') && !specifier.startsWith('../')) continue;
       const target = resolve(dirname(file), specifier);
       if (relative(toolsDir, target).startsWith('..')) continue;
@@ -121,5 +134,5 @@ export async function jsSyntaxProblem(entry: string, toolsDir: string): Promise<
       if (match) queue.push(match);
     }
   }
-  return null;
+  return { problem: null, packages: [...packages], files: [...seen] };
 }

@@ -339,7 +339,7 @@ export class Registry {
             file: `tools/${code.file}`,
             id: tool.spec.id,
             at: `${code.line}:${code.column}`,
-            message: `syntax error: ${code.message}`,
+            message: code.kind === 'import' ? `import problem: ${code.message}` : `syntax error: ${code.message}`,
           });
       }
     }

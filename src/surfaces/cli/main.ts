@@ -7,6 +7,7 @@ import { doctorSpec } from './commands/doctor.js';
 import { eventsSpec } from './commands/events.js';
 import { diffSpec, gcSpec, logSpec, restoreSpec, snapshotSpec } from './commands/history.js';
 import { initSpec } from './commands/init.js';
+import { installSpec } from './commands/install.js';
 import { mcpSpec } from './commands/mcp.js';
 import { schemaSpec } from './commands/schema.js';
 import { serveSpec } from './commands/serve.js';
@@ -20,6 +21,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     toolsSpec,
     callSpec,
     initSpec,
+    installSpec,
     doctorSpec,
     demoSpec,
     eventsSpec,

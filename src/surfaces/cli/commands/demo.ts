@@ -1,4 +1,5 @@
 import type { Engine, EngineEvent, ToolInfo, ToolResult } from '../../../index.js';
+import { installProject } from '../../../install.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
@@ -24,7 +25,7 @@ interface Recorded {
 /** The demo's JS tool (workspace/demo/tools/demo-todo-stats.json), used again to show a scoped permission at run time. */
 const SCOPED_TOOL = 'demo.todo-stats';
 
-async function session(ctx: Context, engine: Engine): Promise<number> {
+async function session(ctx: Context, engine: Engine, setup: readonly string[]): Promise<number> {
   const { c } = ctx;
   const events: EngineEvent[] = [];
   const recorded: Recorded[] = [];
@@ -69,6 +70,7 @@ async function session(ctx: Context, engine: Engine): Promise<number> {
   for (const step of BUILTIN_STEPS) await call(step);
 
   if (!ctx.json) ctx.out(`\n${c.bold('Project tools')} ${c.dim('(sandboxed runners; each is called with the first of its "examples")')}`);
+  for (const text of setup) note(text);
   for (const problem of engine.problems()) note(`${problem.file} did not load: ${problem.message}`);
   if (own.length === 0) note('the project defines no tools of its own (add *.json definitions to its tools/ folder)');
   for (const tool of own) await projectTool(tool, call, note, engine);
@@ -119,7 +121,17 @@ async function projectTool(tool: ToolInfo, call: Caller, note: (text: string) =>
 
 async function run(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, demoSpec.usage);
-  return withEngine(ctx, (engine) => session(ctx, engine), { warmUp: true });
+  // The demo project pins npm packages for one of its tools: installed first (from npm's cache when it
+  // has them), as `arium install` would; without them that tool's call says what is missing.
+  const setup: string[] = [];
+  try {
+    const installed = await installProject({ workspace: ctx.workspace, project: ctx.project, offline: true });
+    if (installed.js?.changed)
+      setup.push(`installed the project's npm packages for its JS tools (${installed.js.packages}, ${installed.js.seconds} s)`);
+  } catch (error) {
+    setup.push(`the project's pinned packages could not be installed (${String((error as Error).message).split('\n')[0]}); run \`arium install\``);
+  }
+  return withEngine(ctx, (engine) => session(ctx, engine, setup), { warmUp: true });
 }
 
 export const demoSpec: CommandSpec = {
