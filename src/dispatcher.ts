@@ -161,6 +161,7 @@ export class Dispatcher {
           output: forEvent(output, policy.event_payload_bytes),
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
+          ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
         });
       }
       return { ok: true, data: output, meta };
@@ -190,6 +191,7 @@ export class Dispatcher {
           attempts: runs.count,
           // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
           ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
+          ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
         });
       }
       return { ok: false, error, meta };

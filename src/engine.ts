@@ -14,10 +14,23 @@ import type { Runner, RunnerDefinition, RunnerStatus } from './runner.js';
 import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
 import type { StateStore } from './store/port.js';
 import { type Tool, type ToolInfo, toolInfo } from './tool.js';
+import { ChangeLog, type ChangeLogLimits, DEFAULT_CHANGE_LOG } from './vfs/change-log.js';
 import type { GcReport } from './vfs/gc.js';
-import { type DiffOptions, type DiffResult, diff, gc, HostVfs, type RestoreResult, restore } from './vfs/history.js';
+import {
+  type DiffOptions,
+  type DiffResult,
+  diff,
+  gc,
+  HostVfs,
+  pathFilter,
+  type RestoreResult,
+  restore,
+  type TreeReader,
+  TreeView,
+} from './vfs/history.js';
 import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
 import { exportHost, importHost, type TransferReport } from './vfs/transfer.js';
+import type { TreeDiff } from './vfs/tree-diff.js';
 
 export interface EngineOptions {
   /** Folder holding the projects. Default `./workspace`. */
@@ -48,6 +61,12 @@ export interface EngineOptions {
    * it (default), `refuse` keeps the approved version until a restart. Both emit a `SecurityEvent`.
    */
   permissionWidening?: PermissionWidening;
+  /**
+   * Keep, in memory, what each recent committed call changed in the VFS, so `changes(run_id)` can show
+   * its diff (the inspector turns it on): `true` for the default bounds (32 MB of contents, files up to
+   * 1 MB), or the bounds. Off by default: it copies the bytes a call replaces at its commit.
+   */
+  changeLog?: boolean | Partial<ChangeLogLimits>;
   /** Append every event to a JSONL file: `true` for `<project>/.arium/audit.jsonl`, or a path. */
   auditLog?: AuditSetting;
   /**
@@ -133,6 +152,13 @@ export interface Engine {
   diff(from?: string, to?: string, options?: DiffOptions): DiffResult;
   /** Brings the live tree back to a snapshot (saving the live tree first, so it can be undone). */
   restore(ref: string): RestoreResult;
+  /** A snapshot's tree to list and read (`live`: the live tree), without restoring it. */
+  view(ref: string): TreeReader;
+  /**
+   * The diff of what one committed call changed (its `run_id`), when the engine keeps a change log
+   * (`changeLog`) and still holds that call; null otherwise.
+   */
+  changes(runId: string, options?: Pick<DiffOptions, 'path' | 'stat_only' | 'max_patch_chars'>): (TreeDiff & { run_id: string }) | null;
   /** Copies a host folder into the VFS as one atomic change (links are never followed). */
   importFrom(hostDir: string, vfsPath?: string, onProgress?: (files: number) => void): TransferReport;
   /** Copies a VFS folder or file to a host folder, never writing outside it. */
@@ -160,6 +186,15 @@ function checkNumbers<T extends object>(defaults: T, given: Partial<T>, name: st
 
 const checkPolicy = (policy: Partial<Policy>) => checkNumbers(DEFAULT_POLICY, policy, 'policy');
 const checkQuota = (quota: Partial<VfsQuota>) => checkNumbers(DEFAULT_VFS_QUOTA, quota, 'vfsQuota');
+
+function changeLogLimits(given: EngineOptions['changeLog']): ChangeLogLimits | null {
+  if (given === undefined || given === false) return null;
+  if (given === true) return { ...DEFAULT_CHANGE_LOG };
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw new EngineConfigError(`changeLog must be true, false or { bytes, file_bytes } (got ${JSON.stringify(given)})`, 'changeLog');
+  }
+  return checkNumbers(DEFAULT_CHANGE_LOG, given, 'changeLog');
+}
 
 /** How often a read-only open reads the state again when its holder changed it meanwhile. */
 const READ_ONLY_ATTEMPTS = 50;
@@ -255,6 +290,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   // Options given in code override the project's arium.json, field by field.
   const policy = checkPolicy({ ...config.policy, ...options.policy });
   const vfsQuota = checkQuota({ ...config.vfs, ...options.vfsQuota });
+  const changeLog = changeLogLimits(options.changeLog);
   let grants: GrantSet;
   try {
     grants = new GrantSet(options.grants ?? config.grants ?? defaultGrants(catalog));
@@ -375,12 +411,15 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     limiter: new Limiter(policy.concurrency, policy.tool_concurrency, policy.queue_length),
   });
 
+  if (changeLog) state.changeLog = new ChangeLog(changeLog);
+  const hostVfs = new HostVfs(state);
+
   let closed: Promise<void> | null = null;
   const engine: Engine = {
     project,
     projectDir,
     events: bus,
-    vfs: new HostVfs(state),
+    vfs: hostVfs,
     recovery: state.recovery,
     readOnly: state.readOnly,
     config,
@@ -403,6 +442,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     snapshots: () => [...state.snapshots],
     diff: (from, to, diffOptions) => diff(state, from, to, diffOptions),
     restore: (ref) => restore(state, ref),
+    view: (ref) => (ref === 'live' ? hostVfs : new TreeView(state, ref)),
+    changes: (runId, changeOptions = {}) => {
+      const filter = changeOptions.path === undefined ? undefined : pathFilter(changeOptions.path);
+      const found = state.changeLog?.diff(runId, {
+        ...(filter ? { filter } : {}),
+        patches: changeOptions.stat_only !== true,
+        ...(changeOptions.max_patch_chars ? { max_patch_chars: changeOptions.max_patch_chars } : {}),
+      });
+      return found ? { run_id: runId, ...found } : null;
+    },
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { ErrorInfo } from './errors.js';
+import type { LogLine } from './result.js';
 
 /** Common fields of every event. */
 interface BaseEvent {
@@ -35,6 +36,8 @@ export interface ToolResultEvent extends BaseEvent {
   vfs: VfsChangeSummary | null;
   /** How many times the tool ran: more than 1 when a run lost a race to another call's commit and ran again. */
   attempts: number;
+  /** Lines the tool logged (bounded by the policy's `log_bytes`), when it logged any. */
+  logs?: LogLine[];
 }
 
 export interface ToolErrorEvent extends BaseEvent {
@@ -46,6 +49,8 @@ export interface ToolErrorEvent extends BaseEvent {
   attempts: number;
   /** The input as the tool got it (defaults filled in), once the call passed validation. */
   input?: unknown;
+  /** Lines the tool logged before it failed, when it logged any. */
+  logs?: LogLine[];
 }
 
 export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {

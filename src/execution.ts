@@ -130,7 +130,7 @@ export class Executor {
       const outputBytes = this.#check(tool, output, limits);
       // A call running alone must commit before anyone else; the others wait for it here.
       if (!alone && this.#gate.held && vfs.transaction.ops.length > 0) await this.#gate.passed(signal);
-      return this.#commit(vfs, canLose, signal) ? { output, outputBytes, vfs } : null;
+      return this.#commit(vfs, canLose, signal, call.meta.run_id) ? { output, outputBytes, vfs } : null;
     } finally {
       this.#d.state.end(vfs.transaction);
     }
@@ -143,7 +143,7 @@ export class Executor {
       if (call.signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
       const output = (call.runner.runSync as (ctx: RunContext) => unknown)(ctx);
       const outputBytes = this.#check(call.tool, output, limits);
-      return this.#commit(vfs, canLose, call.signal) ? { output, outputBytes, vfs } : null;
+      return this.#commit(vfs, canLose, call.signal, call.meta.run_id) ? { output, outputBytes, vfs } : null;
     } finally {
       release();
       this.#settle(call, vfs, logs);
@@ -196,10 +196,10 @@ export class Executor {
    * Only now, with the output accepted, do the call's VFS changes become visible and durable. False
    * when the commit lost a race and the call may run again.
    */
-  #commit(vfs: ToolVfs, canLose: boolean, signal: AbortSignal | undefined): boolean {
+  #commit(vfs: ToolVfs, canLose: boolean, signal: AbortSignal | undefined, runId: string): boolean {
     if (signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before its changes were committed');
     try {
-      this.#d.state.commit(vfs.transaction);
+      this.#d.state.commit(vfs.transaction, runId);
       return true;
     } catch (error) {
       if (canLose && error instanceof ToolFailure && error.code === 'CONFLICT') return false;

@@ -6,6 +6,7 @@ import { collectGarbage, type GcReport } from './gc.js';
 import type { SnapshotInfo, VfsState } from './state.js';
 import type { Transaction } from './transaction.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
+import { decodeTree } from './tree-index.js';
 import type { ListOptions, VfsEntry, VfsStat, WriteOptions, WriteOutcome } from './vfs.js';
 import type { VfsView } from './view.js';
 
@@ -57,20 +58,22 @@ function reading<T>(what: string, read: () => T): T {
   }
 }
 
+/** The files a diff's `path` glob keeps. */
+export function pathFilter(glob: string): (path: string) => boolean {
+  if (!glob.startsWith('/')) {
+    throw new ToolFailure('validation', 'INVALID_INPUT', `The path filter must be an absolute VFS glob such as /src/** (got "${glob}")`);
+  }
+  const re = globToRegExp(glob);
+  return (p) => re.test(p);
+}
+
 /** Compares two trees, each `live` or a snapshot. By default: the newest snapshot against the live tree. */
 export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | undefined, options: DiffOptions = {}): DiffResult {
   const fromRef = from ?? (state.snapshots.length > 0 ? 'latest' : 'empty');
   const toRef = to ?? 'live';
   const a = fromRef === 'empty' ? { root: null, snapshot: null } : rootOf(state, fromRef);
   const b = rootOf(state, toRef);
-  let filter: ((path: string) => boolean) | undefined;
-  if (options.path !== undefined) {
-    if (!options.path.startsWith('/')) {
-      throw new ToolFailure('validation', 'INVALID_INPUT', `The path filter must be an absolute VFS glob such as /src/** (got "${options.path}")`);
-    }
-    const re = globToRegExp(options.path);
-    filter = (p) => re.test(p);
-  }
+  const filter = options.path === undefined ? undefined : pathFilter(options.path);
   const result = reading(`The diff of ${fromRef} and ${toRef}`, () =>
     diffTrees(state.objects, a.root, b.root, {
       ...(filter ? { filter } : {}),
@@ -79,6 +82,66 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
     }),
   );
   return { from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result };
+}
+
+/** What a tree can be asked by someone looking at it: the live tree, or a snapshot's (`TreeView`). */
+export interface TreeReader {
+  list(path: unknown): { entries: VfsEntry[]; truncated: boolean };
+  read(path: unknown): Buffer;
+}
+
+/**
+ * A snapshot's tree, read from its stored objects (nothing is materialized): one folder's entries, or
+ * one file, with the live tree's errors for a path that is missing or of the other type.
+ */
+export class TreeView implements TreeReader {
+  readonly snapshot: SnapshotInfo;
+  readonly #state: VfsState;
+
+  constructor(state: VfsState, ref: TreeRef) {
+    this.#state = state;
+    this.snapshot = state.resolveSnapshot(ref);
+  }
+
+  /** The tree entry at `path`; the root is a folder with no entry of its own. */
+  #entry(path: string): { type: 'd' | 'f'; hash: string; size: number } {
+    let current: { type: 'd' | 'f'; hash: string; size: number } = { type: 'd', hash: this.snapshot.root, size: 0 };
+    let walked = '';
+    for (const name of path.split('/').filter(Boolean)) {
+      if (current.type !== 'd') throw notThere('NOT_A_DIRECTORY', `Not a directory: ${walked} (in snapshot ${this.snapshot.id})`, path);
+      walked += `/${name}`;
+      const found = decodeTree(this.#state.objects.get('tree', current.hash)).find((e) => e[0] === name);
+      if (!found) throw notThere('NOT_FOUND', `No such file or directory: ${path} (in snapshot ${this.snapshot.id})`, path);
+      current = { type: found[1] === 'd' ? 'd' : 'f', hash: found[2], size: found[3] };
+    }
+    return current;
+  }
+
+  list(rawPath: unknown): { entries: VfsEntry[]; truncated: boolean } {
+    const path = this.#state.vfs.resolve(rawPath);
+    return reading(`Snapshot ${this.snapshot.id}`, () => {
+      const dir = this.#entry(path);
+      if (dir.type !== 'd') throw notThere('NOT_A_DIRECTORY', `Not a directory: ${path} (in snapshot ${this.snapshot.id})`, path);
+      const entries = decodeTree(this.#state.objects.get('tree', dir.hash)).map(([name, kind, , size]): VfsEntry => {
+        const type = kind === 'd' ? 'directory' : 'file';
+        return { path: path === '/' ? `/${name}` : `${path}/${name}`, name, type, size: type === 'file' ? size : 0 };
+      });
+      return { entries, truncated: false };
+    });
+  }
+
+  read(rawPath: unknown): Buffer {
+    const path = this.#state.vfs.resolve(rawPath);
+    return reading(`Snapshot ${this.snapshot.id}`, () => {
+      const file = this.#entry(path);
+      if (file.type !== 'f') throw notThere('IS_A_DIRECTORY', `Is a directory, not a file: ${path} (in snapshot ${this.snapshot.id})`, path);
+      return this.#state.objects.get('blob', file.hash);
+    });
+  }
+}
+
+function notThere(code: 'NOT_FOUND' | 'NOT_A_DIRECTORY' | 'IS_A_DIRECTORY', message: string, path: string): ToolFailure {
+  return new ToolFailure('execution', code, message, { details: { path } });
 }
 
 /**

@@ -5,6 +5,7 @@ import { JournalCorruptError, type JournalOp, type JournalRecord } from '../stor
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore, PACK_MIN_OBJECTS } from '../store/objects.js';
 import type { JournalPort, LiveRef, StateStore } from '../store/port.js';
+import type { ChangeLog } from './change-log.js';
 import { parentOf } from './path.js';
 import { imageOf, type NodeImage, ReadView } from './read-view.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
@@ -79,6 +80,8 @@ export class VfsState {
   readonly store: StateStore | null;
   readonly recovery: RecoveryReport = { torn_bytes: 0, lost: [] };
   readonly objects: Objects;
+  /** Keeps what each committed call changed, when someone looks at calls (`EngineOptions.changeLog`). */
+  changeLog: ChangeLog | null = null;
   readonly #index = new TreeIndex();
   #journal: JournalPort | null = null;
   readonly #checkpointBytes: number;
@@ -204,7 +207,7 @@ export class VfsState {
    * every committed call acts as if it had run alone), or when its changes no longer apply; with
    * UNAVAILABLE when they cannot be made durable.
    */
-  commit(txn: Transaction): void {
+  commit(txn: Transaction, runId?: string): void {
     this.end(txn);
     if (txn.ops.length === 0) return;
     this.assertWritable('The call');
@@ -235,7 +238,9 @@ export class VfsState {
         cause: error,
       });
     }
+    const recording = runId !== undefined && this.changeLog ? this.changeLog.begin(this.vfs, txn.ops) : null;
     this.#durably(txn.handOver(), true);
+    recording?.finish(runId as string);
   }
 
   /** Journals `ops` (when durable) and applies them to the committed tree. */

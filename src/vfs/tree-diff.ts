@@ -102,7 +102,6 @@ export function diffTrees(objects: Objects, from: string | null, to: string | nu
   for (const c of raw) if (c.status === 'deleted' && c.before) deletedByHash.set(c.before[2], [...(deletedByHash.get(c.before[2]) ?? []), c]);
   const renamedFrom = new Set<RawChange>();
   const files: FileChange[] = [];
-  const budget = { left: options.max_patch_chars ?? DEFAULT_DIFF_LIMITS.max_patch_chars, exhausted: false };
   for (const c of raw) {
     if (c.status === 'added' && c.after) {
       const source = deletedByHash.get(c.after[2])?.find((d) => !renamedFrom.has(d));
@@ -140,13 +139,33 @@ export function diffTrees(objects: Objects, from: string | null, to: string | nu
     .filter((f) => !options.filter || options.filter(f.path) || (f.from !== undefined && options.filter(f.from)))
     .sort((x, y) => (x.path < y.path ? -1 : 1));
   const byPath = new Map(raw.map((r) => [r.path, r]));
-  for (const f of kept) {
+  return completeDiff(
+    kept,
+    (f) => {
+      const r = byPath.get(f.path) as RawChange;
+      return { before: r.before ? objects.get('blob', r.before[2]) : null, after: r.after ? objects.get('blob', r.after[2]) : null };
+    },
+    options,
+  );
+}
+
+/**
+ * Fills in line counts and patches of changed files (sorted, renames found) from their contents, within
+ * the output budget, and sums them up. `contents` gives a file's bytes before and after, or null when
+ * they were not kept (then the file is listed with its note and no patch).
+ */
+export function completeDiff(
+  files: FileChange[],
+  contents: (file: FileChange) => { before: Buffer | null; after: Buffer | null } | null,
+  options: Pick<TreeDiffOptions, 'patches' | 'max_patch_chars'> = {},
+): TreeDiff {
+  const budget = { left: options.max_patch_chars ?? DEFAULT_DIFF_LIMITS.max_patch_chars, exhausted: false };
+  for (const f of files) {
     // Line counts are computed without patches too: `--stat` is mostly about them.
     if (f.status === 'renamed') continue;
-    const r = byPath.get(f.path) as RawChange;
-    const before = r.before ? objects.get('blob', r.before[2]) : null;
-    const after = r.after ? objects.get('blob', r.after[2]) : null;
-    const d = diffFiles(f.path, before, after);
+    const content = contents(f);
+    if (content === null) continue;
+    const d = diffFiles(f.path, content.before, content.after);
     f.binary = d.binary;
     f.lines_added = d.added;
     f.lines_removed = d.removed;
@@ -161,17 +180,17 @@ export function diffTrees(objects: Objects, from: string | null, to: string | nu
       }
     }
   }
-  const count = (s: ChangeStatus) => kept.filter((f) => f.status === s).length;
+  const count = (s: ChangeStatus) => files.filter((f) => f.status === s).length;
   const result: TreeDiff = {
-    files: kept,
+    files,
     stats: {
-      files_changed: kept.length,
+      files_changed: files.length,
       added: count('added'),
       modified: count('modified'),
       deleted: count('deleted'),
       renamed: count('renamed'),
-      lines_added: kept.reduce((n, f) => n + f.lines_added, 0),
-      lines_removed: kept.reduce((n, f) => n + f.lines_removed, 0),
+      lines_added: files.reduce((n, f) => n + f.lines_added, 0),
+      lines_removed: files.reduce((n, f) => n + f.lines_removed, 0),
     },
   };
   if (budget.exhausted)

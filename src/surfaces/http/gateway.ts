@@ -1,6 +1,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { readdirSync, statSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { join } from 'node:path';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
@@ -8,8 +10,10 @@ import { ToolFailure } from '../../errors.js';
 import type { EngineEvent } from '../../events.js';
 import { ProjectLockedError } from '../../store/lock.js';
 import type { ToolInfo } from '../../tool.js';
+import { asText } from '../../vfs/text-diff.js';
 import { surfaceFilter } from '../mcp/profile.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
+import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
 import { McpSessions } from './mcp-http.js';
 
 /**
@@ -31,6 +35,13 @@ export interface GatewayOptions {
   eventBuffer?: number;
   /** More engine options for every project opened (tests: `persist: false`). */
   engineOptions?: Omit<EngineOptions, 'workspace' | 'project'>;
+  /**
+   * Serve the inspector page at `/` and keep each project's change log for it (default true); its
+   * API routes (`/v1/fs/*`, `/v1/runs/…/diff`, `/v1/project`) are served either way.
+   */
+  inspector?: boolean;
+  /** Where the built inspector is (default: `dist/inspector` of this installation). */
+  inspectorDir?: string;
 }
 
 export interface Gateway {
@@ -59,6 +70,9 @@ const RUN_BODY_SCHEMA = {
   },
 } as const;
 
+/** `stat=true` in a query string: the gateway's validator does not coerce types, so the flag is a word. */
+const STAT_QUERY = { type: 'string', enum: ['true', 'false'], description: 'true: file list and counts only, no patches' } as const;
+
 const ERROR_RESPONSES = Object.fromEntries(
   [400, 401, 403, 404, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
 );
@@ -74,13 +88,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const served = new Map<string, Promise<Served>>();
   const opened = new Map<string, Engine>();
   const mcp = new McpSessions();
+  const inspector = options.inspector !== false;
   let closing = false;
 
   const open = (project: string): Promise<Served> => {
     let entry = served.get(project);
     if (!entry) {
       entry = (async () => {
-        const engine = await createEngine({ watch: true, ...options.engineOptions, workspace: options.workspace, project });
+        const engine = await createEngine({
+          watch: true,
+          ...(inspector ? { changeLog: true } : {}),
+          ...options.engineOptions,
+          workspace: options.workspace,
+          project,
+        });
         if (closing) {
           await engine.close();
           throw new ToolFailure('transport', 'UNAVAILABLE', 'The gateway is shutting down');
@@ -129,7 +150,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   const expected = options.apiKey ? digest(options.apiKey) : null;
   app.addHook('onRequest', async (request, reply) => {
-    if (!expected || request.url === '/healthz') return;
+    if (!expected || request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return;
     const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
     // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
     if (given === null || !timingSafeEqual(digest(given), expected)) {
@@ -187,6 +208,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
+  if (inspector) await registerInspector(app, options.inspectorDir ?? builtInspector());
+
   const routes = async (scope: FastifyInstance, fixed: string | null) => {
     // Which engine a request is for: the default project, or the one named in the path.
     scope.addHook('preHandler', async (request) => {
@@ -213,14 +236,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
     scope.get(
       '/v1/tools',
-      { schema: { summary: 'The tools this gateway offers', response: { 200: { type: 'object', properties: { tools: { type: 'array' } } } } } },
+      {
+        schema: {
+          summary: 'The tools this gateway offers, and the definition files that did not load',
+          response: { 200: { type: 'object', properties: { tools: { type: 'array' }, problems: { type: 'array' } } } },
+        },
+      },
       async (request) => {
         const show = visible(request);
+        const { engine } = engineOf(request);
         return {
-          tools: engineOf(request)
-            .engine.tools()
+          tools: engine
+            .tools()
             .filter((t) => show(t.id))
             .map(publicTool),
+          // A file that did not load is shown with its problem whatever the profile: it offers no tool.
+          problems: engine.problems(),
         };
       },
     );
@@ -312,13 +343,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           querystring: {
             type: 'object',
             additionalProperties: false,
-            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, stat: { type: 'boolean' } },
+            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, stat: STAT_QUERY },
           },
         },
       },
       async (request) => {
-        const q = request.query as { from?: string; to?: string; path?: string; stat?: boolean };
-        return engineOf(request).engine.diff(q.from, q.to, { ...(q.path ? { path: q.path } : {}), ...(q.stat ? { stat_only: true } : {}) });
+        const q = request.query as { from?: string; to?: string; path?: string; stat?: string };
+        return engineOf(request).engine.diff(q.from, q.to, {
+          ...(q.path ? { path: q.path } : {}),
+          ...(q.stat === 'true' ? { stat_only: true } : {}),
+        });
       },
     );
 
@@ -331,6 +365,96 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         },
       },
       async (request) => engineOf(request).engine.restore((request.body as { ref: string }).ref),
+    );
+
+    scope.get('/v1/project', { schema: { summary: 'The project served here, and the projects of the workspace' } }, async (request) => {
+      const { engine } = engineOf(request);
+      return {
+        project: engine.project,
+        projects: workspaceProjects(options.workspace),
+        read_only: engine.readOnly !== null,
+        persist: engine.config.persist !== false && options.engineOptions?.persist !== false,
+        change_log: inspector || options.engineOptions?.changeLog !== undefined,
+      };
+    });
+
+    const TREE_QUERY = {
+      type: 'object',
+      required: ['path'],
+      additionalProperties: false,
+      properties: {
+        path: { type: 'string', minLength: 1, description: 'An absolute VFS path' },
+        at: { type: 'string', minLength: 1, description: '`live` (default) or a snapshot: id, prefix, label, `latest`' },
+      },
+    } as const;
+
+    scope.get(
+      '/v1/fs/list',
+      { schema: { summary: 'The entries of one folder of the live tree or of a snapshot (folders first, then by name)', querystring: TREE_QUERY } },
+      async (request) => {
+        const q = request.query as { path: string; at?: string };
+        const at = q.at ?? 'live';
+        const { entries } = engineOf(request).engine.view(at).list(q.path);
+        const sorted = [...entries].sort((a, b) =>
+          a.type === b.type ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.type === 'directory' ? -1 : 1,
+        );
+        return { at, path: q.path, entries: sorted };
+      },
+    );
+
+    scope.get(
+      '/v1/fs/read',
+      { schema: { summary: 'One file of the live tree or of a snapshot: text up to 1 MiB, or its size and hash', querystring: TREE_QUERY } },
+      async (request) => {
+        const q = request.query as { path: string; at?: string };
+        const at = q.at ?? 'live';
+        const bytes = engineOf(request).engine.view(at).read(q.path);
+        const head = bytes.length > FILE_TEXT_BYTES ? bytes.subarray(0, FILE_TEXT_BYTES) : bytes;
+        // A cut may split a character: the text is what decodes, the cut noted.
+        const text = asText(head) ?? (bytes.length > FILE_TEXT_BYTES ? asText(head.subarray(0, lastCharBoundary(head))) : null);
+        return {
+          at,
+          path: q.path,
+          size: bytes.length,
+          sha256: createHash('sha256').update(bytes).digest('hex'),
+          binary: text === null,
+          text,
+          truncated: text !== null && bytes.length > FILE_TEXT_BYTES,
+        };
+      },
+    );
+
+    scope.get(
+      '/v1/runs/:run_id/diff',
+      {
+        schema: {
+          summary: 'What one committed call changed in the VFS, while the change log still holds it',
+          params: { type: 'object', properties: { run_id: { type: 'string', maxLength: 200 } } },
+          querystring: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { path: { type: 'string' }, stat: STAT_QUERY },
+          },
+        },
+      },
+      async (request, reply) => {
+        const { run_id: runId } = request.params as { run_id: string };
+        const q = request.query as { path?: string; stat?: string };
+        const found = engineOf(request).engine.changes(runId, {
+          ...(q.path ? { path: q.path } : {}),
+          ...(q.stat === 'true' ? { stat_only: true } : {}),
+        });
+        if (found) return found;
+        return send(
+          reply,
+          404,
+          errorEnvelope(
+            'NOT_FOUND',
+            `No changes of run ${runId} are kept: it changed no file, failed, is older than what the change log holds, or this gateway keeps no change log`,
+            { details: { run_id: runId } },
+          ),
+        );
+      },
     );
 
     scope.get('/v1/events', { schema: { summary: 'Engine events as server-sent events; Last-Event-ID resumes' } }, async (request, reply) => {
@@ -398,6 +522,37 @@ function failureStatus(failure: ToolFailure): number {
 function publicTool(tool: ToolInfo): Record<string, unknown> {
   const { id, name, description, runner, schema, output_schema, permissions, examples, limits } = tool;
   return { id, name, description, runner, schema, output_schema, permissions, examples, limits };
+}
+
+/** How much of a file `/v1/fs/read` returns as text. */
+const FILE_TEXT_BYTES = 1024 * 1024;
+
+/** Where the last whole UTF-8 character of `bytes` ends (a cut file ends inside one at most). */
+function lastCharBoundary(bytes: Buffer): number {
+  let end = bytes.length;
+  // Step back over continuation bytes (10xxxxxx) to the lead byte of the cut character, and drop it.
+  while (end > 0 && ((bytes[end - 1] as number) & 0xc0) === 0x80) end--;
+  return end > 0 && (bytes[end - 1] as number) >= 0xc0 ? end - 1 : bytes.length;
+}
+
+/** The project folders of a workspace (those with a tools folder or an arium.json), by name. */
+function workspaceProjects(workspace: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(workspace);
+  } catch {
+    return [];
+  }
+  const isProject = (name: string) => {
+    for (const marker of ['tools', 'arium.json']) {
+      try {
+        statSync(join(workspace, name, marker));
+        return true;
+      } catch {}
+    }
+    return false;
+  };
+  return names.filter((name) => !name.startsWith('.') && isProject(name)).sort();
 }
 
 function digest(text: string): Buffer {
