@@ -4,7 +4,7 @@ import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
-import { useVirtualList } from './virtual';
+import { useActiveRow, useVirtualList } from './virtual';
 
 const ROW_HEIGHT = 34;
 
@@ -27,7 +27,6 @@ export function ActivityView({ status }: { status: string }) {
   const version = useStore(events);
   const [filters, setFilters] = useState<Filters>({ tool: '', status: '', stage: '', run: '' });
   const [selected, setSelected] = useState<string | null>(null);
-  const [active, setActive] = useState(0);
   const [diffRun, setDiffRun] = useState<string | null>(null);
   const scrollRef = useRef<HTMLDivElement>(null);
 
@@ -43,27 +42,29 @@ export function ActivityView({ status }: { status: string }) {
   const toolNames = useMemo(() => [...new Set(events.rows.map((r) => r.tool).filter(Boolean))].sort(), [version]);
   const stages = useMemo(() => [...new Set(events.rows.map((r) => r.stage).filter((s): s is string => s !== null))].sort(), [version]);
   const list = useVirtualList(scrollRef, rows.length, ROW_HEIGHT);
+  const active = useActiveRow(rows.length);
+  const activeIndex = active.get();
   const current = selected ? (rows.find((r) => r.key === selected) ?? events.rows.find((r) => r.key === selected) ?? null) : null;
 
   const set = (patch: Partial<Filters>) => setFilters({ ...filters, ...patch });
   const onKey = (e: KeyboardEvent) => {
     if (rows.length === 0) return;
-    let next = active;
-    if (e.key === 'ArrowDown') next = Math.min(rows.length - 1, active + 1);
-    else if (e.key === 'ArrowUp') next = Math.max(0, active - 1);
+    const current = active.get();
+    let next = current;
+    if (e.key === 'ArrowDown') next = Math.min(rows.length - 1, current + 1);
+    else if (e.key === 'ArrowUp') next = Math.max(0, current - 1);
     else if (e.key === 'Home') next = 0;
     else if (e.key === 'End') next = rows.length - 1;
     else if (e.key === 'Enter' || e.key === ' ') {
-      const row = rows[active];
+      const row = rows[current];
       if (row) setSelected(row.key);
       e.preventDefault();
       return;
     } else return;
     e.preventDefault();
-    setActive(next);
+    active.set(next);
     list.scrollToIndex(next);
   };
-  const activeIndex = Math.min(active, Math.max(0, rows.length - 1));
 
   return (
     <div class="split activity">
@@ -129,7 +130,7 @@ export function ActivityView({ status }: { status: string }) {
             const index = Number((e.target as HTMLElement).closest<HTMLElement>('[data-index]')?.dataset.index);
             const row = rows[index];
             if (!row) return;
-            setActive(index);
+            active.set(index);
             setSelected(row.key);
           }}
           data-testid="activity-list"

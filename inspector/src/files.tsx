@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, describeError, type FsEntry, type FsFile, query, type Snapshot } from './api';
 import { highlighted, languageOf } from './highlight';
-import { useVirtualList } from './virtual';
+import { useActiveRow, useVirtualList } from './virtual';
 
 const ROW_HEIGHT = 28;
 
@@ -16,11 +16,19 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
   const [at, setAt] = useState('live');
   const [children, setChildren] = useState<Map<string, Children>>(new Map());
   const [expanded, setExpanded] = useState<Set<string>>(new Set(['/']));
-  const [active, setActive] = useState(0);
   const [openPath, setOpenPath] = useState<string | null>(null);
   const scrollRef = useRef<HTMLDivElement>(null);
   // The latest answers by folder, so that a load started before a switch of tree is dropped.
   const generation = useRef(0);
+
+  const reload = (path: string) => {
+    const gen = generation.current;
+    api<{ entries: FsEntry[] }>(`/v1/fs/list${query({ path, at })}`).then(
+      (answer) => gen === generation.current && setChildren((m) => new Map(m).set(path, answer.entries)),
+      // A folder that is gone closes.
+      () => gen === generation.current && setChildren((m) => new Map(m).set(path, [])),
+    );
+  };
 
   const load = (path: string) => {
     const gen = generation.current;
@@ -31,12 +39,20 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
     );
   };
 
-  // A new tree (another snapshot, or live after a change): reload the open folders.
+  // Another tree: start from its root, with the same folders open.
   useEffect(() => {
     generation.current++;
     setChildren(new Map());
     for (const path of expanded) load(path);
-  }, [at, refreshKey]);
+  }, [at]);
+
+  // The live tree changed: reload the open folders in place, the rows staying until their answers arrive.
+  const seenKey = useRef(refreshKey);
+  useEffect(() => {
+    if (seenKey.current === refreshKey) return;
+    seenKey.current = refreshKey;
+    if (at === 'live') for (const path of expanded) reload(path);
+  }, [refreshKey]);
 
   const rows = useMemo(() => {
     const out: TreeRow[] = [];
@@ -53,7 +69,8 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
   }, [children, expanded]);
 
   const list = useVirtualList(scrollRef, rows.length, ROW_HEIGHT);
-  const activeIndex = Math.min(active, Math.max(0, rows.length - 1));
+  const active = useActiveRow(rows.length);
+  const activeIndex = active.get();
 
   const toggle = (entry: FsEntry, open?: boolean) => {
     const isOpen = expanded.has(entry.path);
@@ -72,15 +89,16 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
   };
 
   const onKey = (e: KeyboardEvent) => {
-    const row = rows[activeIndex];
+    const current = active.get();
+    const row = rows[current];
     if (!row) return;
-    let next = activeIndex;
+    let next = current;
     switch (e.key) {
       case 'ArrowDown':
-        next = Math.min(rows.length - 1, activeIndex + 1);
+        next = Math.min(rows.length - 1, current + 1);
         break;
       case 'ArrowUp':
-        next = Math.max(0, activeIndex - 1);
+        next = Math.max(0, current - 1);
         break;
       case 'Home':
         next = 0;
@@ -94,7 +112,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
       case 'ArrowLeft':
         if (row.entry.type === 'directory' && expanded.has(row.entry.path)) toggle(row.entry, false);
         else {
-          const parent = rows.findLastIndex((r, i) => i < activeIndex && r.depth < row.depth);
+          const parent = rows.findLastIndex((r, i) => i < current && r.depth < row.depth);
           if (parent >= 0) next = parent;
         }
         break;
@@ -106,7 +124,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
         return;
     }
     e.preventDefault();
-    setActive(next);
+    active.set(next);
     list.scrollToIndex(next);
   };
 
@@ -153,7 +171,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
             const index = Number((e.target as HTMLElement).closest<HTMLElement>('[data-index]')?.dataset.index);
             const row = rows[index];
             if (!row) return;
-            setActive(index);
+            active.set(index);
             activate(row);
           }}
           data-testid="file-tree"
@@ -190,7 +208,11 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
         </div>
       </section>
       <section class="main" aria-label="File">
-        {openPath ? <FileView key={`${at} ${openPath} ${refreshKey}`} path={openPath} at={at} /> : <p class="muted">Choose a file.</p>}
+        {openPath ? (
+          <FileView key={`${at} ${openPath} ${at === 'live' ? refreshKey : ''}`} path={openPath} at={at} />
+        ) : (
+          <p class="muted">Choose a file.</p>
+        )}
       </section>
     </div>
   );

@@ -1,6 +1,6 @@
 import { elementScroll, observeElementOffset, observeElementRect, type VirtualItem, Virtualizer } from '@tanstack/virtual-core';
 import type { RefObject } from 'preact';
-import { useLayoutEffect, useMemo, useReducer, useState } from 'preact/hooks';
+import { useLayoutEffect, useMemo, useReducer, useRef, useState } from 'preact/hooks';
 
 export interface VirtualList {
   items: VirtualItem[];
@@ -43,5 +43,22 @@ export function useVirtualList(scrollRef: RefObject<HTMLElement | null>, count: 
     items: virtualizer.getVirtualItems(),
     totalSize: virtualizer.getTotalSize(),
     scrollToIndex: (index) => virtualizer.scrollToIndex(index, { align: 'auto' }),
+  };
+}
+
+/**
+ * The row the keyboard is on. Read through `get()` in handlers: keys pressed faster than the page
+ * re-renders then still add up.
+ */
+export function useActiveRow(count: number): { get(): number; set(index: number): void } {
+  const ref = useRef(0);
+  const [, rerender] = useReducer((n: number) => n + 1, 0);
+  ref.current = Math.min(ref.current, Math.max(0, count - 1));
+  return {
+    get: () => ref.current,
+    set: (index) => {
+      ref.current = index;
+      rerender(0);
+    },
   };
 }
