@@ -1,0 +1,475 @@
+/// <reference lib="dom" />
+/// <reference lib="dom.iterable" />
+// The functions given to page.evaluate run in the browser: they are typed against the DOM.
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
+
+/**
+ * The web inspector in a real browser (Debian's chromium through playwright-core) against a gateway
+ * serving a copy of workspace/demo. Every test drives the page as a user would and reads the DOM.
+ * Screenshots and timings land in test-results/inspector/ (timings are recorded, never asserted).
+ */
+
+const CHROMIUM = '/usr/bin/chromium';
+const ROOT = join(import.meta.dirname, '..');
+const BUILT = join(ROOT, 'dist', 'inspector');
+const OUT = join(ROOT, 'test-results', 'inspector');
+const haveChromium = existsSync(CHROMIUM);
+
+if (!haveChromium && process.env.CI) {
+  describe('inspector (browser)', () => {
+    it('needs chromium', () => {
+      throw new Error(`The inspector's browser tests need ${CHROMIUM} on CI: apt-get install chromium`);
+    });
+  });
+} else if (!haveChromium) {
+  describe.skip(`inspector (browser): skipped, no ${CHROMIUM} (apt-get install chromium)`, () => {
+    it('needs chromium', () => {});
+  });
+}
+
+describe.runIf(haveChromium)('inspector (browser)', () => {
+  let workspace: string;
+  let gateway: Gateway;
+  let base: string;
+  let browser: Browser;
+  const requests: string[] = [];
+  const consoleProblems: string[] = [];
+  const pageErrors: string[] = [];
+  const dialogs: string[] = [];
+  const failed: string[] = [];
+  const timings: Record<string, number> = {};
+  const contexts: BrowserContext[] = [];
+
+  beforeAll(async () => {
+    // `npm test` builds first; a test run on its own builds when nothing is there.
+    if (!existsSync(join(BUILT, 'index.html'))) {
+      const { build } = await import('vite');
+      await build({ configFile: join(ROOT, 'inspector', 'vite.config.ts'), logLevel: 'warn' });
+    }
+    mkdirSync(OUT, { recursive: true });
+    workspace = mkdtempSync(join(tmpdir(), 'arium-inspector-'));
+    cpSync(join(ROOT, 'workspace', 'demo'), join(workspace, 'demo'), { recursive: true, filter: (source) => !source.includes('.arium') });
+    gateway = await createGateway({ workspace, project: 'demo', engineOptions: { persist: false } });
+    base = await gateway.app.listen({ port: 0, host: '127.0.0.1' });
+    // The engine opens on its first request: warm it, so that the page's timings are the page's.
+    await fetch(`${base}/v1/tools`);
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  }, 60_000);
+
+  // A test's pages close with it: a page left open would go on following the tree the next test changes.
+  afterEach(async () => {
+    for (const context of contexts.splice(0)) await context.close().catch(() => {});
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await gateway?.close();
+    if (workspace) rmSync(workspace, { recursive: true, force: true });
+    if (browser) {
+      writeFileSync(
+        join(OUT, 'timings.json'),
+        `${JSON.stringify({ date: new Date().toISOString(), chromium: browser.version(), timings_ms: timings }, null, 2)}\n`,
+      );
+    }
+  });
+
+  /** A fresh page: every request, console problem, uncaught error and dialog is recorded. */
+  async function open(path = '/', options: { colorScheme?: 'light' | 'dark' } = {}): Promise<Page> {
+    const context = await browser.newContext({ viewport: { width: 1360, height: 860 }, colorScheme: options.colorScheme ?? 'light' });
+    contexts.push(context);
+    context.setDefaultTimeout(10_000);
+    const page = await context.newPage();
+    page.on('request', (request) => requests.push(request.url()));
+    page.on('console', (message) => {
+      // Failed requests are checked one by one below, from their responses.
+      if (/^Failed to load resource/.test(message.text())) return;
+      if (message.type() === 'error' || /Content Security Policy|Refused to/i.test(message.text())) consoleProblems.push(message.text());
+    });
+    page.on('response', (response) => {
+      if (response.status() >= 400) failed.push(`${response.status()} ${response.request().method()} ${new URL(response.url()).pathname}`);
+    });
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    page.on('dialog', (dialog) => {
+      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
+      void dialog.dismiss();
+    });
+    await page.goto(`${base}${path}`);
+    return page;
+  }
+
+  const engine = () => {
+    const found = gateway.engines().get('demo');
+    if (!found) throw new Error('the demo engine is not open yet');
+    return found;
+  };
+
+  async function tab(page: Page, name: string): Promise<void> {
+    await page.getByRole('tab', { name }).click();
+  }
+
+  async function runFsWrite(page: Page, path: string, content: string): Promise<string> {
+    await tab(page, 'Tools');
+    await page.locator('.tool-item', { hasText: 'fs.write' }).click();
+    const form = page.locator('form.run-form');
+    await form.locator('[data-pointer="/path"] input').fill(path);
+    await form.locator('[data-pointer="/content"] textarea').fill(content);
+    await form.getByRole('button', { name: 'Run' }).click();
+    const result = page.getByTestId('run-result');
+    await expectText(result, '"bytes_written"');
+    return (await result.locator('.run-id').textContent()) ?? '';
+  }
+
+  async function expectText(locator: ReturnType<Page['locator']>, text: string, timeout = 10_000): Promise<void> {
+    await locator.filter({ hasText: text }).first().waitFor({ timeout });
+  }
+
+  /** The lines of a rendered diff2html patch, split into added and removed. */
+  async function diffLines(page: Page, scope: string): Promise<{ added: string[]; removed: string[] }> {
+    return page.evaluate((selector) => {
+      const lines = (kind: string) =>
+        [...document.querySelectorAll(`${selector} td.${kind}:not(.d2h-code-linenumber) .d2h-code-line-ctn`)].map((e) => e.textContent ?? '');
+      return { added: lines('d2h-ins'), removed: lines('d2h-del') };
+    }, scope);
+  }
+
+  it('runs a tool from the generated form, shows the engine’s violations on their fields, and lists the call in Activity', async () => {
+    const page = await open('/');
+    // Navigation start → the tools list is in the page.
+    timings.first_render_tools = await page
+      .waitForFunction(() => (document.querySelector('[data-testid=tool-list] button') ? performance.now() : 0), null, { polling: 'raf' })
+      .then((handle) => handle.jsonValue());
+    await expectText(page.getByTestId('tool-list'), 'demo.text-stats');
+
+    const runId = await runFsWrite(page, '/notes/hello.md', 'Hello\nworld\n');
+    expect(runId).toMatch(/[0-9a-f-]{36}/);
+    await expectText(page.getByTestId('run-result'), '"path": "/notes/hello.md"');
+    await page.screenshot({ path: join(OUT, 'tools.png') });
+
+    // An empty path: the engine's minLength violation shows under the path field.
+    const form = page.locator('form.run-form');
+    await form.locator('[data-pointer="/path"] input').fill('');
+    await form.getByRole('button', { name: 'Run' }).click();
+    await expectText(form.locator('.field-errors[data-pointer="/path"]'), 'must NOT have fewer than 1 characters');
+    await expect(page.getByTestId('run-result').textContent()).resolves.toContain('INVALID_INPUT');
+
+    // Raw JSON input the form cannot produce: a number for a string; the violation names its pointer.
+    await form.getByRole('button', { name: 'JSON' }).click();
+    await form.locator('textarea.code').fill('{"path": "/x.txt", "content": 5}');
+    await form.getByRole('button', { name: 'Run' }).click();
+    await expectText(form.locator('.form-errors'), '/content: must be string');
+    // Back to the form: the violation moves onto the content field.
+    await form.getByRole('button', { name: 'JSON' }).click();
+    await form.getByRole('button', { name: 'Run' }).click();
+    await expectText(form.locator('.field-errors[data-pointer="/content"]'), 'must be string');
+
+    await tab(page, 'Activity');
+    const row = page.locator(`.act-row[data-run="${runId}"]`);
+    await row.waitFor();
+    await expect(row.getAttribute('data-status')).resolves.toBe('ok');
+    await expect(page.locator('.act-row[data-status="error"]').count()).resolves.toBeGreaterThanOrEqual(2);
+    await row.click();
+    const detail = page.getByTestId('call-detail');
+    await expectText(detail, '"bytes_written": 12');
+    await expectText(detail.getByTestId('call-changes'), '/notes/hello.md');
+    await detail.getByRole('button', { name: 'Open diff' }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.locator('.d2h-code-line-ctn').first().waitFor();
+    await expect(diffLines(page, 'dialog')).resolves.toEqual({ added: ['Hello', 'world'], removed: [] });
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+
+    // The filters: status error keeps only failed calls; a run id keeps that call.
+    await page.locator('.filters select').nth(1).selectOption('error');
+    await expect(page.locator('.act-row[data-status="ok"]').count()).resolves.toBe(0);
+    await page.locator('.filters select').nth(1).selectOption('');
+    await page.locator('.filters input[type=search]').fill(runId.slice(0, 8));
+    await expect(page.locator('.act-row').count()).resolves.toBe(1);
+    await page.locator('.filters input[type=search]').fill('');
+    await row.click();
+    await page.screenshot({ path: join(OUT, 'activity.png') });
+  });
+
+  it('shows a tool dropped into tools/ without a reload, drops it when removed, and lists a broken definition with its file', async () => {
+    const page = await open('/');
+    const list = page.getByTestId('tool-list');
+    await expectText(list, 'fs.write');
+    const tools = join(workspace, 'demo', 'tools');
+    writeFileSync(join(tools, 'live-echo.js'), 'export default function run(input) {\n  return { echo: input.text };\n}\n');
+    writeFileSync(
+      join(tools, 'live-echo.json'),
+      JSON.stringify({
+        id: 'live.echo',
+        name: 'Live echo',
+        description: 'Says back its text',
+        runner: 'js-runner',
+        entry: 'live-echo.js',
+        schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'], additionalProperties: false },
+        permissions: ['exec.js'],
+      }),
+    );
+    await expectText(list, 'live.echo');
+    unlinkSync(join(tools, 'live-echo.json'));
+    unlinkSync(join(tools, 'live-echo.js'));
+    await list.locator('.tool-item', { hasText: 'live.echo' }).waitFor({ state: 'detached', timeout: 10_000 });
+
+    writeFileSync(
+      join(tools, 'broken.json'),
+      JSON.stringify({ id: 'broken.tool', runner: 'js-runner', entry: 'nowhere.js', schema: { type: 'object' } }),
+    );
+    const problems = page.getByTestId('problems');
+    await expectText(problems, 'broken.json');
+    await expect(problems.textContent()).resolves.toMatch(/permissions|nowhere\.js|description|name/);
+    unlinkSync(join(tools, 'broken.json'));
+    await problems.waitFor({ state: 'detached', timeout: 10_000 });
+  });
+
+  it('takes a snapshot, diffs it against a change made from the page, and restores it after showing what changes', async () => {
+    const page = await open('/');
+    await runFsWrite(page, '/notes/plan.md', 'alpha\nbeta\ngamma\n');
+
+    await tab(page, 'Snapshots');
+    const take = page.getByRole('form', { name: 'Take snapshot' });
+    await take.getByLabel('Label').fill('before-edit');
+    await take.getByLabel('Message').fill('Plan, first draft');
+    await take.getByRole('button', { name: 'Take snapshot' }).click();
+    const point = page.locator('.point', { hasText: 'before-edit' });
+    await point.waitFor();
+
+    await runFsWrite(page, '/notes/plan.md', 'alpha\nBETA\ngamma\ndelta\n');
+    await tab(page, 'Snapshots');
+    await point.getByRole('button', { name: 'From' }).click();
+    await page.locator('.point[data-ref="live"]').getByRole('button', { name: 'To' }).click();
+    const file = page.locator('.diff-file[data-path="/notes/plan.md"]');
+    await file.locator('.d2h-code-line-ctn').first().waitFor();
+    await expect(file.locator('.counts').textContent()).resolves.toBe('+2 −1');
+    await expect(diffLines(page, '.diff-file[data-path="/notes/plan.md"]')).resolves.toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+    await page.getByRole('button', { name: 'Unified' }).click();
+    await expect(diffLines(page, '.diff-file[data-path="/notes/plan.md"]')).resolves.toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+    await page.getByRole('button', { name: 'Side by side' }).click();
+    await page.screenshot({ path: join(OUT, 'diff.png') });
+
+    await point.getByRole('button', { name: 'Restore…' }).click();
+    const dialog = page.getByRole('dialog');
+    await expectText(dialog.getByTestId('restore-files'), '/notes/plan.md');
+    await expect(dialog.getByTestId('restore-files').textContent()).resolves.toContain('+1');
+    await dialog.getByRole('button', { name: 'Restore', exact: true }).click();
+    await dialog.waitFor({ state: 'detached' });
+
+    await tab(page, 'Files');
+    const tree = page.getByTestId('file-tree');
+    await tree.locator('[data-path="/notes"]').click();
+    await tree.locator('[data-path="/notes/plan.md"]').click();
+    await expect(page.getByTestId('file-text').textContent({ timeout: 10_000 })).resolves.toBe('alpha\nbeta\ngamma\n');
+  });
+
+  it('shows a snapshot’s tree, highlights a file, and shows hostile markup as text in files and diffs', async () => {
+    const vfs = engine().vfs;
+    const code = 'export function greet(name: string): string {\n  return "hello " + name;\n}\n';
+    const hostile = '<script>alert("script")</script>\n<img src=x onerror="alert(\'img\')">\n';
+    vfs.write('/src/greet.ts', code);
+    vfs.write('/src/hostile.html', hostile);
+    engine().snapshot({ label: 'files-test' });
+    vfs.delete('/src', { recursive: true });
+    vfs.write('/hostile.md', `${hostile}<iframe src="javascript:alert('frame')"></iframe>\n`);
+
+    const page = await open('/#files');
+    const tree = page.getByTestId('file-tree');
+    await tree.locator('[data-path="/notes"]').waitFor();
+    await expect(tree.locator('[data-path="/src"]').count()).resolves.toBe(0);
+    const select = page.getByTestId('tree-select');
+    await select.selectOption({ label: (await select.locator('option', { hasText: 'files-test' }).textContent()) ?? '' });
+    await tree.locator('[data-path="/src"]').click();
+    await tree.locator('[data-path="/src/greet.ts"]').click();
+    const text = page.getByTestId('file-text');
+    await text.locator('.hljs-keyword').first().waitFor();
+    await expect(text.textContent()).resolves.toBe(code);
+    await expect(text.locator('.hljs-keyword', { hasText: 'function' }).count()).resolves.toBe(1);
+    await page.screenshot({ path: join(OUT, 'files.png') });
+
+    await tree.locator('[data-path="/src/hostile.html"]').click();
+    await page.locator('[data-testid=file-view][data-path="/src/hostile.html"]').waitFor();
+    await expect(page.getByTestId('file-text').textContent()).resolves.toBe(hostile);
+    await expect(page.locator('[data-testid=file-view] script, [data-testid=file-view] img').count()).resolves.toBe(0);
+
+    // The same markup in a diff: diff2html shows it as text.
+    await tab(page, 'Snapshots');
+    await page.locator('.point', { hasText: 'files-test' }).getByRole('button', { name: 'From' }).click();
+    const added = page.locator('.diff-file[data-path="/hostile.md"]');
+    await added.locator('.d2h-code-line-ctn').first().waitFor();
+    const lines = await diffLines(page, '.diff-file[data-path="/hostile.md"]');
+    expect(lines.added).toContain('<script>alert("script")</script>');
+    expect(lines.added).toContain('<img src=x onerror="alert(\'img\')">');
+    await expect(page.locator('.patch script, .patch img, .patch iframe').count()).resolves.toBe(0);
+    await page.waitForTimeout(200);
+    expect(dialogs).toEqual([]);
+  });
+
+  it('opens a folder of 10,000 files as a virtualized list (timing recorded)', async () => {
+    const vfs = engine().vfs;
+    for (let i = 0; i < 10_000; i++) vfs.write(`/big/file-${String(i).padStart(5, '0')}.txt`, `file ${i}\n`);
+    const page = await open('/#files');
+    const tree = page.getByTestId('file-tree');
+    await tree.locator('[data-path="/big"]').waitFor();
+    timings.tree_10k_expand = await page.evaluate(
+      () =>
+        new Promise<number>((resolve) => {
+          const start = performance.now();
+          (document.querySelector('[data-path="/big"]') as HTMLElement).click();
+          const check = () =>
+            document.querySelector('[data-path="/big/file-00000.txt"]') ? resolve(performance.now() - start) : requestAnimationFrame(check);
+          check();
+        }),
+    );
+    // Only the rows in view (and a few more) are in the DOM.
+    const rendered = await tree.locator('[role=treeitem]').count();
+    expect(rendered).toBeGreaterThan(10);
+    expect(rendered).toBeLessThan(200);
+    // The keyboard reaches the end of the list: /notes and /hostile.md come after /big's files.
+    await tree.focus();
+    await page.keyboard.press('End');
+    await page.keyboard.press('ArrowUp');
+    await page.keyboard.press('ArrowUp');
+    await tree.locator('[data-path="/big/file-09999.txt"].active').waitFor();
+    await page.keyboard.press('Enter');
+    await expect(page.getByTestId('file-text').textContent({ timeout: 10_000 })).resolves.toBe('file 9999\n');
+    await page.context().close();
+    vfs.delete('/big', { recursive: true });
+  });
+
+  it('shows a 1,000-line diff (timing recorded)', async () => {
+    const vfs = engine().vfs;
+    const lines = (tag: string) => Array.from({ length: 1000 }, (_, i) => `${tag} line ${i}`).join('\n');
+    vfs.write('/long.txt', `${lines('old')}\n`);
+    engine().snapshot({ label: 'long-before' });
+    vfs.write('/long.txt', `${lines('new')}\n`);
+    const page = await open('/');
+    await page.getByTestId('tool-list').locator('button').first().waitFor();
+    timings.diff_1k_lines = await page.evaluate(
+      () =>
+        new Promise<number>((resolve) => {
+          const start = performance.now();
+          (document.getElementById('tab-snapshots') as HTMLElement).click();
+          const check = () =>
+            document.querySelector('[data-path="/long.txt"] .d2h-ins') ? resolve(performance.now() - start) : requestAnimationFrame(check);
+          check();
+        }),
+    );
+    await expect(page.locator('[data-path="/long.txt"] .counts').textContent()).resolves.toBe('+1000 −1000');
+    await expect(page.locator('[data-path="/long.txt"] .d2h-ins .d2h-code-line-ctn').count()).resolves.toBe(1000);
+  });
+
+  it('keeps up with 20,000 streamed events in Activity (timing recorded)', async () => {
+    const page = await open('/#activity');
+    await page.locator('.stream.open').waitFor();
+    const bus = engine().events;
+    const count = 10_000;
+    const start = Date.now();
+    for (let i = 0; i < count; i++) {
+      const run_id = `synthetic-${i}`;
+      const at = new Date().toISOString();
+      bus.publish({ type: 'ToolInvocationEvent', at, run_id, trace_id: run_id, tool: 'demo.synthetic', input: { i }, caller: 'test' });
+      bus.publish({
+        type: 'ToolResultEvent',
+        at,
+        run_id,
+        trace_id: run_id,
+        tool: 'demo.synthetic',
+        duration_ms: 1,
+        output_bytes: 10,
+        input: { i },
+        output: { i },
+        vfs: null,
+        attempts: 1,
+      });
+      // Let the socket drain now and then: the gateway drops a reader more than 8 MB behind.
+      if (i % 500 === 499) await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await page.waitForFunction(
+      (want) => {
+        const text = document.querySelector('[data-testid=activity-count]')?.textContent ?? '';
+        return Number(/(\d+) events/.exec(text)?.[1] ?? 0) >= want;
+      },
+      count * 2,
+      { timeout: 30_000 },
+    );
+    timings.activity_20k_events_streamed = Date.now() - start;
+    const rendered = await page.locator('.act-row').count();
+    expect(rendered).toBeLessThan(200);
+    await page.locator('.act-row[data-run="synthetic-9999"]').waitFor();
+  }, 40_000);
+
+  it('asks for the API key when the gateway needs one, then works with it', async () => {
+    const keyed = mkdtempSync(join(tmpdir(), 'arium-inspector-key-'));
+    cpSync(join(ROOT, 'workspace', 'demo'), join(keyed, 'demo'), { recursive: true, filter: (source) => !source.includes('.arium') });
+    const second = await createGateway({ workspace: keyed, project: 'demo', apiKey: 'open-sesame', engineOptions: { persist: false } });
+    const secondBase = await second.app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
+      contexts.push(context);
+      context.setDefaultTimeout(10_000);
+      const page = await context.newPage();
+      page.on('request', (request) => requests.push(request.url()));
+      page.on('console', (message) => {
+        // The requests refused before the key is given are expected 401s.
+        if (/Content Security Policy|Refused to/i.test(message.text())) consoleProblems.push(message.text());
+      });
+      page.on('pageerror', (error) => pageErrors.push(error.message));
+      await page.goto(`${secondBase}/`);
+      const dialog = page.getByRole('dialog', { name: 'API key needed' });
+      await dialog.waitFor();
+      await dialog.getByLabel('API key').fill('open-sesame');
+      await dialog.getByRole('button', { name: 'Use key' }).click();
+      await expectText(page.getByTestId('tool-list'), 'demo.text-stats');
+      await expect(page.evaluate(() => sessionStorage.getItem('arium.inspector.key'))).resolves.toBe('open-sesame');
+      await tab(page, 'Activity');
+      await page.locator('.stream.open').waitFor();
+    } finally {
+      await second.close();
+      rmSync(keyed, { recursive: true, force: true });
+    }
+  });
+
+  it('follows the system colour scheme, and a toggle saved in localStorage', async () => {
+    const page = await open('/#activity', { colorScheme: 'dark' });
+    await page.locator('.act-row').first().waitFor();
+    await expect(page.evaluate(() => document.documentElement.dataset.theme)).resolves.toBe('dark');
+    await page.locator('.act-row').first().click();
+    await page.screenshot({ path: join(OUT, 'activity-dark.png') });
+    await page.getByTestId('theme-toggle').click();
+    await expect(page.evaluate(() => [document.documentElement.dataset.theme, localStorage.getItem('arium.inspector.theme')])).resolves.toEqual([
+      'light',
+      'light',
+    ]);
+    await page.reload();
+    await page.getByRole('tab', { name: 'Activity' }).waitFor();
+    await expect(page.evaluate(() => document.documentElement.dataset.theme)).resolves.toBe('light');
+  });
+
+  it('requested nothing from outside this server, with no CSP violation, page error or dialog', () => {
+    expect(requests.length).toBeGreaterThan(20);
+    const outside = requests.filter((url) => !/^http:\/\/127\.0\.0\.1:\d+\//.test(url) && url !== 'data:,');
+    expect(outside).toEqual([]);
+    expect(consoleProblems).toEqual([]);
+    // The only failed requests are the invalid inputs the first test sends on purpose.
+    expect(failed.length).toBeGreaterThan(0);
+    expect(failed.filter((line) => line !== '400 POST /v1/tools/fs.write:run')).toEqual([]);
+    expect(pageErrors).toEqual([]);
+    expect(dialogs).toEqual([]);
+    // The built page names no other host: only XML namespace identifiers and highlight.js's own
+    // documentation links in its console warnings, neither of which is ever requested.
+    const allowed = [/^http:\/\/www\.w3\.org\//, /^https:\/\/github\.com\/highlightjs\/highlight\.js\//];
+    for (const file of ['index.html', ...readdirSync(join(BUILT, 'assets')).map((name) => join('assets', name))]) {
+      const text = readFileSync(join(BUILT, file), 'utf8');
+      const urls = text.match(/(?:https?:)?\/\/[a-z0-9.-]+\.[a-z]{2,}[^\s"'`)]*/gi) ?? [];
+      expect(
+        urls.filter((url) => !allowed.some((re) => re.test(url))),
+        file,
+      ).toEqual([]);
+    }
+  });
+});
