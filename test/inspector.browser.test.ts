@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { installProject } from '../src/install.js';
 import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 
 /**
@@ -54,6 +55,8 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     mkdirSync(OUT, { recursive: true });
     workspace = mkdtempSync(join(tmpdir(), 'arium-inspector-'));
     cpSync(join(ROOT, 'workspace', 'demo'), join(workspace, 'demo'), { recursive: true, filter: (source) => !source.includes('.arium') });
+    // The demo pins an npm package for one of its tools: installed as a user would, so no load problem shows.
+    await installProject({ workspace, project: 'demo', offline: true });
     gateway = await createGateway({ workspace, project: 'demo', engineOptions: { persist: false } });
     base = await gateway.app.listen({ port: 0, host: '127.0.0.1' });
     // The engine opens on its first request: warm it, so that the page's timings are the page's.
@@ -225,7 +228,7 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await expectText(problems, 'broken.json');
     await expect(problems.textContent()).resolves.toMatch(/permissions|nowhere\.js|description|name/);
     unlinkSync(join(tools, 'broken.json'));
-    await problems.waitFor({ state: 'detached', timeout: 10_000 });
+    await page.getByTestId('problems').filter({ hasText: 'broken.json' }).waitFor({ state: 'detached', timeout: 10_000 });
   });
 
   it('takes a snapshot, diffs it against a change made from the page, and restores it after showing what changes', async () => {
