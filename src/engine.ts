@@ -20,9 +20,9 @@ import {
   type DiffOptions,
   type DiffResult,
   diff,
+  diffFilter,
   gc,
   HostVfs,
-  pathFilter,
   type RestoreResult,
   restore,
   type TreeReader,
@@ -158,7 +158,7 @@ export interface Engine {
    * The diff of what one committed call changed (its `run_id`), when the engine keeps a change log
    * (`changeLog`) and still holds that call; null otherwise.
    */
-  changes(runId: string, options?: Pick<DiffOptions, 'path' | 'stat_only' | 'max_patch_chars'>): (TreeDiff & { run_id: string }) | null;
+  changes(runId: string, options?: Pick<DiffOptions, 'path' | 'file' | 'stat_only' | 'max_patch_chars'>): (TreeDiff & { run_id: string }) | null;
   /** Copies a host folder into the VFS as one atomic change (links are never followed). */
   importFrom(hostDir: string, vfsPath?: string, onProgress?: (files: number) => void): TransferReport;
   /** Copies a VFS folder or file to a host folder, never writing outside it. */
@@ -450,7 +450,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     restore: (ref) => restore(state, ref),
     view: (ref) => (ref === 'live' ? hostVfs : new TreeView(state, ref)),
     changes: (runId, changeOptions = {}) => {
-      const filter = changeOptions.path === undefined ? undefined : pathFilter(changeOptions.path);
+      const filter = diffFilter(changeOptions);
       const found = state.changeLog?.diff(runId, {
         ...(filter ? { filter } : {}),
         patches: changeOptions.stat_only !== true,

@@ -178,6 +178,21 @@ describe("each call's changes", () => {
     engine().vfs.write('/tree/x/2.txt', '2\n');
     const deleted = (await run('fs.delete', { path: '/tree', recursive: true })).json() as { tool_run_id: string };
     const gone = (await get(`/v1/runs/${deleted.tool_run_id}/diff?path=/tree/**`)).json() as { files: Array<{ path: string; status: string }> };
+    // One file by its exact path, glob characters and all.
+    engine().vfs.write('/odd/a*b?.txt', 'one\n');
+    engine().vfs.write('/odd/aXbY.txt', 'two\n');
+    const odd = (await run('fs.write', { path: '/odd/a*b?.txt', content: 'uno\n' })).json() as { tool_run_id: string };
+    const exact = (await get(`/v1/runs/${odd.tool_run_id}/diff?file=${encodeURIComponent('/odd/a*b?.txt')}`)).json();
+    expect(exact.files.map((f: { path: string }) => f.path)).toEqual(['/odd/a*b?.txt']);
+    engine().snapshot({ label: 'odd' });
+    engine().vfs.write('/odd/aXbY.txt', 'dos\n');
+    engine().vfs.write('/odd/a*b?.txt', 'eins\n');
+    const both = (await get(`/v1/diff?from=odd&path=${encodeURIComponent('/odd/a*b?.txt')}`)).json();
+    expect(both.files.map((f: { path: string }) => f.path)).toEqual(['/odd/a*b?.txt', '/odd/aXbY.txt']);
+    const one = (await get(`/v1/diff?from=odd&file=${encodeURIComponent('/odd/a*b?.txt')}`)).json();
+    expect(one.files.map((f: { path: string }) => f.path)).toEqual(['/odd/a*b?.txt']);
+    const clash = await get(`/v1/diff?from=odd&file=/x&path=/y`);
+    expect(clash.json().error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining('not both') });
     expect(gone.files.map((f) => [f.path, f.status])).toEqual([
       ['/tree/x/1.txt', 'deleted'],
       ['/tree/x/2.txt', 'deleted'],

@@ -1,5 +1,5 @@
 import { useMemo, useRef, useState } from 'preact/hooks';
-import { api, type DiffFile, type DiffResult, literalGlob, query } from './api';
+import { api, type DiffFile, type DiffResult, query } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
@@ -372,7 +372,7 @@ function RunDiff({ runId }: { runId: string }) {
       key: runId,
       stat: () => api<DiffResult>(base + query({ stat: true })),
       patch: async (file: DiffFile) => {
-        const answer = await api<DiffResult>(base + query({ path: literalGlob(file.path) }));
+        const answer = await api<DiffResult>(base + query({ file: file.path }));
         return answer.files.find((f) => f.path === file.path) ?? null;
       },
     }),

@@ -217,14 +217,6 @@ export function query(params: Record<string, string | number | boolean | undefin
   return text ? `?${text}` : '';
 }
 
-/**
- * `path` of /v1/diff is a glob with no escapes: a literal `*` or `?` becomes `?` (one character), which
- * may match a few more files; the caller picks the exact path from the answer.
- */
-export function literalGlob(path: string): string {
-  return path.replace(/[*?]/g, '?');
-}
-
 export function describeError(error: unknown): string {
   if (error instanceof ApiError) return `${error.error.code}: ${error.error.message}`;
   return error instanceof Error ? error.message : String(error);

@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { api, type DiffFile, type DiffResult, describeError, literalGlob, query, type Snapshot } from './api';
+import { api, type DiffFile, type DiffResult, describeError, query, type Snapshot } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
 
@@ -25,7 +25,7 @@ export function SnapshotsView({ snapshots, readOnly, onChanged, liveVersion }: P
       key,
       stat: () => api<DiffResult>(`/v1/diff${query({ from: fromRef, to, stat: true })}`),
       patch: async (file: DiffFile) => {
-        const answer = await api<DiffResult>(`/v1/diff${query({ from: fromRef, to, path: literalGlob(file.path) })}`);
+        const answer = await api<DiffResult>(`/v1/diff${query({ from: fromRef, to, file: file.path })}`);
         return answer.files.find((f) => f.path === file.path) ?? null;
       },
     };

@@ -16,6 +16,8 @@ export type TreeRef = string;
 export interface DiffOptions {
   /** Only files matching this glob (`**`, `*`, `?`), e.g. `/src/**`. */
   path?: string;
+  /** Only this one file (its exact path, or the old path of a rename), whatever characters it holds. */
+  file?: string;
   /** Leave out the unified patches (file list and counts only). */
   stat_only?: boolean;
   max_patch_chars?: number;
@@ -58,6 +60,18 @@ function reading<T>(what: string, read: () => T): T {
   }
 }
 
+/** The files a diff keeps: all, those its `path` glob matches, or its one `file`. */
+export function diffFilter(options: Pick<DiffOptions, 'path' | 'file'>): ((path: string) => boolean) | undefined {
+  if (options.file !== undefined && options.path !== undefined) {
+    throw new ToolFailure('validation', 'INVALID_INPUT', 'Give a diff either a path glob or one file, not both');
+  }
+  if (options.file !== undefined) {
+    const file = options.file;
+    return (p) => p === file;
+  }
+  return options.path === undefined ? undefined : pathFilter(options.path);
+}
+
 /** The files a diff's `path` glob keeps. */
 export function pathFilter(glob: string): (path: string) => boolean {
   if (!glob.startsWith('/')) {
@@ -73,7 +87,7 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
   const toRef = to ?? 'live';
   const a = fromRef === 'empty' ? { root: null, snapshot: null } : rootOf(state, fromRef);
   const b = rootOf(state, toRef);
-  const filter = options.path === undefined ? undefined : pathFilter(options.path);
+  const filter = diffFilter(options);
   const result = reading(`The diff of ${fromRef} and ${toRef}`, () =>
     diffTrees(state.objects, a.root, b.root, {
       ...(filter ? { filter } : {}),

@@ -73,6 +73,9 @@ const RUN_BODY_SCHEMA = {
 /** `stat=true` in a query string: the gateway's validator does not coerce types, so the flag is a word. */
 const STAT_QUERY = { type: 'string', enum: ['true', 'false'], description: 'true: file list and counts only, no patches' } as const;
 
+/** One file of a diff by its exact path (`path` is a glob, which has no escapes for `*` and `?`). */
+const FILE_QUERY = { type: 'string', minLength: 1, description: 'Only this file: its exact path' } as const;
+
 const ERROR_RESPONSES = Object.fromEntries(
   [400, 401, 403, 404, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
 );
@@ -343,14 +346,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           querystring: {
             type: 'object',
             additionalProperties: false,
-            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, stat: STAT_QUERY },
+            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, file: FILE_QUERY, stat: STAT_QUERY },
           },
         },
       },
       async (request) => {
-        const q = request.query as { from?: string; to?: string; path?: string; stat?: string };
+        const q = request.query as { from?: string; to?: string; path?: string; file?: string; stat?: string };
         return engineOf(request).engine.diff(q.from, q.to, {
           ...(q.path ? { path: q.path } : {}),
+          ...(q.file ? { file: q.file } : {}),
           ...(q.stat === 'true' ? { stat_only: true } : {}),
         });
       },
@@ -433,15 +437,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           querystring: {
             type: 'object',
             additionalProperties: false,
-            properties: { path: { type: 'string' }, stat: STAT_QUERY },
+            properties: { path: { type: 'string' }, file: FILE_QUERY, stat: STAT_QUERY },
           },
         },
       },
       async (request, reply) => {
         const { run_id: runId } = request.params as { run_id: string };
-        const q = request.query as { path?: string; stat?: string };
+        const q = request.query as { path?: string; file?: string; stat?: string };
         const found = engineOf(request).engine.changes(runId, {
           ...(q.path ? { path: q.path } : {}),
+          ...(q.file ? { file: q.file } : {}),
           ...(q.stat === 'true' ? { stat_only: true } : {}),
         });
         if (found) return found;
