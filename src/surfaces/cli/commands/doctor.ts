@@ -1,5 +1,6 @@
 import { DEFAULT_CATALOG } from '../../../../runners/index.js';
 import type { Engine, EngineStatus } from '../../../index.js';
+import { dependencyChecks } from '../../../install.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
@@ -50,7 +51,13 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   // The project is opened first: its arium.json may configure what a runner probes (the Python interpreter).
   const project = await projectStatus(ctx);
   const probes = await Promise.all(DEFAULT_CATALOG.list().map((definition) => definition.probe?.(project.config) ?? Promise.resolve([])));
-  const checks = [checkNode(), project.check, ...probes.flat()];
+  let dependencies: Check[] = [];
+  try {
+    dependencies = dependencyChecks({ workspace: ctx.workspace, project: ctx.project });
+  } catch {
+    // No such project: its own check says so.
+  }
+  const checks = [checkNode(), project.check, ...dependencies, ...probes.flat()];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
 }
 
