@@ -32,6 +32,15 @@ function ok<T>(result: ToolResult): T {
   return result.data as T;
 }
 
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function failed(result: ToolResult): ErrorInfo {
   if (result.ok) throw new Error(`expected a failure, got ${JSON.stringify(result.data)}`);
   return result.error;
@@ -133,6 +142,29 @@ describe('installing', () => {
     pin('1.0');
     expect(await pythonEnvironmentStatus(project.dir, stateDir)).toMatchObject({ state: 'ready' });
   });
+
+  it('an install cancelled while pip runs leaves the environment before in use and nothing half made', async () => {
+    const before = envDir();
+    pin('2.0');
+    const controller = new AbortController();
+    const installing = installPythonEnvironment({
+      projectDir: project.dir,
+      stateDir,
+      pip: { noIndex: true, findLinks: [wheels] },
+      signal: controller.signal,
+    });
+    // Cancelled once the new environment's folder exists: the venv is made, pip is at work in it.
+    const versions = join(stateDir, 'python-env.d');
+    while (readdirSync(versions).length < 2) await new Promise((resolve) => setTimeout(resolve, 20));
+    controller.abort();
+    const error = (await installing.catch((e: unknown) => e)) as PythonEnvironmentError;
+    expect(error.code).toBe('CANCELLED');
+    expect(envDir()).toBe(before);
+    expect(readdirSync(versions)).toHaveLength(1);
+    expect(existsSync(join(stateDir, 'python-env.lock'))).toBe(false);
+    pin('1.0');
+    expect(await pythonEnvironmentStatus(project.dir, stateDir)).toMatchObject({ state: 'ready' });
+  });
 });
 
 describe.each(modes)('a pinned project (%s)', (mode) => {
@@ -210,6 +242,7 @@ describe('pins edited while an engine runs', () => {
     await install();
     await withEngine(modes[0], async (engine) => {
       expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ version: '1.0' });
+      const [old] = (await engine.status()).runners['py-runner']?.server_pids as number[];
       pin('2.0');
       const error = failed(await engine.call('env.pinned', { x: 1 }));
       expect(error).toMatchObject({ code: 'MISCONFIGURED', retryable: false, details: { reason: 'pins-changed' } });
@@ -217,6 +250,10 @@ describe('pins edited while an engine runs', () => {
       expect(await pythonEnvironmentStatus(project.dir, stateDir)).toMatchObject({ state: 'stale' });
       expect(await install()).toMatchObject({ changed: true, packages: [{ name: PACKAGE, version: '2.0' }] });
       expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3, version: '2.0' });
+      // The server of the environment before had no call in flight: it was closed, not left running.
+      expect((await engine.status()).runners['py-runner']?.server_pids).not.toContain(old);
+      for (let waited = 0; alive(old as number) && waited < 5000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(alive(old as number)).toBe(false);
     });
   });
 });
