@@ -32,6 +32,7 @@ const LOCK = 'python-env.lock';
 /** pip learnt `--python` (run against another interpreter) in 22.3; an older one is installed into the environment. */
 const PIP_WITH_PYTHON = [22, 3];
 const OUTPUT_KEEP = 16 * 1024;
+
 export interface PythonEnvironmentStatus {
   /** The pin file, or null when the project pins nothing. */
   pinned: string | null;
