@@ -242,7 +242,8 @@ describe('pins edited while an engine runs', () => {
     await install();
     await withEngine(modes[0], async (engine) => {
       expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ version: '1.0' });
-      const [old] = (await engine.status()).runners['py-runner']?.server_pids as number[];
+      const old = ((await engine.status()).runners['py-runner']?.server_pids as number[] | undefined)?.[0];
+      expect(old).toBeTypeOf('number');
       pin('2.0');
       const error = failed(await engine.call('env.pinned', { x: 1 }));
       expect(error).toMatchObject({ code: 'MISCONFIGURED', retryable: false, details: { reason: 'pins-changed' } });
