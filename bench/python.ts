@@ -1,7 +1,9 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { installPythonEnvironment } from '../runners/python/environment.js';
 import { PythonRunner } from '../runners/python/index.js';
 import { findInterpreter, harnessDir } from '../runners/python/interpreter.js';
 import { bwrapCommand, bwrapProblem } from '../runners/python/isolation.js';
@@ -114,6 +116,53 @@ async function serversAB(): Promise<Record<string, number>> {
   }
 }
 
+/**
+ * A pinned project's tool in its venv against the same tool with the interpreter itself: two copies of
+ * fixtures/python, one pinning a small wheel written here (fixtures/python-env/wheel), in alternating
+ * blocks of 100 calls so that both see the same machine. Both sandboxed alike (bubblewrap when here).
+ */
+async function environmentAB(python: string, isolation: 'bubblewrap' | 'rlimits'): Promise<Record<string, unknown>> {
+  const dir = mkdtempSync(join(tmpdir(), 'arium-bench-env-'));
+  try {
+    for (const project of ['venv', 'system']) cpSync(join(root, 'fixtures', 'python'), join(dir, project), { recursive: true });
+    const wheel = execFileSync(python, [join(root, 'fixtures', 'python-env', 'wheel', 'make_wheel.py'), 'arium_pin_demo', '1.0', dir], {
+      encoding: 'utf8',
+    }).trim();
+    const hash = /--hash=(\S+)/.exec(execFileSync(python, ['-m', 'pip', 'hash', wheel], { encoding: 'utf8' }))?.[1];
+    writeFileSync(join(dir, 'venv', 'requirements.txt'), `arium_pin_demo==1.0 --hash=${hash}\n`);
+    const installed = await installPythonEnvironment({
+      projectDir: join(dir, 'venv'),
+      stateDir: join(dir, 'venv', '.arium'),
+      pip: { noIndex: true, findLinks: [dir] },
+    });
+    const open = (project: string) =>
+      createEngine({ workspace: dir, project, watch: false, persist: false, runners: [new PythonRunner({ isolation })] });
+    const engines = [await open('venv'), await open('system')] as const;
+    try {
+      const times: [number[], number[]] = [[], []];
+      for (const engine of engines) await sequential(engine, 100);
+      for (let round = 0; round < 6; round++) {
+        for (const [i, engine] of engines.entries()) times[i as 0 | 1].push(...(await sequential(engine, 100)).times);
+      }
+      const venv = median(times[0]);
+      const system = median(times[1]);
+      return {
+        isolation,
+        install_s: installed.seconds,
+        venv_call_median_ms: ms(venv),
+        system_call_median_ms: ms(system),
+        venv_call_p90_ms: ms(percentile(times[0], 0.9)),
+        system_call_p90_ms: ms(percentile(times[1], 0.9)),
+        ratio_venv_to_system: ms(venv / system),
+      };
+    } finally {
+      await Promise.all(engines.map((e) => e.close()));
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 export async function benchPython(): Promise<Record<string, unknown>> {
   const interpreter = await findInterpreter(undefined, root);
   const problem = await bwrapProblem();
@@ -134,6 +183,7 @@ export async function benchPython(): Promise<Record<string, unknown>> {
     out.ratio_spawn_per_call_to_engine_call = ms(median(spawned) / (sandboxed.call_median_ms as number));
     out.servers_back_to_back = await serversAB();
   }
+  out.pinned_environment = await environmentAB(interpreter.executable, problem === null ? 'bubblewrap' : 'rlimits');
   return out;
 }
 

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, readlinkSync, statSync } from 'node:fs';
-import { posix } from 'node:path';
+import { dirname, isAbsolute, join, posix, resolve, sep } from 'node:path';
+import type { Interpreter } from './interpreter.js';
 
 /**
  * What confines a Python call, decided once per runner from what the machine offers.
@@ -89,7 +90,15 @@ export interface SandboxPaths {
   needs?: string[];
   /** The shared libraries it loads (libraries.ts); null or absent: show the system's library folders whole. */
   libraries?: string[] | null;
+  /**
+   * A pinned project's environment (environment.ts), shown read-only at `ENV_MOUNT` and run from there.
+   * Not at its own path: that may lie under /tmp, which each call covers with a fresh one.
+   */
+  environment?: string;
 }
+
+/** Where a pinned project's environment is inside the sandbox; a venv finds its prefix from its executable's path. */
+export const ENV_MOUNT = '/venv';
 
 /** Folders at the top of the host tree that hold the system's programs and libraries. */
 const SYSTEM = ['/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin'];
@@ -165,6 +174,7 @@ export function sandboxLayout(paths: SandboxPaths): SandboxLayout {
     }
     layout.dirs.sort((a, b) => a.length - b.length);
   }
+  if (paths.environment) layout.binds.push([paths.environment, ENV_MOUNT]);
   layout.binds.push([paths.harness, '/arium'], [paths.tools, '/tools']);
   return layout;
 }
@@ -203,6 +213,39 @@ function resolveLinks(path: string, links: Map<string, string>): string | null {
   return real || '/';
 }
 
+/**
+ * What the sandbox shows for a server that runs in a pinned environment: the environment itself at
+ * ENV_MOUNT, and around it what its interpreter needs of the host (the base interpreter the venv's
+ * python links to, its prefixes, the shared libraries), never the environment's host path.
+ */
+export function environmentPaths(
+  interpreter: Pick<Interpreter, 'roots' | 'needs'>,
+  base: Pick<Interpreter, 'executable'>,
+  environment: string,
+  harness: string,
+  tools: string,
+  libraries: string[] | null,
+): SandboxPaths {
+  const outside = (path: string) => path !== environment && !path.startsWith(`${environment}${sep}`);
+  const python = join(environment, 'bin', 'python3');
+  let executable = base.executable;
+  try {
+    const target = readlinkSync(python);
+    executable = isAbsolute(target) ? target : resolve(dirname(python), target);
+  } catch {
+    // Not a link (a venv made with --copies): the base interpreter is what it copied.
+  }
+  return {
+    executable,
+    roots: interpreter.roots.filter(outside),
+    harness,
+    tools,
+    needs: interpreter.needs.filter(outside),
+    libraries: libraries === null ? null : libraries.filter(outside),
+    environment,
+  };
+}
+
 /** The bubblewrap command line of a fork server. Only what the interpreter needs is visible, read-only. */
 export function bwrapCommand(paths: SandboxPaths, serverArgs: string[]): string[] {
   const args = namespaceArgs(privileged());
@@ -212,7 +255,7 @@ export function bwrapCommand(paths: SandboxPaths, serverArgs: string[]): string[
   for (const file of layout.files) args.push('--ro-bind', file, file);
   for (const [from, to] of layout.binds) args.push('--ro-bind', from, to);
   args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--chdir', '/');
-  args.push(paths.executable, ...serverArgs);
+  args.push(paths.environment ? `${ENV_MOUNT}/bin/python3` : paths.executable, ...serverArgs);
   return args;
 }
 

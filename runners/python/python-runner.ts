@@ -1,16 +1,19 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { relative, sep } from 'node:path';
+import { dirname, join, relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { checking, protocolSchema } from '../shared/protocol.js';
 import { StartBackoff } from '../shared/supervision.js';
+import { ENV_PYTHON, EnvironmentWatch } from './environment-state.js';
 import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
 import {
   bwrapCommand,
   bwrapProblem,
   describe,
+  ENV_MOUNT,
+  environmentPaths,
   type Isolation,
   LANDLOCK_SCOPES,
   privileged,
@@ -34,6 +37,11 @@ export interface PythonRunnerOptions {
   isolation?: 'auto' | 'bubblewrap' | 'unshare' | 'rlimits';
   /** Refuse to run Python tools without namespace isolation. Default false. */
   strict?: boolean;
+  /**
+   * The state folder that holds a pinned project's environment (`<stateDir>/python-env`, made by
+   * `arium install`). Default `.arium` in the project, the tools folder's parent.
+   */
+  stateDir?: string;
   /** Per call: size of the private /tmp (MB), inodes in it, open files, largest file written, processes. */
   tmpMb?: number;
   tmpInodes?: number;
@@ -84,6 +92,10 @@ export class PythonRunner implements Runner {
   /** Fork servers by `<tools folder>\0<slot>`. */
   readonly #servers = new Map<string, ServerProcess>();
   readonly #workRoots = new Map<ServerProcess, string>();
+  /** The environment each server runs in (null: the project's interpreter itself). */
+  readonly #environments = new Map<ServerProcess, string | null>();
+  /** Pinned environments by tools folder. */
+  readonly #watches = new Map<string, EnvironmentWatch>();
   #isolation: Promise<Isolation> | null = null;
   readonly #startFailure = new StartBackoff(RETRY_START_MS);
   /** When starting an additional server (in the background) last failed. */
@@ -118,7 +130,7 @@ export class PythonRunner implements Runner {
         { details: { isolation: isolation.mode } },
       );
     }
-    const server = await this.#server(tool);
+    const server = await this.#server(tool, await this.#environment(tool));
     ctx.meta.isolation = isolation.mode;
     return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024);
   }
@@ -233,12 +245,39 @@ export class PythonRunner implements Runner {
     return undefined;
   }
 
+  /** The real folder of the environment the tool's project pins, null when it pins nothing; a missing or stale one fails the call. */
+  async #environment(tool: Tool): Promise<string | null> {
+    const toolsDir = tool.toolsDir;
+    if (!toolsDir) return null;
+    let watch = this.#watches.get(toolsDir);
+    if (!watch) {
+      const projectDir = dirname(toolsDir);
+      watch = new EnvironmentWatch(projectDir, this.#options.stateDir ?? join(projectDir, '.arium'));
+      this.#watches.set(toolsDir, watch);
+    }
+    const found = await watch.current(() => this.#interpreter());
+    if (found.state === 'unpinned') return null;
+    if (found.state === 'ready') return found.dir;
+    // Not UNAVAILABLE: that code is retryable, and no retry helps until someone runs the install.
+    throw new ToolFailure('execution', 'MISCONFIGURED', `${tool.spec.id} cannot run: ${found.detail}`, {
+      details: { runner: 'py-runner', environment: found.state, reason: found.reason },
+    });
+  }
+
+  async #interpreter(): Promise<Interpreter> {
+    try {
+      return await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
+    } catch (error) {
+      throw new ToolFailure('execution', 'MISCONFIGURED', (error as Error).message, { details: { runner: 'py-runner' } });
+    }
+  }
+
   #entry(tool: Tool): string {
     if (!tool.entryPath || !tool.toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no entry file`);
     return relative(tool.toolsDir, tool.entryPath).split(sep).join('/');
   }
 
-  async #server(tool: Tool): Promise<ServerProcess> {
+  async #server(tool: Tool, environment: string | null): Promise<ServerProcess> {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
     const toolsDir = tool.toolsDir;
     if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
@@ -249,7 +288,7 @@ export class PythonRunner implements Runner {
     let server: ServerProcess | null = null;
     let missing = -1;
     for (let slot = 0; slot < this.#slots; slot++) {
-      const candidate = this.#servers.get(serverKey(toolsDir, slot));
+      const candidate = this.#retireIfMoved(serverKey(toolsDir, slot), environment);
       if (!candidate?.accepting) {
         if (missing < 0) missing = slot;
         continue;
@@ -259,12 +298,12 @@ export class PythonRunner implements Runner {
     if (server === null) {
       const blocking = this.#startFailure.blocking();
       if (blocking !== null) throw this.#unavailable(blocking);
-      server = await this.#start(toolsDir, missing);
+      server = await this.#start(toolsDir, missing, environment);
     } else if (missing >= 0 && server.info !== null && !this.#startFailure.failed && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
       const failed = () => {
         this.#extraFailedAt = Date.now();
       };
-      this.#start(toolsDir, missing).then((extra) => extra.ready.catch(failed), failed);
+      this.#start(toolsDir, missing, environment).then((extra) => extra.ready.catch(failed), failed);
     }
     try {
       await server.ready;
@@ -276,18 +315,37 @@ export class PythonRunner implements Runner {
     return server;
   }
 
-  async #start(toolsDir: string, slot: number): Promise<ServerProcess> {
-    let interpreter: Interpreter;
-    try {
-      interpreter = await findInterpreter(this.#options.python, this.#options.baseDir ?? process.cwd());
-    } catch (error) {
-      throw new ToolFailure('execution', 'MISCONFIGURED', (error as Error).message, { details: { runner: 'py-runner' } });
+  /** The server at `key`, unless it runs in another environment than the project's now: that one takes no more calls and stops once idle. */
+  #retireIfMoved(key: string, environment: string | null): ServerProcess | undefined {
+    const server = this.#servers.get(key);
+    if (server === undefined || this.#environments.get(server) === environment) return server;
+    this.#servers.delete(key);
+    server.retire();
+    return undefined;
+  }
+
+  async #start(toolsDir: string, slot: number, environment: string | null): Promise<ServerProcess> {
+    const base = await this.#interpreter();
+    let interpreter = base;
+    if (environment !== null) {
+      try {
+        interpreter = await findInterpreter(join(environment, ENV_PYTHON), environment);
+      } catch (error) {
+        throw new ToolFailure(
+          'execution',
+          'MISCONFIGURED',
+          `The project's Python environment does not start (${(error as Error).message}): run \`arium install\``,
+          {
+            details: { runner: 'py-runner', environment: 'broken' },
+          },
+        );
+      }
     }
     const isolation = await this.isolation();
     // Before the look for a running server below: nothing may wait between that look and the start.
     const libraries = isolation.mode === 'rlimits' ? null : await sharedLibraries(interpreter);
     const key = serverKey(toolsDir, slot);
-    const existing = this.#servers.get(key);
+    const existing = this.#retireIfMoved(key, environment);
     if (existing?.accepting) return existing;
     const harness = harnessDir();
     const namespaces = isolation.mode !== 'rlimits';
@@ -295,7 +353,12 @@ export class PythonRunner implements Runner {
     const processes = this.#options.processes ?? 32;
     // rlimits: the calls' working folders; unshare: the empty folder the sandbox's root is built on.
     const workRoot = isolation.mode === 'bubblewrap' ? null : mkdtempSync(`${tmpdir()}${sep}arium-py-`);
-    const paths = { executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir, needs: interpreter.needs, libraries };
+    const paths =
+      environment === null
+        ? { executable: interpreter.executable, roots: interpreter.roots, harness, tools: toolsDir, needs: interpreter.needs, libraries }
+        : environmentPaths(interpreter, base, environment, harness, toolsDir, libraries);
+    // The environment as the server sees it: at ENV_MOUNT with namespaces, where it is without.
+    const venv = environment === null ? null : { host: environment, path: namespaces ? ENV_MOUNT : environment };
     // Each call's working folder inside is its own uid's, mode 0700; this one only lets them be reached.
     if (workRoot) chmodSync(workRoot, 0o711);
     const config = {
@@ -318,6 +381,7 @@ export class PythonRunner implements Runner {
       warm: this.#options.warm ?? 2,
       compile_wait_s: (this.#options.compileWaitMs ?? DEFAULT_COMPILE_WAIT_MS) / 1000,
       stdlib: interpreter.stdlib,
+      venv,
       ...(isolation.mode === 'unshare' && workRoot ? { unshare: { layout: sandboxLayout(paths), root: workRoot } } : {}),
       // The engine's tests check the frames between the server and its call processes, which only the server sees.
       ...(checking() ? { protocol: protocolSchema().$defs } : {}),
@@ -330,6 +394,7 @@ export class PythonRunner implements Runner {
     const server = new ServerProcess(start);
     this.#starts++;
     this.#servers.set(key, server);
+    this.#environments.set(server, environment);
     if (workRoot) this.#workRoots.set(server, workRoot);
     server.onExit = () => {
       if (this.#servers.get(key) === server) {
@@ -342,6 +407,7 @@ export class PythonRunner implements Runner {
       const dir = this.#workRoots.get(server);
       if (dir) rmSync(dir, { recursive: true, force: true });
       this.#workRoots.delete(server);
+      this.#environments.delete(server);
     };
     return server;
   }

@@ -70,6 +70,8 @@ export class ServerProcess {
   #stderr = '';
   #exited = false;
   #stopping = false;
+  /** Takes no more calls and closes once the ones it runs are done (retire()). */
+  #retiring = false;
   #info: ServerInfo | null = null;
 
   constructor(start: ServerStart) {
@@ -129,7 +131,7 @@ export class ServerProcess {
   }
 
   get accepting(): boolean {
-    return !this.#exited && !this.#stopping;
+    return !this.#exited && !this.#stopping && !this.#retiring;
   }
 
   get info(): ServerInfo | null {
@@ -171,6 +173,12 @@ export class ServerProcess {
   /** The tool is gone or replaced: warm processes forked from now on stop compiling it ahead of time (see WARM_COMPILED in arium_server.py). */
   forget(entry: string): void {
     this.#send({ t: 'forget', entry });
+  }
+
+  /** Stops taking calls and closes once those in flight are done (the project's environment was replaced). */
+  retire(): void {
+    this.#retiring = true;
+    if (this.#calls.size === 0) void this.close();
   }
 
   close(): Promise<void> {
@@ -424,6 +432,10 @@ export class ServerProcess {
 
   #idle(): void {
     if (this.#calls.size > 0) return;
+    if (this.#retiring && !this.#stopping) {
+      void this.close();
+      return;
+    }
     this.#child.unref();
     for (const stream of [this.#child.stdio[2], this.#child.stdio[3], this.#child.stdio[4]]) {
       (stream as unknown as { unref?: () => void } | null)?.unref?.();

@@ -30,6 +30,7 @@ and answers the engine only after it has reaped it, so nothing of the call is le
 import base64
 import collections
 import gc
+import importlib
 import json
 import os
 import selectors
@@ -182,12 +183,28 @@ class Call:
         self.writing = False
 
 
+def relocate(host, path):
+    """A pinned environment, started from its host folder and now shown at `path` (the unshare tier
+    pivots after the interpreter has set itself up): its import path, prefix and executable moved there."""
+
+    def moved(value):
+        return path + value[len(host):] if value == host or value.startswith(host + "/") else value
+
+    sys.path[:] = [moved(p) for p in sys.path]
+    sys.prefix, sys.exec_prefix, sys.executable = moved(sys.prefix), moved(sys.exec_prefix), moved(sys.executable)
+    importlib.invalidate_caches()
+    sys.path_importer_cache.clear()
+
+
 class Server:
     def __init__(self, config):
         if config.get("unshare"):
             import arium_unshare
 
             arium_unshare.enter(config["unshare"]["layout"], config["unshare"]["root"])
+            venv = config.get("venv")
+            if venv:
+                relocate(venv["host"], venv["path"])
         if config["namespaces"]:
             arium_child.make_root_readonly()
         preload_asyncio(config["namespaces"])
@@ -210,7 +227,9 @@ class Server:
         self.host_reader = arium_proto.Reader(MAX_HOST_FRAME)
         self.uid_note = None
         if config.get("uid_base") is not None:
-            blocked = [p for p in (config["stdlib"], config["tools_dir"]) if not self.world_readable(p)]
+            venv = config.get("venv")
+            needed = (config["stdlib"], config["tools_dir"]) + ((venv["path"],) if venv else ())
+            blocked = [p for p in needed if not self.world_readable(p)]
             if blocked:
                 # An unprivileged uid could not import the standard library or the tool's own modules.
                 self.uid_note = "calls keep uid 0: %s is not readable by other users" % blocked[0]
