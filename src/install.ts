@@ -1,7 +1,16 @@
 import { readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { DEFAULT_CATALOG } from '../runners/index.js';
 import { BUNDLES_FOLDER } from '../runners/js/bundle.js';
 import { installJsPackages, type JsInstallReport, type JsPackagesStatus, jsPackagesStatus } from '../runners/js/packages.js';
+import {
+  findPythonPins,
+  installPythonEnvironment,
+  type PythonEnvironmentReport,
+  type PythonEnvironmentStatus,
+  pythonEnvironmentStatus,
+} from '../runners/python/environment.js';
+import { loadProjectConfig } from './config.js';
 import { type EngineOptions, projectLocation } from './engine.js';
 import type { Check } from './runner.js';
 
@@ -14,6 +23,11 @@ import type { Check } from './runner.js';
 export interface InstallOptions extends Pick<EngineOptions, 'workspace' | 'project'> {
   /** npm: take packages from its cache when it has them (`--prefer-offline`). */
   offline?: boolean;
+  /**
+   * pip: where the pinned wheels are (added to arium.json's `pip`): folders (relative to the current
+   * folder) or URLs, only those (`noIndex`), or another index.
+   */
+  pip?: { findLinks?: string[]; noIndex?: boolean; indexUrl?: string };
   signal?: AbortSignal;
 }
 
@@ -21,11 +35,33 @@ export interface InstallReport {
   project: string;
   /** null when the project has no package.json. */
   js: JsInstallReport | null;
+  /** null when the project has no requirements.txt. */
+  python: PythonEnvironmentReport | null;
 }
 
 export interface DependencyStatus {
   project: string;
   js: JsPackagesStatus;
+  python: PythonEnvironmentStatus;
+}
+
+const isUrl = (link: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(link);
+
+/** arium.json's `python` and `pip` (the py-runner's settings), with find_links made absolute against the project. */
+function pythonSettings(projectDir: string): { python?: string; pip: { findLinks?: string[]; noIndex?: boolean; indexUrl?: string } } {
+  const config = loadProjectConfig(projectDir, DEFAULT_CATALOG) as {
+    python?: unknown;
+    pip?: { find_links?: string[]; no_index?: boolean; index_url?: string };
+  };
+  const pip = config.pip ?? {};
+  return {
+    ...(typeof config.python === 'string' ? { python: config.python } : {}),
+    pip: {
+      ...(pip.find_links ? { findLinks: pip.find_links.map((link) => (isUrl(link) ? link : resolve(projectDir, link))) } : {}),
+      ...(pip.no_index !== undefined ? { noIndex: pip.no_index } : {}),
+      ...(pip.index_url ? { indexUrl: pip.index_url } : {}),
+    },
+  };
 }
 
 export async function installProject(options: InstallOptions = {}): Promise<InstallReport> {
@@ -40,7 +76,23 @@ export async function installProject(options: InstallOptions = {}): Promise<Inst
         ...(options.signal ? { signal: options.signal } : {}),
       })
     : null;
-  return { project, js };
+  let python: PythonEnvironmentReport | null = null;
+  if (findPythonPins(projectDir)) {
+    const settings = pythonSettings(projectDir);
+    const given = options.pip ?? {};
+    python = await installPythonEnvironment({
+      projectDir,
+      stateDir,
+      ...(settings.python ? { python: settings.python } : {}),
+      pip: {
+        findLinks: [...(settings.pip.findLinks ?? []), ...(given.findLinks ?? []).map((link) => (isUrl(link) ? link : resolve(link)))],
+        ...((given.noIndex ?? settings.pip.noIndex) !== undefined ? { noIndex: (given.noIndex ?? settings.pip.noIndex) as boolean } : {}),
+        ...((given.indexUrl ?? settings.pip.indexUrl) ? { indexUrl: (given.indexUrl ?? settings.pip.indexUrl) as string } : {}),
+      },
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+  }
+  return { project, js, python };
 }
 
 /** Bytes and count of the JS tool bundles kept in a project's state folder. */
@@ -65,27 +117,42 @@ function bundleCache(stateDir: string): { bundles: number; bytes: number } {
 }
 
 /** `arium doctor`'s lines for a project's dependencies: what it pins, whether the installation matches, the bundle cache. */
-export function dependencyChecks(options: Pick<EngineOptions, 'workspace' | 'project'>): Check[] {
-  const status = dependencyStatus(options);
+export async function dependencyChecks(options: Pick<EngineOptions, 'workspace' | 'project'>): Promise<Check[]> {
+  const status = await dependencyStatus(options);
   const { projectDir } = projectLocation(options);
   const cache = bundleCache(join(projectDir, '.arium'));
-  const js = status.js;
-  const detail =
+  const fix = `arium install --project ${status.project}`;
+  const { js, python } = status;
+  const jsDetail =
     js.state === 'unpinned'
       ? 'no package.json: JS tools import only their own files'
       : `${js.state === 'ready' ? 'installed' : js.state}: ${js.detail}; ${cache.bundles} tool bundle(s) cached, ${cache.bytes} bytes`;
+  const pyDetail =
+    python.state === 'unpinned' ? 'no requirements.txt: Python tools see the interpreter’s own packages' : `${python.state}: ${python.detail}`;
   return [
     {
       name: 'js packages',
       ok: js.state === 'unpinned' || js.state === 'ready',
-      detail,
-      ...(js.state === 'missing' || js.state === 'stale' ? { fix: `arium install --project ${status.project}` } : {}),
+      detail: jsDetail,
+      ...(js.state === 'missing' || js.state === 'stale' ? { fix } : {}),
+    },
+    {
+      name: 'python env',
+      ok: python.state === 'unpinned' || python.state === 'ready',
+      detail: pyDetail,
+      ...(python.state === 'missing' || python.state === 'stale' ? { fix } : {}),
     },
   ];
 }
 
 /** What the project pins and whether its installation matches (for `arium doctor`). */
-export function dependencyStatus(options: Pick<EngineOptions, 'workspace' | 'project'> = {}): DependencyStatus {
+export async function dependencyStatus(options: Pick<EngineOptions, 'workspace' | 'project'> = {}): Promise<DependencyStatus> {
   const { project, projectDir } = projectLocation(options);
-  return { project, js: jsPackagesStatus(projectDir, join(projectDir, '.arium')) };
+  const stateDir = join(projectDir, '.arium');
+  const settings = pythonSettings(projectDir);
+  return {
+    project,
+    js: jsPackagesStatus(projectDir, stateDir),
+    python: await pythonEnvironmentStatus(projectDir, stateDir, settings.python ? { python: settings.python } : {}),
+  };
 }

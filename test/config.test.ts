@@ -74,7 +74,7 @@ describe('arium.json', () => {
 
   it('publishes its schema as schema/project.schema.json', () => {
     const published = JSON.parse(readFileSync(new URL('../schema/project.schema.json', import.meta.url), 'utf8'));
-    // Regenerate with: node -e "import('./dist/src/config.js').then(m => console.log(JSON.stringify(m.PROJECT_CONFIG_SCHEMA, null, 2)))"
+    // Regenerate with: node -e "import('./dist/src/index.js').then(m => console.log(JSON.stringify(m.PROJECT_CONFIG_SCHEMA, null, 2)))"
     expect(published).toEqual(JSON.parse(JSON.stringify(PROJECT_CONFIG_SCHEMA)));
   });
 });

@@ -51,15 +51,15 @@ describe('installing a project’s packages', () => {
   it('a project that pins nothing has nothing to install', async () => {
     const other = tempProject();
     try {
-      expect(await installProject({ workspace: other.workspace, project: 'p' })).toEqual({ project: 'p', js: null });
-      expect(dependencyStatus({ workspace: other.workspace, project: 'p' }).js.state).toBe('unpinned');
+      expect(await installProject({ workspace: other.workspace, project: 'p' })).toEqual({ project: 'p', js: null, python: null });
+      expect((await dependencyStatus({ workspace: other.workspace, project: 'p' })).js.state).toBe('unpinned');
     } finally {
       other.remove();
     }
   });
 
   it('before the install, a tool importing a package is a load problem saying to run arium install', async () => {
-    expect(dependencyStatus({ workspace: project.workspace, project: 'p' }).js.state).toBe('missing');
+    expect((await dependencyStatus({ workspace: project.workspace, project: 'p' })).js.state).toBe('missing');
     const engine = await open({ warmUp: true });
     try {
       await engine.refresh();
@@ -82,7 +82,7 @@ describe('installing a project’s packages', () => {
     expect(first.js?.packages).toBeGreaterThanOrEqual(6);
     expect(existsSync(join(project.dir, 'package-lock.json'))).toBe(true);
     expect(existsSync(join(project.dir, 'node_modules'))).toBe(false);
-    expect(dependencyStatus({ workspace: project.workspace, project: 'p' }).js.state).toBe('ready');
+    expect((await dependencyStatus({ workspace: project.workspace, project: 'p' })).js.state).toBe('ready');
     const again = await installProject({ workspace: project.workspace, project: 'p', offline: true });
     expect(again.js).toMatchObject({ changed: false, lock_written: false });
   }, 120_000);
@@ -189,7 +189,7 @@ describe('tools importing packages', () => {
     const lockBefore = statSync(join(project.dir, 'package-lock.json')).size;
     writeFileSync(manifest, JSON.stringify({ name: 'p-tools', private: true, dependencies: { ...PACKAGES, ms: '2.1.3' } }, null, 2));
     try {
-      expect(dependencyStatus({ workspace: project.workspace, project: 'p' }).js.state).toBe('stale');
+      expect((await dependencyStatus({ workspace: project.workspace, project: 'p' })).js.state).toBe('stale');
       const stale = await engine.call('t.pkg', { text: 'a: 1', title: 'x', version: '2.0.0' });
       expect(stale.ok).toBe(false);
       if (!stale.ok) expect(stale.error.message).toContain('run it again');

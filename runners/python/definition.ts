@@ -16,6 +16,20 @@ export const pyRunner: RunnerDefinition = {
       description: "the interpreter for Python tools (a path, e.g. a virtualenv's bin/python; default python3)",
     },
     strict: { type: 'boolean', description: 'refuse to run Python tools without namespace isolation (default false)' },
+    pip: {
+      type: 'object',
+      additionalProperties: false,
+      description: 'where `arium install` gets the wheels pinned in requirements.txt (default: pip’s own configuration)',
+      properties: {
+        find_links: {
+          type: 'array',
+          items: { type: 'string', minLength: 1 },
+          description: 'folders (relative to the project) or URLs holding wheels (pip --find-links)',
+        },
+        no_index: { type: 'boolean', description: 'use no package index, only find_links (pip --no-index)' },
+        index_url: { type: 'string', minLength: 1, description: 'the package index (pip --index-url)' },
+      },
+    },
   },
   probe: async (config) => {
     const python = typeof config.python === 'string' ? config.python : undefined;

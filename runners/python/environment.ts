@@ -15,7 +15,7 @@ import {
   writeFileSync,
   writeSync,
 } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ENV_LINK, ENV_PYTHON, evaluateEnvironment, linked, type PythonEnvironmentState, STAMP, type Stamp, VERSIONS } from './environment-state.js';
 import { findInterpreter, type Interpreter } from './interpreter.js';
 import { findPythonPins, HOW_TO_HASH, PIN_FILE, pinProblems } from './pins.js';
@@ -79,6 +79,9 @@ export class PythonEnvironmentError extends Error {
   }
 }
 
+/** The install running in this process for each state folder. */
+const installing = new Map<string, Promise<PythonEnvironmentReport>>();
+
 /** For `arium doctor`: whether the project pins packages and whether its environment matches them. */
 export async function pythonEnvironmentStatus(
   projectDir: string,
@@ -106,6 +109,20 @@ export async function pythonEnvironmentStatus(
  * outside any sandbox).
  */
 export async function installPythonEnvironment(options: InstallPythonEnvironmentOptions): Promise<PythonEnvironmentReport> {
+  // Installs of one project from one process (two callers of installProject, a demo and an install)
+  // queue, so the second finds the first's environment ready instead of failing BUSY; other
+  // processes are kept out by the lock file.
+  const key = resolve(options.stateDir);
+  const mine = (installing.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => installOnce(options));
+  installing.set(key, mine);
+  try {
+    return await mine;
+  } finally {
+    if (installing.get(key) === mine) installing.delete(key);
+  }
+}
+
+async function installOnce(options: InstallPythonEnvironmentOptions): Promise<PythonEnvironmentReport> {
   const started = performance.now();
   const { projectDir, stateDir, signal } = options;
   const pins = findPythonPins(projectDir);
@@ -157,7 +174,9 @@ export async function installPythonEnvironment(options: InstallPythonEnvironment
       ...(options.pip?.findLinks ?? []).flatMap((f) => ['--find-links', f]),
     ];
     const flags = ['--disable-pip-version-check', '--no-input', '--require-hashes', '--no-deps', '--only-binary=:all:'];
-    await run(pip[0] as string, [...(pip[1] as string[]), 'install', ...flags, ...where, '-r', pins.path], 'pip', signal);
+    await run(pip[0] as string, [...(pip[1] as string[]), 'install', ...flags, ...where, '-r', pins.path], 'pip', signal).catch((error) => {
+      throw error instanceof PythonEnvironmentError && error.code === 'INSTALL_FAILED' ? withWhereItLooked(error, options.pip) : error;
+    });
     const stamp: Stamp = {
       format: 1,
       pins: { file: PIN_FILE, sha256: pins.sha256 },
@@ -188,6 +207,18 @@ export async function installPythonEnvironment(options: InstallPythonEnvironment
   }
 }
 
+/** pip's own words say what it could not find, not where it looked nor how to point it elsewhere. */
+function withWhereItLooked(error: PythonEnvironmentError, pip: InstallPythonEnvironmentOptions['pip']): PythonEnvironmentError {
+  const places = [
+    ...(pip?.findLinks ?? []).map((link) => `find-links ${link}`),
+    pip?.noIndex ? 'no index' : `index ${pip?.indexUrl ?? "pip's configured index (pip.conf, PIP_INDEX_URL; default PyPI)"}`,
+  ];
+  const message =
+    `${error.message}\npip looked in: ${places.join(', ')}. Put the pinned wheels in a folder and name it in arium.json ` +
+    `("pip": {"find_links": ["wheels"], "no_index": true}) or with \`arium install --find-links <dir>\`, or give an index with --index-url.`;
+  return new PythonEnvironmentError('INSTALL_FAILED', message, { cause: error, details: { ...error.details, looked_in: places } });
+}
+
 /** One install at a time per project; a lock left by a process that is gone is taken over. */
 function lock(path: string): () => void {
   for (let attempt = 0; ; attempt++) {
@@ -200,9 +231,13 @@ function lock(path: string): () => void {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw error;
       const holder = Number(readFileSync(path, 'utf8'));
       if (Number.isSafeInteger(holder) && holder > 0 && alive(holder)) {
-        throw new PythonEnvironmentError('BUSY', `another install of this project's Python environment is running (pid ${holder})`, {
-          details: { pid: holder },
-        });
+        throw new PythonEnvironmentError(
+          'BUSY',
+          `another install of this project's Python environment is running (pid ${holder}); run \`arium install\` again when it has finished`,
+          {
+            details: { pid: holder },
+          },
+        );
       }
       unlinkSync(path);
     }

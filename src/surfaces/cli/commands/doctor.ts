@@ -53,7 +53,7 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   const probes = await Promise.all(DEFAULT_CATALOG.list().map((definition) => definition.probe?.(project.config) ?? Promise.resolve([])));
   let dependencies: Check[] = [];
   try {
-    dependencies = dependencyChecks({ workspace: ctx.workspace, project: ctx.project });
+    dependencies = await dependencyChecks({ workspace: ctx.workspace, project: ctx.project });
   } catch {
     // No such project: its own check says so.
   }
