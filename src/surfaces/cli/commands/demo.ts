@@ -121,13 +121,18 @@ async function projectTool(tool: ToolInfo, call: Caller, note: (text: string) =>
 
 async function run(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, demoSpec.usage);
-  // The demo project pins npm packages for one of its tools: installed first (from npm's cache when it
-  // has them), as `arium install` would; without them that tool's call says what is missing.
+  // The demo project pins npm packages for a JS tool and a Python package (a wheel in the project) for a
+  // Python tool: installed first (npm from its cache when it has them), as `arium install` would;
+  // without them those tools' calls say what is missing.
   const setup: string[] = [];
   try {
     const installed = await installProject({ workspace: ctx.workspace, project: ctx.project, offline: true });
     if (installed.js?.changed)
       setup.push(`installed the project's npm packages for its JS tools (${installed.js.packages}, ${installed.js.seconds} s)`);
+    if (installed.python?.changed)
+      setup.push(
+        `made the project's Python environment for its Python tools (${installed.python.packages.length} package(s), ${installed.python.seconds} s)`,
+      );
   } catch (error) {
     setup.push(`the project's pinned packages could not be installed (${String((error as Error).message).split('\n')[0]}); run \`arium install\``);
   }
