@@ -56,8 +56,16 @@ describe('arium install for Python tools', () => {
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/installed a Python 3\.\d+\.\d+ environment in [\d.]+ s → .*python-env \(readingease==1\.0\.0\)/);
 
+    mkdirSync(join(ws.workspace, 'q', 'tools'), { recursive: true });
+    cpSync(join(DEMO, 'requirements.txt'), join(ws.workspace, 'q', 'requirements.txt'));
     const after = parseJson(await cli(['doctor', ...P, '--json']));
     expect(check(after, 'python env')).toMatchObject({ ok: true });
+    const states = after.projects.map((p: Json) => [p.project, p.js.state, p.python.state]);
+    expect(states).toEqual([
+      ['p', 'unpinned', 'ready'],
+      ['q', 'unpinned', 'missing'],
+    ]);
+    expect((await cli(['doctor', ...P])).out).toContain('q: js packages unpinned, python env missing');
     expect(check(after, 'python env').detail).toMatch(/^ready: 1 package\(s\) for Python 3/);
 
     await cli(['call', ...P, 'fs.write', JSON.stringify({ path: '/notes/a.md', content: 'The cat sat on the mat. It was happy.' })]);

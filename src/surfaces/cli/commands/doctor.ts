@@ -1,6 +1,8 @@
 import { DEFAULT_CATALOG } from '../../../../runners/index.js';
 import type { Engine, EngineStatus } from '../../../index.js';
-import { dependencyChecks } from '../../../install.js';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
@@ -17,6 +19,23 @@ export interface DoctorReport {
   checks: Check[];
   /** The engine's status() for the project (each runner's availability and isolation), or null if it did not open. */
   engine: EngineStatus | null;
+  /** What every project of the workspace pins and whether its installation matches. */
+  projects: DependencyStatus[];
+}
+
+/** Each folder of the workspace that holds a tools/ folder, by name. */
+async function workspaceDependencies(workspace: string): Promise<DependencyStatus[]> {
+  let names: string[];
+  try {
+    names = readdirSync(workspace, { withFileTypes: true })
+      .filter((entry) => entry.isDirectory() && existsSync(join(workspace, entry.name, 'tools')))
+      .map((entry) => entry.name)
+      .sort();
+  } catch {
+    return [];
+  }
+  const found = await Promise.all(names.map((project) => dependencyStatus({ workspace, project }).catch(() => null)));
+  return found.filter((status): status is DependencyStatus => status !== null);
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -58,7 +77,7 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
     // No such project: its own check says so.
   }
   const checks = [checkNode(), project.check, ...dependencies, ...probes.flat()];
-  return { ok: checks.every((k) => k.ok), checks, engine: project.engine };
+  return { ok: checks.every((k) => k.ok), checks, engine: project.engine, projects: await workspaceDependencies(ctx.workspace) };
 }
 
 async function run(ctx: Context): Promise<number> {
@@ -83,6 +102,12 @@ async function run(ctx: Context): Promise<number> {
       const why = status.reason ? `: ${status.reason}` : '';
       ctx.out(`  ${status.available ? c.green('✓') : c.red('✗')} ${name}${why}${isolation}`);
     }
+  }
+  const pinning = report.projects.filter((p) => p.js.state !== 'unpinned' || p.python.state !== 'unpinned');
+  if (pinning.length > 0) {
+    ctx.out(`\n${c.bold('dependencies')} ${c.dim('(each project of the workspace that pins packages; arium install --project <name>)')}`);
+    const state = (s: string) => (s === 'ready' || s === 'unpinned' ? c.green(s) : c.red(s));
+    for (const p of pinning) ctx.out(`  ${p.project}: js packages ${state(p.js.state)}, python env ${state(p.python.state)}`);
   }
   ctx.out(report.ok ? c.green('\nall checks passed') : c.yellow('\nsome checks failed: the features above marked ✗ are unavailable; the rest work'));
   return EXIT.ok;
