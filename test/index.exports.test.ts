@@ -28,6 +28,7 @@ describe('public API', () => {
         'createEngine',
         'createGateway',
         'exportTools',
+        'installProject',
         'isRetryable',
         'resolveCall',
         'vendorName',
