@@ -25,7 +25,20 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** Shorten the timeout for this call; never lengthens the tool's own. */
   timeout_ms?: number;
+  /**
+   * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
+   * list). An explicit id is not checked against it: a surface checks the ids it offers itself.
+   */
+  offered?: (toolId: string) => boolean;
 }
+
+/** What a caller names instead of a tool id: any tool that provides this capability and that it may call. */
+export interface CapabilityRequest {
+  capability: string;
+}
+
+/** A tool id, or a capability to route by. */
+export type CallTarget = string | CapabilityRequest;
 
 export interface DispatcherDeps {
   registry: Registry;
@@ -40,7 +53,12 @@ export interface DispatcherDeps {
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function toolLabel(id: unknown): string {
+  if (isCapabilityRequest(id)) return `capability:${toolLabel(id.capability)}`;
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
+}
+
+function isCapabilityRequest(id: unknown): id is { capability: unknown } {
+  return typeof id === 'object' && id !== null && !Array.isArray(id) && Object.hasOwn(id, 'capability');
 }
 
 /**
@@ -61,7 +79,7 @@ export class Dispatcher {
   async call(id: unknown, input: unknown, options: CallOptions = {}): Promise<ToolResult> {
     const started = performance.now();
     const runId = randomUUID();
-    const label = toolLabel(id);
+    let label = toolLabel(id);
     const meta: ResultMeta = { tool: label, run_id: runId, trace_id: runId, duration_ms: 0 };
     const { bus, policy } = this.#d;
     let stage: Stage = 'validation';
@@ -79,6 +97,14 @@ export class Dispatcher {
           });
         }
         meta.trace_id = opts.trace_id;
+      }
+      // A capability is resolved first, so every event, policy and audit line names the tool that runs.
+      let routed: Tool | null = null;
+      if (isCapabilityRequest(id)) {
+        routed = this.#route(id.capability, opts);
+        meta.capability = id.capability as string;
+        label = routed.spec.id;
+        meta.tool = label;
       }
       let inputError: unknown = null;
       try {
@@ -98,7 +124,7 @@ export class Dispatcher {
         });
       }
       invocationSent = true;
-      const tool = this.#lookup(id);
+      const tool = routed ?? this.#lookup(id);
       if (inputError) throw inputError;
       const violations = tool.validateInput(copy);
       if (violations) {
@@ -196,6 +222,41 @@ export class Dispatcher {
       }
       return { ok: false, error, meta };
     }
+  }
+
+  /** The one tool providing `capability` that this caller may call (declared permissions granted, offered). */
+  #route(capability: unknown, opts: CallOptions): Tool {
+    if (typeof capability !== 'string' || capability.length === 0 || capability.length > 128) {
+      throw new ToolFailure(
+        'validation',
+        'INVALID_INPUT',
+        'A capability must be a non-empty string of at most 128 characters, e.g. { capability: "summarize" }',
+        {
+          details: { option: 'capability' },
+        },
+      );
+    }
+    const grants = this.#grantsFor(opts.grants);
+    const providers = this.#d.registry.list().filter((tool) => tool.spec.provides?.includes(capability));
+    const eligible = providers.filter((tool) => grants.missing(tool.declared) === null && (opts.offered?.(tool.spec.id) ?? true));
+    if (eligible.length === 1) return eligible[0] as Tool;
+    const ids = eligible.map((tool) => tool.spec.id);
+    if (eligible.length > 1) {
+      throw new ToolFailure(
+        'validation',
+        'AMBIGUOUS',
+        `Capability "${capability}" is provided by ${ids.length} tools this caller may call: ${ids.join(', ')}. Call one of them by id.`,
+        { details: { capability, candidates: ids } },
+      );
+    }
+    const others = providers.length;
+    const why =
+      others === 0
+        ? 'no tool declares it in "provides"'
+        : `${others} tool(s) provide it, but this caller is not granted what they need or they are not offered here`;
+    throw new ToolFailure('validation', 'UNKNOWN_TOOL', `No tool this caller may call provides capability "${capability}": ${why}.`, {
+      details: { capability, suggestions: [] },
+    });
   }
 
   #lookup(id: unknown): Tool {

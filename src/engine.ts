@@ -4,7 +4,7 @@ import { runnerCatalog } from '../runners/index.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { type AuditSetting, auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
-import { type CallOptions, Dispatcher } from './dispatcher.js';
+import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError, parsePermission } from './permissions.js';
@@ -135,7 +135,7 @@ export interface Engine {
    * Calls a tool; never throws. `T` is what the caller expects in `data` on success (the engine checks
    * the output against the tool's output_schema, if it has one, not against `T`).
    */
-  call<T = unknown>(id: string, input: unknown, options?: CallOptions): Promise<ToolResult<T>>;
+  call<T = unknown>(id: CallTarget, input: unknown, options?: CallOptions): Promise<ToolResult<T>>;
   tools(): ToolInfo[];
   tool(id: string): ToolInfo | undefined;
   /** Definition files that did not load, with the reason. */
@@ -431,7 +431,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     config,
     grants: grants.texts(),
     policy,
-    call: <T>(id: string, input: unknown, callOptions?: CallOptions) => dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>,
+    call: <T>(id: CallTarget, input: unknown, callOptions?: CallOptions) => dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>,
     tools: () => registry.list().map(toolInfo),
     tool: (id) => {
       const tool = registry.get(id);

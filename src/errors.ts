@@ -12,6 +12,7 @@ export type Stage = 'validation' | 'permission' | 'execution' | 'transport';
  */
 export const ERROR_CODES = [
   'UNKNOWN_TOOL',
+  'AMBIGUOUS',
   'INVALID_INPUT',
   'INPUT_TOO_LARGE',
   'DENIED',

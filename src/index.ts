@@ -9,7 +9,7 @@ import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
 export { DEFAULT_RUNNERS } from '../runners/index.js';
 export type { ProjectConfig } from './config.js';
-export type { CallOptions } from './dispatcher.js';
+export type { CallOptions, CallTarget, CapabilityRequest } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
 export { createEngine, EngineConfigError } from './engine.js';
 export type { ErrorCode, ErrorInfo, Stage } from './errors.js';

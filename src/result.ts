@@ -8,6 +8,8 @@ export interface ResultMeta {
   duration_ms: number;
   /** Which runner executed the call, once it got that far. */
   runner?: string;
+  /** The capability the caller asked for, when it asked for one instead of an id (`tool` is the id chosen). */
+  capability?: string;
   /** Lines the tool logged (JS and Python runners), bounded. */
   logs?: LogLine[];
   /** Extra facts a runner reports, e.g. the isolation in force. */

@@ -18,6 +18,8 @@ export interface ToolSpec {
   limits?: Partial<CallLimits>;
   /** Example inputs, each valid against `schema`. */
   examples?: Record<string, unknown>[];
+  /** Capabilities a caller may ask for instead of this id (`engine.call({ capability }, …)`). */
+  provides?: string[];
 }
 
 /** What the engine tells callers about a tool. Holds no host paths. */

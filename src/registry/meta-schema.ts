@@ -54,6 +54,14 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
         items: { type: 'object' },
         description: 'Example inputs (each must match "schema"); shown to models and used by `arium demo`',
       },
+      provides: {
+        type: 'array',
+        maxItems: 16,
+        uniqueItems: true,
+        items: { type: 'string', minLength: 1, maxLength: 128, pattern: TOOL_ID_PATTERN },
+        description:
+          'Capabilities this tool provides, e.g. ["summarize"]: a caller may ask for one instead of an id, and the one tool providing it that the caller may call runs',
+      },
       limits: {
         type: 'object',
         additionalProperties: false,

@@ -34,6 +34,8 @@ export function statusOf(code: ErrorCode): number {
       return 413;
     case 'DENIED':
       return 403;
+    case 'AMBIGUOUS':
+      return 409;
     case 'BUSY':
       return 429;
     default:

@@ -77,7 +77,7 @@ const STAT_QUERY = { type: 'string', enum: ['true', 'false'], description: 'true
 const FILE_QUERY = { type: 'string', minLength: 1, description: 'Only this file: its exact path' } as const;
 
 const ERROR_RESPONSES = Object.fromEntries(
-  [400, 401, 403, 404, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
+  [400, 401, 403, 404, 409, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
 );
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
@@ -316,6 +316,37 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
     );
 
+    scope.post(
+      '/v1/capabilities/:name(^[^:/]+)::run',
+      {
+        schema: {
+          summary: 'Run the one tool offered here that provides a capability (409 AMBIGUOUS when several do)',
+          params: { type: 'object', properties: { name: { type: 'string' } } },
+          body: RUN_BODY_SCHEMA,
+          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
+          response: { 200: { description: 'The run, succeeded or failed', ...ENVELOPE_SCHEMA }, ...ERROR_RESPONSES },
+        },
+      },
+      async (request, reply) => {
+        const { name } = request.params as { name: string };
+        const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
+        const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
+        const { engine, grants } = engineOf(request);
+        const result = await engine.call({ capability: name }, body.input, {
+          caller: `http:${request.ip}`,
+          offered: visible(request),
+          signal: connectionSignal(request.raw.socket),
+          ...(traceId ? { trace_id: traceId } : {}),
+          ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
+          ...(grants ? { grants } : {}),
+        });
+        const envelope = runEnvelope(result.meta.tool, result);
+        const status = result.ok ? 200 : statusOf(result.error.code);
+        if (status === 429) reply.header('retry-after', '1');
+        return send(reply, status, envelope);
+      },
+    );
+
     scope.get('/v1/snapshots', { schema: { summary: 'The snapshot log, oldest first' } }, async (request) => ({
       snapshots: engineOf(request).engine.snapshots(),
     }));
@@ -525,8 +556,8 @@ function failureStatus(failure: ToolFailure): number {
 
 /** A tool as the gateway shows it: what a caller needs, not the host's paths. */
 function publicTool(tool: ToolInfo): Record<string, unknown> {
-  const { id, name, description, runner, schema, output_schema, permissions, examples, limits } = tool;
-  return { id, name, description, runner, schema, output_schema, permissions, examples, limits };
+  const { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides } = tool;
+  return { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides };
 }
 
 /** How much of a file `/v1/fs/read` returns as text. */

@@ -6,7 +6,7 @@ import { type Context, withEngine } from '../context.js';
 import { formatResult } from '../format.js';
 import { EXIT } from '../io.js';
 
-const USAGE = 'arium call <id> [json | @file | -] [--trace-id <id>] [--timeout <ms>]';
+const USAGE = 'arium call <id> [json | @file | -] [--trace-id <id>] [--timeout <ms>]\n       arium call --capability <name> [json | @file | -] …';
 
 /** Parses JSON input; the error says where the input came from and, for multi-line files, the line and column. */
 export function parseInput(text: string, where: string): unknown {
@@ -45,15 +45,18 @@ async function readInput(ctx: Context, arg: string | undefined): Promise<unknown
 }
 
 async function run(ctx: Context): Promise<number> {
-  const [id, inputArg] = ctx.parsed.positionals;
-  if (!id) throw new UsageError(`arium call needs a tool id (see arium tools): ${USAGE}`);
-  maxPositionals(ctx.parsed, 2, `${USAGE} (quote the JSON input as one argument)`);
+  const capability = str(ctx.parsed, 'capability');
+  // With --capability the first positional is the input: the engine picks the tool.
+  const [id, inputArg] = capability === undefined ? ctx.parsed.positionals : [undefined, ...ctx.parsed.positionals];
+  if (!id && capability === undefined) throw new UsageError(`arium call needs a tool id (see arium tools): ${USAGE}`);
+  maxPositionals(ctx.parsed, capability === undefined ? 2 : 1, `${USAGE} (quote the JSON input as one argument)`);
+  const target = capability === undefined ? (id as string) : { capability };
   // Arguments are checked before the engine opens, so a usage error never touches the project.
   const timeout = int(ctx.parsed, 'timeout');
   const traceId = str(ctx.parsed, 'trace-id');
   const input = await readInput(ctx, inputArg);
   return withEngine(ctx, async (engine) => {
-    const result = await engine.call(id, input, {
+    const result = await engine.call(target, input, {
       caller: 'cli',
       ...(traceId ? { trace_id: traceId } : {}),
       ...(timeout ? { timeout_ms: timeout } : {}),
@@ -74,11 +77,13 @@ export const callSpec: CommandSpec = {
   inline        arium call fs.read '{"path":"/notes/todo.md"}'
   from a file   arium call fs.read @input.json
   from stdin    echo '{"path":"/"}' | arium call fs.list -
-and {} when omitted. With --json the whole result { ok, data | error, meta } is printed.
+and {} when omitted. --capability <name> instead of an id runs the one tool that provides
+that capability and that the caller may call (AMBIGUOUS when several do: call one by id). With --json the whole result { ok, data | error, meta } is printed.
 Exit code 1 when the result has ok: false.`,
   flags: {
     'trace-id': { value: true, arg: '<id>', help: 'trace id carried by the result and every event of the call' },
     timeout: { value: true, arg: '<ms>', help: 'lower the call timeout (never above the tool’s own limit)' },
+    capability: { value: true, arg: '<name>', help: 'call the one tool that provides this capability instead of naming an id' },
   },
   run,
 };
