@@ -163,6 +163,9 @@ const CHANNEL: Record<EngineEvent['type'], keyof EngineEventMap> = {
   ApprovalResolved: 'approval',
 };
 
+/** Every event type, e.g. for a reader of the audit log to tell an event from a damaged line. */
+export const ENGINE_EVENT_TYPES = Object.freeze(Object.keys(CHANNEL) as Array<EngineEvent['type']>);
+
 type Sink = (event: EngineEvent) => void;
 
 /**
