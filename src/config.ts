@@ -85,6 +85,11 @@ const APPROVALS_SCHEMA = {
                 equals: { description: 'the field equals this JSON value' },
                 prefix: { type: 'string', description: 'the field is a string starting with this' },
                 pattern: { type: 'string', minLength: 1, description: 'the field is a string this regular expression (u flag) matches' },
+                glob: {
+                  type: 'string',
+                  pattern: '^/',
+                  description: 'the field is a VFS path that, normalized as the VFS reads it, matches this glob (/etc/**)',
+                },
               },
             },
           },

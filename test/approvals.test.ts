@@ -289,6 +289,7 @@ describe('rules', () => {
     { tool: 'ops.run', when: { '/options/mode': { equals: 'force' }, '/targets/0': { pattern: '^prod' } } },
     { tool: 'ops.flag', when: { dry: { equals: false } } },
     { tool: 'ops.slash', when: { '/a~1b': { equals: { x: [1, 2] } } } },
+    { tool: 'fs.move', when: { to: { glob: '/etc/**' } } },
   ]);
   test.each([
     ['fs.delete', {}, 0],
@@ -308,6 +309,14 @@ describe('rules', () => {
     ['ops.flag', {}, null],
     ['ops.slash', { 'a/b': { x: [1, 2] } }, 5],
     ['ops.slash', { 'a/b': { x: [2, 1] } }, null],
+    // A glob sees the path as the VFS reads it: other spellings of /etc/x are caught; a refused path asks.
+    ['fs.move', { to: '/etc/x' }, 6],
+    ['fs.move', { to: '//etc/./x' }, 6],
+    ['fs.move', { to: '/tmp/../etc/x' }, 6],
+    ['fs.move', { to: '/etc' }, 6],
+    ['fs.move', { to: '/etcetera/x' }, null],
+    ['fs.move', { to: '/../etc/x' }, 6],
+    ['fs.move', { to: 'C:\\etc' }, 6],
   ])('%s with %j matches rule %s', (tool, input, index) => {
     expect(rules.match(tool, input)?.index ?? null).toBe(index);
   });
@@ -321,6 +330,7 @@ describe('rules', () => {
   test.each([
     ['a bad regular expression', { rules: [{ tool: 'fs.write', when: { path: { pattern: '(' } } }] }, 'approvals.rules.0.when.path'],
     ['two conditions in one', { rules: [{ tool: 'fs.write', when: { path: { prefix: '/a', pattern: 'b' } } }] }, 'approvals.rules.0.when.path'],
+    ['a relative glob', { rules: [{ tool: 'fs.write', when: { path: { glob: 'etc/**' } } }] }, 'approvals.rules.0.when.path.glob'],
     ['a tool pattern with a space', { rules: [{ tool: 'fs write' }] }, 'approvals.rules.0.tool'],
     ['a rule with no tool', { rules: [{ when: { path: { equals: 1 } } }] }, 'approvals.rules.0'],
     ['an unknown key', { rules: [], timeout: 5 }, 'approvals'],

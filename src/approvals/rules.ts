@@ -4,7 +4,10 @@
  * id, the one name a definition cannot change without becoming another tool (a display name can).
  */
 
-/** One condition on one input field; exactly one of the three. */
+import { globToRegExp } from '../permissions.js';
+import { normalizePath } from '../vfs/path.js';
+
+/** One condition on one input field; exactly one of the four. */
 export interface ApprovalCondition {
   /** The field equals this JSON value (deep equality). */
   equals?: unknown;
@@ -12,6 +15,12 @@ export interface ApprovalCondition {
   prefix?: string;
   /** The field is a string this regular expression (JavaScript syntax, `u` flag) finds a match in. */
   pattern?: string;
+  /**
+   * The field is a VFS path that, normalized as the VFS reads it (`//etc/./x` is `/etc/x`), matches this
+   * glob (the syntax of permission scopes: `/etc/**`, `/data/*.csv`). A path the VFS would refuse counts
+   * as a match: the call then asks, and fails on its path only if approved.
+   */
+  glob?: string;
 }
 
 export interface ApprovalRule {
@@ -92,9 +101,9 @@ function compile(rule: ApprovalRule, index: number): Compiled {
   for (const [key, condition] of Object.entries(rule.when ?? {})) {
     const field = `${at}.when.${key}`;
     const pointer = parsePointer(key.startsWith('/') ? key : `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, field);
-    const kinds = ['equals', 'prefix', 'pattern'].filter((k) => condition !== null && typeof condition === 'object' && k in condition);
+    const kinds = ['equals', 'prefix', 'pattern', 'glob'].filter((k) => condition !== null && typeof condition === 'object' && k in condition);
     if (kinds.length !== 1) {
-      throw new ApprovalRuleError(`${field} must have exactly one of equals, prefix, pattern (got ${kinds.join(', ') || 'none'})`, field);
+      throw new ApprovalRuleError(`${field} must have exactly one of equals, prefix, pattern, glob (got ${kinds.join(', ') || 'none'})`, field);
     }
     const read = (input: unknown) => resolvePointer(input, pointer);
     if (kinds[0] === 'equals') {
@@ -109,6 +118,18 @@ function compile(rule: ApprovalRule, index: number): Compiled {
       tests.push((input) => {
         const value = read(input);
         return value.found && typeof value.value === 'string' && value.value.startsWith(prefix);
+      });
+    } else if (kinds[0] === 'glob') {
+      const glob = condition.glob;
+      if (typeof glob !== 'string' || !glob.startsWith('/')) {
+        throw new ApprovalRuleError(`${field}.glob must be an absolute VFS glob such as /etc/** (got ${JSON.stringify(glob)})`, `${field}.glob`);
+      }
+      const re = globToRegExp(glob);
+      tests.push((input) => {
+        const value = read(input);
+        if (!value.found || typeof value.value !== 'string') return false;
+        const path = vfsPath(value.value);
+        return path === null || re.test(path);
       });
     } else {
       const source = condition.pattern;
@@ -127,6 +148,17 @@ function compile(rule: ApprovalRule, index: number): Compiled {
   }
   const matched: MatchedRule = { index, tool: rule.tool, ...(rule.when ? { when: structuredClone(rule.when) } : {}) };
   return { rule: matched, tool: idPattern(rule.tool), tests };
+}
+
+const NO_LIMITS = { max_path_length: Number.POSITIVE_INFINITY, max_name_length: Number.POSITIVE_INFINITY };
+
+/** The path as the VFS would read it; null when the VFS would refuse it (a rule then asks rather than lets it by). */
+function vfsPath(text: string): string | null {
+  try {
+    return normalizePath(text, NO_LIMITS);
+  } catch {
+    return null;
+  }
 }
 
 /** `*` matches any run of characters; everything else is literal (as in a surface profile's `tools`). */
