@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createGateway } from '../src/surfaces/http/gateway.js';
 import { parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
 /** `arium call` on a tool an approvals rule matches: asked at a terminal, denied without one, or --approve. */
@@ -62,5 +63,51 @@ describe('arium call and approvals', () => {
     });
     expect(run.code).toBe(0);
     expect(questions).toEqual([]);
+  });
+});
+
+describe('arium approvals / approve / deny, through a running gateway', () => {
+  it('lists a waiting call and answers it; a second answer and an unknown id fail with the reason', async () => {
+    const gateway = await createGateway({ workspace: ws.workspace, project: 'p', inspector: false, engineOptions: { persist: false, watch: false } });
+    try {
+      const addr = await gateway.app.listen({ host: '127.0.0.1', port: 0 });
+      const A = ['--project', 'p', '--addr', addr];
+      const run = fetch(`${addr}/v1/tools/fs.write:run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: { path: '/etc/hosts', content: 'x' } }),
+      }).then((r) => r.json());
+      let listed = parseJson(await cli(['approvals', ...A, '--json']));
+      while (listed.approvals.length === 0) {
+        await new Promise((r) => setTimeout(r, 10));
+        listed = parseJson(await cli(['approvals', ...A, '--json']));
+      }
+      const runId = listed.approvals[0].run_id as string;
+      const people = await cli(['approvals', ...A]);
+      expect(people.out).toContain(runId);
+      expect(people.out).toContain('fs.write');
+
+      const denied = await cli(['deny', runId, '--reason', 'not hosts', ...A]);
+      expect(denied.code).toBe(0);
+      expect(denied.out).toContain(`denied fs.write run ${runId} (by tester)`);
+      expect(await run).toMatchObject({ ok: false, error: { code: 'APPROVAL_DENIED', details: { by: 'tester', reason: 'not hosts' } } });
+
+      const again = await cli(['approve', runId, ...A]);
+      expect(again.code).toBe(1);
+      expect(again.err).toContain('ALREADY_RESOLVED');
+      expect(again.err).toContain('denied by tester');
+      const unknown = await cli(['approve', 'no-such-run', ...A]);
+      expect(unknown.code).toBe(1);
+      expect(unknown.err).toContain('NOT_FOUND');
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it('says how to start a gateway when none is running', async () => {
+    const run = await cli(['approvals', ...P, '--addr-file', join(ws.root, 'none.addr')]);
+    expect(run.code).toBe(3);
+    expect(run.err).toContain('No running `arium serve` found');
+    expect((await cli(['approve', ...P])).err).toContain('needs the run id');
   });
 });
