@@ -281,6 +281,46 @@ describe('answers', () => {
   });
 });
 
+describe('the gate on its own', () => {
+  it('refuses a call past the pending bound with BUSY, without asking anyone', async () => {
+    const { ApprovalGate } = await import('../src/approvals/gate.js');
+    const { EventBus } = await import('../src/events.js');
+    const bus = new EventBus();
+    const seen: EngineEvent[] = [];
+    bus.on('event', (e) => seen.push(e));
+    const gate = new ApprovalGate({
+      bus,
+      rules: new ApprovalRules([{ tool: '*' }]),
+      timeout_ms: 60_000,
+      max_pending: 1,
+      remembered: 2,
+      payload_bytes: 4096,
+    });
+    const request = (runId: string) => ({
+      runId,
+      traceId: runId,
+      tool: 't',
+      input: {},
+      caller: null,
+      rule: { index: 0, tool: '*' },
+      signal: undefined,
+    });
+    const first = gate.wait(request('r1'));
+    await expect(gate.wait(request('r2'))).rejects.toMatchObject({ code: 'BUSY', stage: 'permission' });
+    expect(seen.filter((e) => e.type === 'ApprovalRequested').map((e) => e.run_id)).toEqual(['r1']);
+    gate.approve('r1', { by: 'x' });
+    await expect(first).resolves.toMatchObject({ outcome: 'approved' });
+    // Only the last `remembered` answers are kept: an old run id is unknown again, not "already resolved".
+    for (const id of ['r3', 'r4']) {
+      const waiting = gate.wait(request(id));
+      gate.deny(id, { by: 'x' });
+      await waiting.catch(() => {});
+    }
+    expect(thrown(() => gate.approve('r1', { by: 'y' })).code).toBe('NOT_FOUND');
+    expect(thrown(() => gate.approve('r4', { by: 'y' })).code).toBe('ALREADY_RESOLVED');
+  });
+});
+
 describe('rules', () => {
   const rules = new ApprovalRules([
     { tool: 'fs.delete' },
@@ -331,6 +371,7 @@ describe('rules', () => {
     ['a bad regular expression', { rules: [{ tool: 'fs.write', when: { path: { pattern: '(' } } }] }, 'approvals.rules.0.when.path'],
     ['two conditions in one', { rules: [{ tool: 'fs.write', when: { path: { prefix: '/a', pattern: 'b' } } }] }, 'approvals.rules.0.when.path'],
     ['a relative glob', { rules: [{ tool: 'fs.write', when: { path: { glob: 'etc/**' } } }] }, 'approvals.rules.0.when.path.glob'],
+    ['conditions that are not an object', { rules: [{ tool: 'fs.write', when: ['path'] }] }, 'approvals.rules.0.when'],
     ['a tool pattern with a space', { rules: [{ tool: 'fs write' }] }, 'approvals.rules.0.tool'],
     ['a rule with no tool', { rules: [{ when: { path: { equals: 1 } } }] }, 'approvals.rules.0'],
     ['an unknown key', { rules: [], timeout: 5 }, 'approvals'],

@@ -20,6 +20,12 @@ beforeAll(async () => {
   // Another project of the workspace, with the same rule: its approvals are its own.
   mkdirSync(join(project.workspace, 'other', 'tools'), { recursive: true });
   writeFileSync(join(project.workspace, 'other', 'arium.json'), JSON.stringify({ approvals: { rules: [{ tool: 'fs.delete' }] } }));
+  // A project whose HTTP profile offers only fs.read: its fs.delete approvals are not HTTP's to see or answer.
+  mkdirSync(join(project.workspace, 'narrow', 'tools'), { recursive: true });
+  writeFileSync(
+    join(project.workspace, 'narrow', 'arium.json'),
+    JSON.stringify({ approvals: { rules: [{ tool: 'fs.delete' }] }, surfaces: { http: { tools: ['fs.read'] } } }),
+  );
   gateway = await createGateway({
     workspace: project.workspace,
     project: project.project,
@@ -57,6 +63,19 @@ async function pendingRun(path = ''): Promise<string> {
 }
 
 describe('approvals over HTTP', () => {
+  it('neither lists nor answers an approval of a tool the HTTP profile does not offer', async () => {
+    await json('GET', '/p/narrow/v1/approvals');
+    const engine = gateway.engines().get('narrow');
+    const call = engine?.call('fs.delete', { path: '/x' });
+    expect(engine?.approvals()).toHaveLength(1);
+    const runId = engine?.approvals()[0]?.run_id as string;
+    expect((await json('GET', '/p/narrow/v1/approvals')).body.approvals).toEqual([]);
+    expect((await json('POST', `/p/narrow/v1/approvals/${runId}`, { decision: 'approve', by: 'x' })).status).toBe(404);
+    expect(engine?.approvals()).toHaveLength(1);
+    engine?.deny(runId, { by: 'host' });
+    expect((await call)?.ok).toBe(false);
+  });
+
   it('lists a waiting run, approves it, and the run answers; a second answer is 409 naming the first', async () => {
     const engine = gateway.engines().get('p');
     engine?.vfs.write('/a.txt', 'a');

@@ -97,6 +97,10 @@ function compile(rule: ApprovalRule, index: number): Compiled {
       `${at}.tool`,
     );
   }
+  const when: unknown = rule.when;
+  if (when !== undefined && (typeof when !== 'object' || when === null || Array.isArray(when))) {
+    throw new ApprovalRuleError(`${at}.when must be an object of conditions such as { "path": { "glob": "/etc/**" } }`, `${at}.when`);
+  }
   const tests: Test[] = [];
   for (const [key, condition] of Object.entries(rule.when ?? {})) {
     const field = `${at}.when.${key}`;
@@ -146,7 +150,13 @@ function compile(rule: ApprovalRule, index: number): Compiled {
       });
     }
   }
-  const matched: MatchedRule = { index, tool: rule.tool, ...(rule.when ? { when: structuredClone(rule.when) } : {}) };
+  let shown: Record<string, ApprovalCondition> | undefined;
+  try {
+    shown = rule.when ? (JSON.parse(JSON.stringify(rule.when)) as Record<string, ApprovalCondition>) : undefined;
+  } catch (error) {
+    throw new ApprovalRuleError(`${at}.when must be plain JSON: ${(error as Error).message}`, `${at}.when`);
+  }
+  const matched: MatchedRule = { index, tool: rule.tool, ...(shown ? { when: shown } : {}) };
   return { rule: matched, tool: idPattern(rule.tool), tests };
 }
 
