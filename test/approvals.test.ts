@@ -318,6 +318,10 @@ describe('the gate on its own', () => {
     }
     expect(thrown(() => gate.approve('r1', { by: 'y' })).code).toBe('NOT_FOUND');
     expect(thrown(() => gate.approve('r4', { by: 'y' })).code).toBe('ALREADY_RESOLVED');
+    // Closed, it lets no call start to wait.
+    gate.close();
+    await expect(gate.wait(request('r5'))).rejects.toMatchObject({ code: 'APPROVAL_DENIED', details: { outcome: 'closed' } });
+    expect(gate.pending()).toEqual([]);
   });
 });
 

@@ -75,6 +75,7 @@ export class ApprovalGate {
   readonly #o: ApprovalGateOptions;
   readonly #waiting = new Map<string, Waiting>();
   readonly #resolved = new Map<string, ApprovalDecision>();
+  #closed = false;
 
   constructor(options: ApprovalGateOptions) {
     this.#o = options;
@@ -104,6 +105,14 @@ export class ApprovalGate {
       requested_at: requested.toISOString(),
       expires_at: new Date(requested.getTime() + timeout_ms).toISOString(),
     };
+    if (!preapproved && this.#closed) {
+      // A call that reaches the gate while the engine closes would wait for an answer nobody can give.
+      return Promise.reject(
+        new ToolFailure('permission', 'APPROVAL_DENIED', `${request.tool} needs approval and the engine is closing; it did not run`, {
+          details: { run_id: request.runId, outcome: 'closed', by: null, reason: null },
+        }),
+      );
+    }
     if (!preapproved && this.#waiting.size >= this.#o.max_pending) {
       return Promise.reject(
         new ToolFailure(
@@ -160,6 +169,7 @@ export class ApprovalGate {
 
   /** Ends every wait as a denial: the engine is closing. */
   close(): void {
+    this.#closed = true;
     for (const waiting of [...this.#waiting.values()]) waiting.settle('closed', null);
   }
 
