@@ -1,6 +1,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { type CallToolResult, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 import { type TempProject, tempProject } from './support/project.js';
@@ -137,6 +140,50 @@ describe('approvals over HTTP', () => {
     expect((await json('POST', `/v1/approvals/${runId}`, { decision: 'approve', by: 'x' })).status).toBe(404);
     expect((await json('POST', `/p/other/v1/approvals/${runId}`, { decision: 'approve', by: 'x' })).status).toBe(200);
     expect((await run).body).toMatchObject({ ok: false, error: { code: 'NOT_FOUND' } });
+  });
+});
+
+describe('approvals over MCP at /mcp', () => {
+  const connect = async (elicit: boolean) => {
+    const client = new Client({ name: elicit ? 'asker' : 'plain', version: '1' }, elicit ? { capabilities: { elicitation: {} } } : {});
+    if (elicit) client.setRequestHandler(ElicitRequestSchema, () => ({ action: 'accept', content: { decision: 'approve' } }));
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: AUTH } }));
+    return client;
+  };
+
+  it('asks a client with elicitation on the call’s own stream, and the call runs', async () => {
+    gateway.engines().get('p')?.vfs.write('/m.txt', 'm');
+    const client = await connect(true);
+    try {
+      const result = (await client.callTool({ name: 'fs.delete', arguments: { path: '/m.txt' } })) as CallToolResult;
+      expect(result.isError).toBeFalsy();
+      expect(gateway.engines().get('p')?.vfs.exists('/m.txt')).toBe(false);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('tells a client without elicitation that the call waits, and POST /v1/approvals lets it run', async () => {
+    const engine = gateway.engines().get('p');
+    engine?.vfs.write('/n.txt', 'n');
+    const client = await connect(false);
+    try {
+      const result = (await client.callTool({ name: 'fs.delete', arguments: { path: '/n.txt' } })) as CallToolResult;
+      expect(result.isError).toBe(true);
+      const runId = (result.structuredContent as { approval: { run_id: string } }).approval.run_id;
+      expect((result.content[0] as { text: string }).text).toContain(`POST /v1/approvals/${runId}`);
+      expect(engine?.vfs.exists('/n.txt')).toBe(true);
+      const ran = new Promise<void>((resolve) =>
+        engine?.events.on('result', (e) => {
+          if (e.run_id === runId) resolve();
+        }),
+      );
+      expect((await json('POST', `/v1/approvals/${runId}`, { decision: 'approve', by: 'ops' })).status).toBe(200);
+      await ran;
+      expect(engine?.vfs.exists('/n.txt')).toBe(false);
+    } finally {
+      await client.close();
+    }
   });
 });
 
