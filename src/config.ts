@@ -96,7 +96,7 @@ const APPROVALS_SCHEMA = {
         },
       },
     },
-    timeout_ms: { type: 'integer', minimum: 1, description: `default ${DEFAULT_APPROVALS.timeout_ms}` },
+    timeout_ms: { type: 'integer', minimum: 1, maximum: DEFAULT_APPROVALS.max_timeout_ms, description: `default ${DEFAULT_APPROVALS.timeout_ms}` },
   },
 } as const;
 

@@ -350,8 +350,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     throw error;
   }
   const approvalTimeout = approvalsConfig.timeout_ms ?? DEFAULT_APPROVALS.timeout_ms;
-  if (!Number.isInteger(approvalTimeout) || approvalTimeout < 1) {
-    throw new EngineConfigError(`approvals.timeout_ms must be a positive integer (got ${JSON.stringify(approvalTimeout)})`, 'approvals.timeout_ms');
+  if (!Number.isInteger(approvalTimeout) || approvalTimeout < 1 || approvalTimeout > DEFAULT_APPROVALS.max_timeout_ms) {
+    throw new EngineConfigError(
+      `approvals.timeout_ms must be an integer from 1 to ${DEFAULT_APPROVALS.max_timeout_ms} (got ${JSON.stringify(approvalTimeout)})`,
+      'approvals.timeout_ms',
+    );
   }
   const bus = new EventBus();
   const approvalGate = new ApprovalGate({

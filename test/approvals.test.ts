@@ -387,6 +387,16 @@ describe('rules', () => {
     expect((error as EngineConfigError).field).toContain(`arium.json ${field}`);
   });
 
+  test.each([
+    ['rules that are not an array', { rules: { tool: 'fs.write' } }, 'approvals.rules'],
+    ['a timeout past what a timer can wait', { rules: [], timeout_ms: 2 ** 31 }, 'approvals.timeout_ms'],
+    ['a timeout that is not an integer', { rules: [], timeout_ms: 1.5 }, 'approvals.timeout_ms'],
+  ])('refuses %s given in code, naming the field', async (_name, approvals, field) => {
+    const error = await openEngine(project, { runners: [fake], approvals: approvals as never }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EngineConfigError);
+    expect((error as EngineConfigError).field).toBe(field);
+  });
+
   it('reads rules and the timeout from arium.json', async () => {
     project.write('../arium.json', JSON.stringify({ approvals: { rules: [{ tool: 'misc.echo' }], timeout_ms: 20 } }));
     engine = await openEngine(project, { runners: [fake] });

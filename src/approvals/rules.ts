@@ -72,6 +72,8 @@ export class ApprovalRules {
   readonly #rules: Compiled[];
 
   constructor(rules: readonly ApprovalRule[] = []) {
+    if (!Array.isArray(rules))
+      throw new ApprovalRuleError('approvals.rules must be an array of rules such as { "tool": "fs.delete" }', 'approvals.rules');
     this.#rules = rules.map((rule, index) => compile(rule, index));
   }
 
