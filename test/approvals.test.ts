@@ -159,9 +159,10 @@ describe('a call that needs approval', () => {
   it('does not count the wait in the call timeout', async () => {
     const e = await open();
     const asked = requested(e);
-    const call = e.call('ops.deploy', { target: 'prod' }, { timeout_ms: 200 });
+    // Waits longer than the call's timeout; the tool itself returns at once, well within it.
+    const call = e.call('ops.deploy', { target: 'prod' }, { timeout_ms: 400 });
     const { run_id } = await asked;
-    await new Promise((r) => setTimeout(r, 300));
+    await new Promise((r) => setTimeout(r, 500));
     e.approve(run_id, { by: 'frank' });
     expect((await call).ok).toBe(true);
   });
@@ -225,6 +226,15 @@ describe('a call that needs approval', () => {
     const e = await open();
     const result = await e.call('ops.deploy', { target: 'prod' }, { onApproval: (pending) => e.deny(pending.run_id, { by: 'hook', reason: 'no' }) });
     expect(failed(result)).toMatchObject({ code: 'APPROVAL_DENIED', details: { by: 'hook' } });
+  });
+
+  it('keys rules on the tool id, not its display name', async () => {
+    project.write('named.json', definition({ id: 'misc.named', name: 'fs.delete' }));
+    fake = new FakeRunner({ 'misc.named': (ctx) => ctx.input });
+    const e = await open();
+    const events = recordEvents(e);
+    expect((await e.call('misc.named', {})).ok).toBe(true);
+    expect(events.some((ev) => ev.type === 'ApprovalRequested')).toBe(false);
   });
 
   it('does not ask for calls no rule matches', async () => {
