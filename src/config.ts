@@ -1,8 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
-import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import type { SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
@@ -34,6 +35,8 @@ export interface ProjectConfig {
   permission_widening?: 'allow' | 'refuse';
   /** What each agent surface offers its clients: tools (id patterns) and grants. */
   surfaces?: { mcp?: SurfaceProfile; http?: SurfaceProfile };
+  /** Which calls wait for a person's approval before they run, and for how long (README, Approvals). */
+  approvals?: ApprovalsConfig;
 }
 
 const SURFACE_PROFILE_SCHEMA = {
@@ -47,6 +50,53 @@ const SURFACE_PROFILE_SCHEMA = {
       description: 'tool ids or patterns with * (default every tool)',
     },
     grants: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, description: "narrows the engine's grants" },
+  },
+} as const;
+
+const APPROVALS_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    rules: {
+      type: 'array',
+      description: 'a call needs approval when any rule matches it',
+      items: {
+        type: 'object',
+        required: ['tool'],
+        additionalProperties: false,
+        properties: {
+          tool: {
+            type: 'string',
+            minLength: 1,
+            maxLength: 128,
+            pattern: '^[a-z0-9_.*-]+$',
+            description: 'a tool id, or a pattern where * matches any run of characters',
+          },
+          when: {
+            type: 'object',
+            minProperties: 1,
+            description: 'conditions on input fields, all of which must hold; keys are JSON pointers (/a/b) or top-level field names',
+            additionalProperties: {
+              type: 'object',
+              minProperties: 1,
+              maxProperties: 1,
+              additionalProperties: false,
+              properties: {
+                equals: { description: 'the field equals this JSON value' },
+                prefix: { type: 'string', description: 'the field is a string starting with this' },
+                pattern: { type: 'string', minLength: 1, description: 'the field is a string this regular expression (u flag) matches' },
+                glob: {
+                  type: 'string',
+                  pattern: '^/',
+                  description: 'the field is a VFS path that, normalized as the VFS reads it, matches this glob (/etc/**)',
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+    timeout_ms: { type: 'integer', minimum: 1, maximum: DEFAULT_APPROVALS.max_timeout_ms, description: `default ${DEFAULT_APPROVALS.timeout_ms}` },
   },
 } as const;
 
@@ -96,6 +146,7 @@ const ENGINE_CONFIG_SCHEMA = {
       additionalProperties: false,
       properties: { mcp: SURFACE_PROFILE_SCHEMA, http: SURFACE_PROFILE_SCHEMA },
     },
+    approvals: APPROVALS_SCHEMA,
   },
 } as const;
 

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { ApprovalAnswer, ApprovalGate, PendingApproval } from './approvals/gate.js';
 import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
@@ -23,13 +24,23 @@ export interface CallOptions {
   caller?: string;
   /** Cancels the call (result `CANCELLED`). */
   signal?: AbortSignal;
-  /** Shorten the timeout for this call; never lengthens the tool's own. */
+  /**
+   * Shorten the timeout for this call; never lengthens the tool's own. The timeout starts when the call
+   * starts to run: a wait for approval does not count (it has its own, `approvals.timeout_ms`).
+   */
   timeout_ms?: number;
   /**
    * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
    * list). An explicit id is not checked against it: a surface checks the ids it offers itself.
    */
   offered?: (toolId: string) => boolean;
+  /**
+   * The host vouches that a person approved this one call already (`arium call --approve`): a call an
+   * `approvals` rule matches runs without waiting, and the events and audit log say who approved it.
+   */
+  approval?: ApprovalAnswer;
+  /** Told when the call starts to wait for approval, to ask a person (a terminal prompt, an MCP elicitation). */
+  onApproval?: (pending: PendingApproval) => void;
 }
 
 /** What a caller names instead of a tool id: any tool that provides this capability and that it may call. */
@@ -49,6 +60,7 @@ export interface DispatcherDeps {
   policy: Readonly<Policy>;
   grants: GrantSet;
   limiter: Limiter;
+  approvals: ApprovalGate;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -145,6 +157,21 @@ export class Dispatcher {
             details: { permission: missing.text, granted: grants.texts() },
           },
         );
+      }
+      const rule = this.#d.approvals.needs(tool.spec.id, copy);
+      if (rule) {
+        // Before the concurrency slot and the transaction: a call waiting for a person holds nothing.
+        await this.#d.approvals.wait({
+          runId,
+          traceId: meta.trace_id,
+          tool: tool.spec.id,
+          input: copy,
+          caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
+          rule,
+          signal: opts.signal,
+          preapproved: opts.approval,
+          onPending: typeof opts.onApproval === 'function' ? opts.onApproval : undefined,
+        });
       }
       stage = 'execution';
       const runner = this.#d.runners.get(tool.spec.runner);

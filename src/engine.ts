@@ -1,12 +1,22 @@
 import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { runnerCatalog } from '../runners/index.js';
+import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';
+import { ApprovalRuleError, ApprovalRules, type ApprovalsConfig } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { type AuditSetting, auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
 import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import { EventBus, type RegistryProblem } from './events.js';
-import { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
+import {
+  DEFAULT_APPROVALS,
+  DEFAULT_POLICY,
+  DEFAULT_REGISTRY_LIMITS,
+  DEFAULT_VFS_QUOTA,
+  type Policy,
+  type RegistryLimits,
+  type VfsQuota,
+} from './limits.js';
 import { DEFAULT_GRANTS, GrantSet, PermissionSyntaxError, parsePermission } from './permissions.js';
 import { type PermissionWidening, Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
@@ -93,6 +103,8 @@ export interface EngineOptions {
    * default of its name); a `Runner` instance is used in place of the one its definition would create.
    */
   runners?: readonly (Runner | RunnerDefinition)[];
+  /** Which calls wait for a person's approval (in place of arium.json's `approvals`, as a whole). */
+  approvals?: ApprovalsConfig;
 }
 
 export interface EngineStatus {
@@ -165,6 +177,16 @@ export interface Engine {
   exportTo(vfsPath: string, hostDir: string, options?: { overwrite?: boolean }, onProgress?: (files: number) => void): TransferReport;
   /** Deletes stored objects that no snapshot and not the live tree need. */
   gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
+  /** Calls waiting for a person's approval, oldest first. */
+  approvals(): PendingApproval[];
+  /**
+   * Lets a waiting call run. Throws a `ToolFailure`: `NOT_FOUND` for a run id that waits for nothing,
+   * `ALREADY_RESOLVED` (naming who answered first) for one already answered, `INVALID_INPUT` for a bad answer.
+   */
+  approve(runId: string, answer: { by: string }): ApprovalDecision;
+  /** Ends a waiting call as `APPROVAL_DENIED`, with the reason; throws as `approve` does. */
+  deny(runId: string, answer: ApprovalAnswer): ApprovalDecision;
+  /** Ends calls waiting for approval as denied (`APPROVAL_DENIED`, the engine closed), then closes. */
   close(): Promise<void>;
 }
 
@@ -319,7 +341,30 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   if (widening !== 'allow' && widening !== 'refuse') {
     throw new EngineConfigError(`permissionWidening must be "allow" or "refuse" (got ${JSON.stringify(widening)})`, 'permissionWidening');
   }
+  let approvalRules: ApprovalRules;
+  const approvalsConfig = options.approvals ?? config.approvals ?? {};
+  try {
+    approvalRules = new ApprovalRules(approvalsConfig.rules ?? []);
+  } catch (error) {
+    if (error instanceof ApprovalRuleError) throw new EngineConfigError(error.message, options.approvals ? error.field : `arium.json ${error.field}`);
+    throw error;
+  }
+  const approvalTimeout = approvalsConfig.timeout_ms ?? DEFAULT_APPROVALS.timeout_ms;
+  if (!Number.isInteger(approvalTimeout) || approvalTimeout < 1 || approvalTimeout > DEFAULT_APPROVALS.max_timeout_ms) {
+    throw new EngineConfigError(
+      `approvals.timeout_ms must be an integer from 1 to ${DEFAULT_APPROVALS.max_timeout_ms} (got ${JSON.stringify(approvalTimeout)})`,
+      'approvals.timeout_ms',
+    );
+  }
   const bus = new EventBus();
+  const approvalGate = new ApprovalGate({
+    bus,
+    rules: approvalRules,
+    timeout_ms: approvalTimeout,
+    max_pending: DEFAULT_APPROVALS.max_pending,
+    remembered: DEFAULT_APPROVALS.remembered,
+    payload_bytes: policy.event_payload_bytes,
+  });
   let audit: AuditLog | null = null;
   const auditing = auditSettings(options.auditLog ?? config.audit_log, projectDir, options.auditLog === undefined ? projectDir : resolve('.'));
   if (auditing) {
@@ -415,6 +460,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     policy,
     grants,
     limiter: new Limiter(policy.concurrency, policy.tool_concurrency, policy.queue_length),
+    approvals: approvalGate,
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
@@ -461,8 +507,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),
+    approvals: () => approvalGate.pending(),
+    approve: (runId, answer) => approvalGate.approve(runId, answer),
+    deny: (runId, answer) => approvalGate.deny(runId, answer),
     close: () => {
       closed ??= (async () => {
+        approvalGate.close();
         await registry.close();
         await Promise.allSettled([...runners.values()].map((r) => r.close()));
         state.close();

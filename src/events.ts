@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { MatchedRule } from './approvals/rules.js';
 import type { ErrorInfo } from './errors.js';
 import type { LogLine } from './result.js';
 
@@ -98,7 +99,47 @@ export interface RegistryChangeEvent {
   problems: RegistryProblem[];
 }
 
-export type EngineEvent = ToolInvocationEvent | ToolResultEvent | ToolErrorEvent | SecurityEvent | RegistryChangeEvent;
+/** A call that an `approvals` rule matched waits for a person: nothing of it has run yet. */
+export interface ApprovalRequestedEvent extends BaseEvent {
+  type: 'ApprovalRequested';
+  /** The tool's id (approval is keyed on it, never on a display name). */
+  tool: string;
+  /** The input the tool would run with, secret-looking keys masked and cut like every event's. */
+  input: unknown;
+  /** Who asks: the call's `caller` option (e.g. `mcp`, `http:127.0.0.1`, `cli:alice`), or null. */
+  caller: string | null;
+  /** The rule that matched. */
+  rule: MatchedRule;
+  /** When the wait ends as a denial (`APPROVAL_TIMEOUT`) if nobody answers. */
+  expires_at: string;
+}
+
+/** How an approval ended. The call runs only after `approved`. */
+export interface ApprovalResolvedEvent extends BaseEvent {
+  type: 'ApprovalResolved';
+  tool: string;
+  /**
+   * `approved` / `denied`: a person answered (`by`); `timed_out`: nobody did in time; `cancelled`: the
+   * call's signal aborted; `closed`: the engine closed while it waited.
+   */
+  outcome: 'approved' | 'denied' | 'timed_out' | 'cancelled' | 'closed';
+  /** Who answered, as the answer said; null when nobody did. */
+  by: string | null;
+  reason: string | null;
+  /** When the approval was asked for (`at` is when it ended). */
+  requested_at: string;
+  /** True when the call came already approved (`arium call --approve`): no one was asked while it waited. */
+  preapproved?: boolean;
+}
+
+export type EngineEvent =
+  | ToolInvocationEvent
+  | ToolResultEvent
+  | ToolErrorEvent
+  | SecurityEvent
+  | RegistryChangeEvent
+  | ApprovalRequestedEvent
+  | ApprovalResolvedEvent;
 
 /** Typed event map: each event under its own name, and every event again under `event`. */
 export interface EngineEventMap {
@@ -107,6 +148,8 @@ export interface EngineEventMap {
   error: [ToolErrorEvent];
   security: [SecurityEvent];
   registry: [RegistryChangeEvent];
+  /** Both approval events, requested and resolved. */
+  approval: [ApprovalRequestedEvent | ApprovalResolvedEvent];
   event: [EngineEvent];
 }
 
@@ -116,7 +159,12 @@ const CHANNEL: Record<EngineEvent['type'], keyof EngineEventMap> = {
   ToolErrorEvent: 'error',
   SecurityEvent: 'security',
   RegistryChangeEvent: 'registry',
+  ApprovalRequested: 'approval',
+  ApprovalResolved: 'approval',
 };
+
+/** Every event type, e.g. for a reader of the audit log to tell an event from a damaged line. */
+export const ENGINE_EVENT_TYPES = Object.freeze(Object.keys(CHANNEL) as Array<EngineEvent['type']>);
 
 type Sink = (event: EngineEvent) => void;
 

@@ -8,6 +8,8 @@ import { toolMetaSchema } from './registry/meta-schema.js';
 import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
 export { DEFAULT_RUNNERS } from '../runners/index.js';
+export type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approvals/gate.js';
+export type { ApprovalCondition, ApprovalRule, ApprovalsConfig, MatchedRule } from './approvals/rules.js';
 export type { ProjectConfig } from './config.js';
 export type { CallOptions, CallTarget, CapabilityRequest } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
@@ -15,6 +17,8 @@ export { createEngine, EngineConfigError } from './engine.js';
 export type { ErrorCode, ErrorInfo, Stage } from './errors.js';
 export { ERROR_CODES, isRetryable, ToolFailure } from './errors.js';
 export type {
+  ApprovalRequestedEvent,
+  ApprovalResolvedEvent,
   EngineEvent,
   EngineEventMap,
   RegistryChangeEvent,
@@ -26,7 +30,7 @@ export type {
   VfsChangeSummary,
 } from './events.js';
 export type { CallLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
-export { DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
+export { DEFAULT_APPROVALS, DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';

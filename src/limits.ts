@@ -115,3 +115,15 @@ export const DEFAULT_AUDIT_ROTATION = Object.freeze({
   /** `audit.jsonl.1` … `audit.jsonl.4`; the oldest beyond is deleted. */
   files: 4,
 });
+
+/** Approvals (`approvals` in arium.json): how long a call waits for a person, and how many answers are remembered. */
+export const DEFAULT_APPROVALS = Object.freeze({
+  /** A call nobody approves or denies within this time fails with `APPROVAL_TIMEOUT` (5 minutes). */
+  timeout_ms: 5 * 60 * 1000,
+  /** The longest `timeout_ms` (about 24.8 days): a timer past it would fire at once (Node's setTimeout bound). */
+  max_timeout_ms: 2 ** 31 - 1,
+  /** Pending approvals at once; past it a call that needs one fails with `BUSY` instead of waiting. */
+  max_pending: 1000,
+  /** Resolved approvals remembered so that a late second answer learns who answered first. */
+  remembered: 1000,
+});

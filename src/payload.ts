@@ -164,6 +164,16 @@ export function checkOutput(value: unknown, limits: PayloadLimits): number {
 
 /** Keys whose values never appear in events or logs (secrets never appear in events: README, Events). */
 const SECRET_KEY = /pass(word|phrase)?|secret|token|api[-_]?key|auth(orization)?|credential|private[-_]?key|cookie|session/i;
+/** `key`, `ssh_key`, `signing-key`, `accessKey`; not `keys`, `monkey` or `keyword`. */
+const KEY_NAME = /(?:^|[-_.])[kK][eE][yY]$|[a-z0-9]Key$/;
+
+/**
+ * Whether the value under `key` is masked in events, approval requests and the audit log. The one
+ * place that decides it: when the engine holds secrets of its own, their names are checked here too.
+ */
+export function isSecretKey(key: string): boolean {
+  return SECRET_KEY.test(key) || KEY_NAME.test(key);
+}
 
 /**
  * A copy of `value` fit for an event: secret-looking keys redacted, long strings and large values cut.
@@ -203,7 +213,7 @@ export function forEvent(value: unknown, maxBytes: number): unknown {
       // Keys count against the budget and are cut like strings: one key of a megabyte is a payload too.
       const shown = key.length > budget ? `${key.slice(0, budget)}…[${key.length} chars]` : key;
       budget -= shown.length + 4;
-      const item = SECRET_KEY.test(key) ? '[redacted]' : visit((v as Record<string, unknown>)[key], depth + 1);
+      const item = isSecretKey(key) ? '[redacted]' : visit((v as Record<string, unknown>)[key], depth + 1);
       Object.defineProperty(out, shown, { value: item, enumerable: true, writable: true, configurable: true });
     }
     return out;

@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -77,6 +77,17 @@ describe('bin/arium.js', () => {
     const missing = arium(['tools', '--workspace', 'ws', '--project', 'nope']);
     expect(missing.status).toBe(3);
     expect(missing.stderr).toContain('Project "nope" not found');
+  });
+
+  it('a call that needs approval, without a terminal, ends at once as denied; --approve runs it as the OS user', () => {
+    const P = ['--workspace', 'ws', '--project', 'p'];
+    writeFileSync(join(ws.workspace, 'p', 'arium.json'), JSON.stringify({ approvals: { rules: [{ tool: 'fs.write' }] } }));
+    const denied = arium(['call', 'fs.write', '{"path":"/a","content":"a"}', ...P, '--json']);
+    expect(denied.status).toBe(1);
+    expect(JSON.parse(denied.stdout).error).toMatchObject({ code: 'APPROVAL_DENIED' });
+    expect(JSON.parse(denied.stdout).error.message).toContain('--approve');
+    const approved = arium(['call', 'fs.write', '{"path":"/a","content":"a"}', ...P, '--approve', '--json']);
+    expect(approved.status).toBe(0);
   });
 
   it('says to build when dist/ is missing', () => {

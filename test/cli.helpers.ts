@@ -17,6 +17,8 @@ export interface CliOptions {
   isTTY?: boolean;
   /** Aborts the run's interrupt signal (Ctrl-C) when this signal aborts. */
   interrupt?: AbortSignal;
+  /** Answers the questions a terminal would be asked (absent: not a terminal); each question is recorded. */
+  answer?: (question: string) => string;
 }
 
 /** A temporary folder holding a workspace `ws` with an empty project `p`; `cleanup` removes it. */
@@ -31,6 +33,7 @@ export function tempWorkspace(): { root: string; workspace: string; cleanup: () 
 export async function runCli(cwd: string, args: string[], options: CliOptions = {}): Promise<CliRun> {
   let out = '';
   let err = '';
+  const answer = options.answer;
   const io: CliIo = {
     stdout: { write: (t: string) => (out += t) },
     stderr: { write: (t: string) => (err += t) },
@@ -39,6 +42,15 @@ export async function runCli(cwd: string, args: string[], options: CliOptions = 
     isTTY: options.isTTY ?? false,
     cwd,
     interrupt: () => options.interrupt ?? new AbortController().signal,
+    user: 'tester',
+    ...(answer
+      ? {
+          ask: async (question: string) => {
+            err += question;
+            return answer(question);
+          },
+        }
+      : {}),
   };
   const code = await main(args, io);
   return { code, out, err };

@@ -6,6 +6,7 @@ describe('public API', () => {
     // Adding or removing a name here is an API decision: update README's Library API with it.
     expect(Object.keys(api).sort()).toEqual(
       [
+        'DEFAULT_APPROVALS',
         'DEFAULT_GRANTS',
         'DEFAULT_POLICY',
         'DEFAULT_REGISTRY_LIMITS',

@@ -55,7 +55,10 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     mkdirSync(OUT, { recursive: true });
     workspace = mkdtempSync(join(tmpdir(), 'arium-inspector-'));
     cpSync(join(ROOT, 'workspace', 'demo'), join(workspace, 'demo'), { recursive: true, filter: (source) => !source.includes('.arium') });
-    // The demo pins an npm package for one of its tools: installed as a user would, so no load problem shows.
+    // fs.delete waits for approval (no other test calls it): the Approvals panel's test answers it.
+    const config = JSON.parse(readFileSync(join(workspace, 'demo', 'arium.json'), 'utf8'));
+    writeFileSync(join(workspace, 'demo', 'arium.json'), JSON.stringify({ ...config, approvals: { rules: [{ tool: 'fs.delete' }] } }));
+    // The demo pins an npm package and a Python wheel for two of its tools: installed as a user would.
     await installProject({ workspace, project: 'demo', offline: true });
     gateway = await createGateway({ workspace, project: 'demo', engineOptions: { persist: false } });
     base = await gateway.app.listen({ port: 0, host: '127.0.0.1' });
@@ -451,6 +454,38 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await page.reload();
     await page.getByRole('tab', { name: 'Activity' }).waitFor();
     await expect(page.evaluate(() => document.documentElement.dataset.theme)).resolves.toBe('light');
+  });
+
+  it('lists a call waiting for approval in the Approvals panel, and approves or denies it from there', async () => {
+    engine().vfs.write('/gate/a.txt', 'a');
+    engine().vfs.write('/gate/b.txt', 'b');
+    const first = engine().call('fs.delete', { path: '/gate/a.txt' }, { caller: 'browser-test' });
+    expect(engine().approvals()).toHaveLength(1);
+    const page = await open('/#approvals');
+    const item = page.locator('.approval', { hasText: 'fs.delete' });
+    await expectText(item, '/gate/a.txt');
+    await expectText(page.getByTestId('approvals-count'), '1');
+    await expectText(item, 'asked by browser-test');
+    await page.getByLabel('Answer as').fill('browser-user');
+    await page.screenshot({ path: join(OUT, 'approvals.png') });
+    await item.getByRole('button', { name: 'Approve' }).click();
+    expect((await first).ok).toBe(true);
+    expect(engine().vfs.exists('/gate/a.txt')).toBe(false);
+    await expectText(page.getByTestId('approvals'), 'No calls wait for approval.');
+
+    // The next one reaches the page through the event stream: wait until it is connected.
+    await tab(page, 'Activity');
+    await page.locator('.stream.open').waitFor();
+    await tab(page, 'Approvals');
+    const second = engine().call('fs.delete', { path: '/gate/b.txt' });
+    const next = page.locator('.approval', { hasText: '/gate/b.txt' });
+    await next.waitFor();
+    await next.getByPlaceholder('reason (for a denial)').fill('keep b');
+    await next.getByRole('button', { name: 'Deny' }).click();
+    const denied = await second;
+    expect(denied.ok ? null : denied.error).toMatchObject({ code: 'APPROVAL_DENIED', details: { by: 'browser-user', reason: 'keep b' } });
+    expect(engine().vfs.read('/gate/b.txt').toString()).toBe('b');
+    await expectText(page.getByTestId('approvals'), 'No calls wait for approval.');
   });
 
   it('requested nothing from outside this server, with no CSP violation, page error or dialog', () => {

@@ -314,7 +314,7 @@ describe('every code block of the README', () => {
       if (first.startsWith('{ "ok"')) return checkResults(block);
       const value = JSON.parse(block.code) as Record<string, unknown>;
       if ('runner' in value) return runDefinition(block, all);
-      if ('grants' in value || 'policy' in value) return checkConfig(block);
+      if ('grants' in value || 'policy' in value || 'approvals' in value) return checkConfig(block);
       if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
     },

@@ -13,6 +13,7 @@ import {
   setApiKey,
   type ToolInfo,
 } from './api';
+import { ApprovalsView, type PendingApproval } from './approvals';
 import { Dialog } from './dialog';
 import { FilesView } from './files';
 import { SnapshotsView } from './snapshots';
@@ -26,6 +27,7 @@ const TABS = [
   { id: 'activity', label: 'Activity' },
   { id: 'files', label: 'Files' },
   { id: 'snapshots', label: 'Snapshots' },
+  { id: 'approvals', label: 'Approvals' },
 ] as const;
 type Tab = (typeof TABS)[number]['id'];
 
@@ -49,6 +51,17 @@ export function App() {
   const [stream, setStream] = useState('connecting');
   const [liveVersion, setLiveVersion] = useState(0);
   const liveTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const [approvals, setApprovals] = useState<PendingApproval[] | null>(null);
+  const [approvalsError, setApprovalsError] = useState<string | null>(null);
+
+  const loadApprovals = useCallback(async () => {
+    try {
+      setApprovals((await api<{ approvals: PendingApproval[] }>('/v1/approvals')).approvals);
+      setApprovalsError(null);
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 401)) setApprovalsError(describeError(error));
+    }
+  }, []);
 
   const loadTools = useCallback(async () => {
     try {
@@ -81,11 +94,13 @@ export function App() {
     void loadTools();
     void loadSnapshots();
     void loadProject();
+    void loadApprovals();
     const stop = events.onRegistryChange(() => void loadTools());
     const follower = followEvents(`${apiBase()}/v1/events`, authHeaders, {
       onMessage: (message) => {
         events.receive(message);
         if (message.event === 'ToolResultEvent' && message.data.includes('"vfs":{')) bumpLive();
+        if (message.event === 'ApprovalRequested' || message.event === 'ApprovalResolved') void loadApprovals();
       },
       onStatus: (status) => {
         setStream(status);
@@ -131,7 +146,7 @@ export function App() {
           Arium inspector
         </h1>
         <ProjectSwitch project={project} />
-        <Tabs tab={tab} onChoose={choose} />
+        <Tabs tab={tab} onChoose={choose} pending={approvals?.length ?? 0} />
         <span class="spacer" />
         {project?.read_only ? <span class="badge security">read-only</span> : null}
         <ThemeToggle />
@@ -143,6 +158,7 @@ export function App() {
         {tab === 'snapshots' ? (
           <SnapshotsView snapshots={snapshots} readOnly={project?.read_only ?? false} onChanged={changed} liveVersion={liveVersion} />
         ) : null}
+        {tab === 'approvals' ? <ApprovalsView approvals={approvals} error={approvalsError} onAnswered={() => void loadApprovals()} /> : null}
       </div>
       {keyNeeded ? (
         <KeyPrompt
@@ -158,7 +174,7 @@ export function App() {
   );
 }
 
-function Tabs({ tab, onChoose }: { tab: Tab; onChoose(tab: Tab): void }) {
+function Tabs({ tab, onChoose, pending }: { tab: Tab; onChoose(tab: Tab): void; pending: number }) {
   const refs = useRef<Array<HTMLButtonElement | null>>([]);
   const onKey = (e: KeyboardEvent) => {
     const index = TABS.findIndex((t) => t.id === tab);
@@ -189,6 +205,11 @@ function Tabs({ tab, onChoose }: { tab: Tab; onChoose(tab: Tab): void }) {
           onClick={() => onChoose(t.id)}
         >
           {t.label}
+          {t.id === 'approvals' && pending > 0 ? (
+            <span class="badge security" data-testid="approvals-count">
+              {pending}
+            </span>
+          ) : null}
         </button>
       ))}
     </div>

@@ -59,6 +59,10 @@ export function formatEvent(e: EngineEvent, c: Paint): string {
       const parts = [`+${e.added.length}`, `~${e.updated.length}`, `-${e.removed.length}`, `${e.problems.length} problems`];
       return `${time} ${c.yellow('registry  ')} ${parts.join(' ')}`;
     }
+    case 'ApprovalRequested':
+      return `${time} ${c.yellow('approval? ')} ${e.tool} run ${e.run_id}${e.caller ? c.dim(` asked by ${e.caller}`) : ''} ${c.dim(clip(JSON.stringify(e.input) ?? '', 80))}`;
+    case 'ApprovalResolved':
+      return `${time} ${c.yellow('approval  ')} ${e.tool} run ${e.run_id} ${e.outcome}${e.by ? ` by ${e.by}` : ''}${e.reason ? c.dim(`: ${clip(e.reason, 80)}`) : ''}`;
   }
 }
 

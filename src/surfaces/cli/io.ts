@@ -1,3 +1,6 @@
+import { userInfo } from 'node:os';
+import { createInterface } from 'node:readline';
+
 /** Where the CLI reads and writes: the process in real use, buffers in tests. */
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -13,6 +16,13 @@ export interface CliIo {
    * Asking for it is what installs the handler, so every other command keeps Node's default Ctrl-C.
    */
   interrupt(): AbortSignal;
+  /**
+   * Asks a person a question at the terminal (on stderr, the answer read from stdin): present only when
+   * both are terminals. Resolves null when `signal` aborts first (the question no longer matters).
+   */
+  ask?: (question: string, signal: AbortSignal) => Promise<string | null>;
+  /** The OS user name, for who approved a call (`arium call --approve`). */
+  user: string;
   /** The raw standard streams, for a command that speaks a protocol on them (`arium mcp`); absent in tests run in-process. */
   streams?: { stdin: NodeJS.ReadableStream & import('node:stream').Readable; stdout: import('node:stream').Writable };
 }
@@ -67,6 +77,8 @@ export function processIo(): CliIo {
     },
     env: process.env,
     isTTY: process.stdout.isTTY === true,
+    ...(process.stdin.isTTY === true && process.stderr.isTTY === true ? { ask: askAtTerminal } : {}),
+    user: osUser(),
     cwd: process.cwd(),
     interrupt: () => {
       if (!controller) {
@@ -80,4 +92,31 @@ export function processIo(): CliIo {
       return controller.signal;
     },
   };
+}
+
+function askAtTerminal(question: string, signal: AbortSignal): Promise<string | null> {
+  return new Promise((resolve) => {
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    const done = (answer: string | null) => {
+      signal.removeEventListener('abort', onAbort);
+      rl.close();
+      resolve(answer);
+    };
+    const onAbort = () => {
+      process.stderr.write('\n');
+      done(null);
+    };
+    if (signal.aborted) return done(null);
+    signal.addEventListener('abort', onAbort, { once: true });
+    rl.question(question, (answer) => done(answer));
+  });
+}
+
+/** The OS user name; `unknown` when the system has none for this uid (a container without /etc/passwd). */
+function osUser(): string {
+  try {
+    return userInfo().username || 'unknown';
+  } catch {
+    return process.env.USER || process.env.USERNAME || 'unknown';
+  }
 }

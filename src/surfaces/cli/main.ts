@@ -1,6 +1,7 @@
 import { EngineConfigError, ProjectLockedError, StateCorruptError, ToolFailure } from '../../index.js';
 import { bool, closest, GLOBAL_FLAGS, type Parsed, parseArgs, UsageError } from './args.js';
 import { type CommandSpec, commandHelp, EXIT_CODES_HELP, flagsHelp, HostError } from './command.js';
+import { approvalsSpec, approveSpec, denySpec } from './commands/approvals.js';
 import { callSpec } from './commands/call.js';
 import { demoSpec } from './commands/demo.js';
 import { doctorSpec } from './commands/doctor.js';
@@ -27,6 +28,9 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     eventsSpec,
     mcpSpec,
     serveSpec,
+    approvalsSpec,
+    approveSpec,
+    denySpec,
     schemaSpec,
     snapshotSpec,
     logSpec,

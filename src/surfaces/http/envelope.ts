@@ -33,8 +33,11 @@ export function statusOf(code: ErrorCode): number {
     case 'INPUT_TOO_LARGE':
       return 413;
     case 'DENIED':
+    case 'APPROVAL_DENIED':
+    case 'APPROVAL_TIMEOUT':
       return 403;
     case 'AMBIGUOUS':
+    case 'ALREADY_RESOLVED':
       return 409;
     case 'BUSY':
       return 429;

@@ -70,6 +70,17 @@ const RUN_BODY_SCHEMA = {
   },
 } as const;
 
+const APPROVAL_BODY_SCHEMA = {
+  type: 'object',
+  required: ['decision', 'by'],
+  additionalProperties: false,
+  properties: {
+    decision: { enum: ['approve', 'deny'] },
+    by: { type: 'string', minLength: 1, maxLength: 200, description: 'Who answers, for the events and the audit log' },
+    reason: { type: 'string', maxLength: 2000, description: 'Why (shown in the denied call’s error)' },
+  },
+} as const;
+
 /** `stat=true` in a query string: the gateway's validator does not coerce types, so the flag is a word. */
 const STAT_QUERY = { type: 'string', enum: ['true', 'false'], description: 'true: file list and counts only, no patches' } as const;
 
@@ -490,6 +501,45 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
             { details: { run_id: runId } },
           ),
         );
+      },
+    );
+
+    scope.get(
+      '/v1/approvals',
+      { schema: { summary: 'Calls waiting for a person’s approval (oldest first), of the tools this gateway offers' } },
+      async (request) => {
+        const show = visible(request);
+        return {
+          approvals: engineOf(request)
+            .engine.approvals()
+            .filter((p) => show(p.tool)),
+        };
+      },
+    );
+
+    scope.post(
+      '/v1/approvals/:run_id',
+      {
+        schema: {
+          summary: 'Approve or deny a waiting call',
+          params: { type: 'object', properties: { run_id: { type: 'string', maxLength: 200 } } },
+          body: APPROVAL_BODY_SCHEMA,
+          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
+        },
+      },
+      async (request) => {
+        const { run_id: runId } = request.params as { run_id: string };
+        const body = request.body as { decision: 'approve' | 'deny'; by: string; reason?: string };
+        const { engine } = engineOf(request);
+        const waiting = engine.approvals().find((p) => p.run_id === runId);
+        // An approval of a tool this gateway does not offer is as unknown here as one that does not exist.
+        if (waiting && !visible(request)(waiting.tool)) {
+          throw new ToolFailure('validation', 'NOT_FOUND', `No approval is pending for run ${runId}; GET /v1/approvals lists them`, {
+            details: { run_id: runId },
+          });
+        }
+        const answer = { by: body.by, ...(body.reason !== undefined ? { reason: body.reason } : {}) };
+        return body.decision === 'approve' ? engine.approve(runId, answer) : engine.deny(runId, answer);
       },
     );
 

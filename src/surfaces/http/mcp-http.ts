@@ -32,6 +32,8 @@ export class McpSessions {
     }
     const { server, detach } = createMcpServer(engine, {
       caller: 'mcp-http',
+      // Over the gateway an approval can be answered by POST /v1/approvals/{run_id}: the call waits for it.
+      pendingApprovals: 'wait',
       ...(engine.config.surfaces?.mcp ? { profile: engine.config.surfaces.mcp } : {}),
     });
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({

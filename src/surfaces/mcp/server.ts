@@ -14,6 +14,7 @@ import {
   SubscribeRequestSchema,
   UnsubscribeRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
+import type { PendingApproval } from '../../approvals/gate.js';
 import type { Engine } from '../../engine.js';
 import type { ErrorInfo } from '../../errors.js';
 import type { ToolResultEvent } from '../../events.js';
@@ -36,6 +37,14 @@ export interface McpServerOptions {
   progressMs?: number;
   /** The version the server reports. */
   version?: string;
+  /**
+   * A call that needs a person's approval, from a client that cannot be asked (no `elicitation`
+   * capability): `wait` (the gateway's `/mcp`) answers the client at once that the approval is pending
+   * and how to give it, and the call goes on waiting for an answer over HTTP; `deny` (default: `arium
+   * mcp` over stdio, where nothing else can answer) ends the call as `APPROVAL_DENIED` at once, saying why.
+   * A client with `elicitation` is asked, approve or deny, either way.
+   */
+  pendingApprovals?: 'wait' | 'deny';
 }
 
 export interface AriumMcpServer {
@@ -58,6 +67,23 @@ function errorResult(error: ErrorInfo): CallToolResult {
   const shown: Record<string, unknown> = { code, stage, message, retryable };
   if (error.details !== undefined) shown.details = error.details;
   return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: shown }) }], structuredContent: { error: shown } };
+}
+
+/** The answer to a client that cannot be asked, while its call waits for an answer from elsewhere. */
+function pendingResult(approval: PendingApproval): CallToolResult {
+  const text =
+    `Approval pending: ${approval.tool} needs a person's approval before it runs (run ${approval.run_id}). ` +
+    `It has not run. Approve or deny it with POST /v1/approvals/${approval.run_id} on this gateway ` +
+    `({"decision": "approve" or "deny", "by": "<name>"}) or \`arium approve ${approval.run_id}\` / \`arium deny ${approval.run_id}\`. ` +
+    `It waits until ${approval.expires_at}, then fails as APPROVAL_TIMEOUT. Once approved it runs once: do not call it again; ` +
+    `its result is in the event stream (GET /v1/events), not in this answer.`;
+  const shown = { approval: { status: 'pending', run_id: approval.run_id, tool: approval.tool, expires_at: approval.expires_at } };
+  return {
+    isError: true,
+    content: [{ type: 'text', text }],
+    structuredContent: shown,
+    _meta: { 'arium/run_id': approval.run_id, 'arium/trace_id': approval.trace_id },
+  };
 }
 
 export function createMcpServer(engine: Engine, options: McpServerOptions = {}): AriumMcpServer {
@@ -107,12 +133,30 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       }, options.progressMs ?? 1000);
     }
     let result: Awaited<ReturnType<Engine['call']>>;
+    let waiting: ((pending: PendingApproval) => void) | undefined;
+    const pending = new Promise<PendingApproval>((resolve) => {
+      waiting = resolve;
+    });
+    const onApproval = (approval: PendingApproval) => {
+      if (server.getClientCapabilities()?.elicitation) void ask(approval, extra.requestId, extra.signal);
+      else if (options.pendingApprovals === 'wait') waiting?.(approval);
+      else
+        engine.deny(approval.run_id, {
+          by: caller,
+          reason: `approval is required, and this MCP client cannot be asked (it has no elicitation capability); use a client that supports elicitation, or serve the project with \`arium serve\` and call it there, where POST /v1/approvals/{run_id} or \`arium approve\` answers`,
+        });
+    };
     try {
-      result = await engine.call(id, request.params.arguments ?? {}, {
+      const call = engine.call(id, request.params.arguments ?? {}, {
         signal: extra.signal,
         caller,
+        onApproval,
         ...(grants ? { grants } : {}),
       });
+      const first = await Promise.race([call, pending]);
+      // The client cannot be asked and someone else may answer: it hears now, and the call waits on.
+      if (!('ok' in first)) return pendingResult(first);
+      result = first;
     } finally {
       if (timer) clearInterval(timer);
     }
@@ -129,6 +173,37 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       _meta: { 'arium/run_id': result.meta.run_id, 'arium/trace_id': result.meta.trace_id, 'arium/duration_ms': result.meta.duration_ms },
     };
   });
+
+  /** Asks the client's user to approve or deny; no answer or a failed request leaves the approval to other surfaces and its timeout. */
+  const ask = async (approval: PendingApproval, requestId: string | number, signal: AbortSignal) => {
+    const input = JSON.stringify(approval.input) ?? '';
+    try {
+      const answer = await server.elicitInput(
+        {
+          mode: 'form',
+          message: `Approve ${approval.tool} with input ${input.length > 2000 ? `${input.slice(0, 2000)}…` : input}? (run ${approval.run_id}${approval.caller ? `, asked by ${approval.caller}` : ''})`,
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              decision: { type: 'string', title: 'Decision', enum: ['approve', 'deny'] },
+              reason: { type: 'string', title: 'Reason (for a denial)' },
+            },
+            required: ['decision'],
+          },
+        },
+        { relatedRequestId: requestId, signal, timeout: Math.max(1, Date.parse(approval.expires_at) - Date.now()) },
+      );
+      const by = `${caller}:${server.getClientVersion()?.name ?? 'client'}`;
+      if (answer.action === 'accept' && answer.content?.decision === 'approve') {
+        engine.approve(approval.run_id, { by });
+      } else {
+        const given = answer.action === 'accept' && typeof answer.content?.reason === 'string' ? answer.content.reason : '';
+        engine.deny(approval.run_id, { by, reason: given || (answer.action === 'accept' ? 'denied' : `the client answered ${answer.action}`) });
+      }
+    } catch {
+      // Answered elsewhere first (ALREADY_RESOLVED), or the client failed to ask: nothing more to do here.
+    }
+  };
 
   server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({
     resourceTemplates: [

@@ -1,12 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { int, maxPositionals, str, UsageError } from '../args.js';
+import type { PendingApproval } from '../../../approvals/gate.js';
+import type { Engine } from '../../../engine.js';
+import { bool, int, maxPositionals, str, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
 import { formatResult } from '../format.js';
 import { EXIT } from '../io.js';
 
-const USAGE = 'arium call <id> [json | @file | -] [--trace-id <id>] [--timeout <ms>]\n       arium call --capability <name> [json | @file | -] …';
+const USAGE =
+  'arium call <id> [json | @file | -] [--trace-id <id>] [--timeout <ms>] [--approve]\n       arium call --capability <name> [json | @file | -] …';
 
 /** Parses JSON input; the error says where the input came from and, for multi-line files, the line and column. */
 export function parseInput(text: string, where: string): unknown {
@@ -55,9 +58,11 @@ async function run(ctx: Context): Promise<number> {
   const timeout = int(ctx.parsed, 'timeout');
   const traceId = str(ctx.parsed, 'trace-id');
   const input = await readInput(ctx, inputArg);
+  const approve = bool(ctx.parsed, 'approve');
   return withEngine(ctx, async (engine) => {
     const result = await engine.call(target, input, {
       caller: 'cli',
+      ...(approve ? { approval: { by: ctx.io.user } } : { onApproval: (pending: PendingApproval) => askApproval(ctx, engine, pending) }),
       ...(traceId ? { trace_id: traceId } : {}),
       ...(timeout ? { timeout_ms: timeout } : {}),
       // Ctrl-C cancels the call (CANCELLED) so the sandbox is stopped and the engine closes cleanly.
@@ -69,6 +74,41 @@ async function run(ctx: Context): Promise<number> {
   });
 }
 
+/**
+ * A call an `approvals` rule matches: a person at a terminal is asked; without one the call is denied
+ * at once, saying how to approve it (`--approve`), since nobody could answer while it waited.
+ */
+function askApproval(ctx: Context, engine: Engine, pending: PendingApproval): void {
+  const { run_id: runId } = pending;
+  const ask = ctx.io.ask;
+  if (!ask) {
+    engine.deny(runId, {
+      by: 'cli',
+      reason: `approval is required, and there is no terminal to ask; to approve this one call, run it again with --approve (recorded as approved by ${ctx.io.user})`,
+    });
+    return;
+  }
+  // The question ends with the approval: answered elsewhere, timed out, or the call cancelled (Ctrl-C).
+  const ended = new AbortController();
+  const onResolved = (event: { type: string; run_id: string }) => {
+    if (event.type === 'ApprovalResolved' && event.run_id === runId) ended.abort();
+  };
+  engine.events.on('approval', onResolved);
+  const input = JSON.stringify(pending.input) ?? '';
+  const shown = input.length > 500 ? `${input.slice(0, 500)}…` : input;
+  void ask(`Approve ${pending.tool} with input ${shown}? [y/N] `, ended.signal)
+    .then((answer) => {
+      if (answer === null) return;
+      const by = ctx.io.user;
+      if (/^\s*y(es)?\s*$/i.test(answer)) engine.approve(runId, { by });
+      else engine.deny(runId, { by, reason: 'answered no at the terminal' });
+    })
+    .catch(() => {
+      // Answered elsewhere first: the call ends as that answer says.
+    })
+    .finally(() => engine.events.off('approval', onResolved));
+}
+
 export const callSpec: CommandSpec = {
   name: 'call',
   usage: USAGE,
@@ -77,13 +117,17 @@ export const callSpec: CommandSpec = {
   inline        arium call fs.read '{"path":"/notes/todo.md"}'
   from a file   arium call fs.read @input.json
   from stdin    echo '{"path":"/"}' | arium call fs.list -
-and {} when omitted. --capability <name> instead of an id runs the one tool that provides
-that capability and that the caller may call (AMBIGUOUS when several do: call one by id). With --json the whole result { ok, data | error, meta } is printed.
+and {} when omitted. With --json the whole result { ok, data | error, meta } is printed.
+--capability <name> instead of an id runs the one tool that provides that capability and
+that the caller may call (AMBIGUOUS when several do: call one by id).
+A call that an approvals rule in arium.json matches asks "Approve <tool> with input …? [y/N]"
+on a terminal; without one it fails as APPROVAL_DENIED unless --approve is given.
 Exit code 1 when the result has ok: false.`,
   flags: {
     'trace-id': { value: true, arg: '<id>', help: 'trace id carried by the result and every event of the call' },
     timeout: { value: true, arg: '<ms>', help: 'lower the call timeout (never above the tool’s own limit)' },
     capability: { value: true, arg: '<name>', help: 'call the one tool that provides this capability instead of naming an id' },
+    approve: { help: 'approve this one call beforehand, if an approvals rule matches it (recorded as by your OS user name)' },
   },
   run,
 };

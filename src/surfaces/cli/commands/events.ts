@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_CATALOG } from '../../../../runners/index.js';
 import { rotatedPath } from '../../../audit.js';
 import { auditSettings, loadProjectConfig, ProjectConfigError } from '../../../config.js';
+import { ENGINE_EVENT_TYPES } from '../../../events.js';
 import { EngineConfigError, type EngineEvent } from '../../../index.js';
 import { bool, int, maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
@@ -20,7 +21,7 @@ import { EXIT } from '../io.js';
 const POLL_MS = 250;
 /** The backlog is read from the file's tail, so a log of many megabytes starts as fast as a small one. */
 const TAIL_BYTES = 1 << 20;
-const EVENT_TYPES = new Set(['ToolInvocationEvent', 'ToolResultEvent', 'ToolErrorEvent', 'SecurityEvent', 'RegistryChangeEvent']);
+const EVENT_TYPES: ReadonlySet<string> = new Set(ENGINE_EVENT_TYPES);
 
 function auditPath(ctx: Context): string {
   const dir = join(ctx.workspace, ctx.project);
