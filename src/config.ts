@@ -5,6 +5,7 @@ import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import type { RunnerCatalog } from './runner-catalog.js';
+import { SECRETS_SCHEMA } from './secrets/sources.js';
 import type { SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
 
@@ -37,6 +38,8 @@ export interface ProjectConfig {
   surfaces?: { mcp?: SurfaceProfile; http?: SurfaceProfile };
   /** Which calls wait for a person's approval before they run, and for how long (README, Approvals). */
   approvals?: ApprovalsConfig;
+  /** Secrets tools may use by reference, by source (README, Secrets). */
+  secrets?: Record<string, { env: string } | { file: string }>;
 }
 
 const SURFACE_PROFILE_SCHEMA = {
@@ -147,6 +150,7 @@ const ENGINE_CONFIG_SCHEMA = {
       properties: { mcp: SURFACE_PROFILE_SCHEMA, http: SURFACE_PROFILE_SCHEMA },
     },
     approvals: APPROVALS_SCHEMA,
+    secrets: SECRETS_SCHEMA,
   },
 } as const;
 

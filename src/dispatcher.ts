@@ -10,6 +10,8 @@ import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
 import type { ResultMeta, ToolResult } from './result.js';
 import type { Runner } from './runner.js';
+import type { Scrubber } from './secrets/scrub.js';
+import type { ResolvedSecret } from './secrets/sources.js';
 import type { RunnerName, Tool } from './tool.js';
 import { summarize } from './validation.js';
 import type { VfsState } from './vfs/state.js';
@@ -61,12 +63,24 @@ export interface DispatcherDeps {
   grants: GrantSet;
   limiter: Limiter;
   approvals: ApprovalGate;
+  /** The project's secrets, read at start, and what scrubs their values from everything a call hands out. */
+  secrets: ReadonlyMap<string, ResolvedSecret>;
+  scrubber: Scrubber;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function toolLabel(id: unknown): string {
   if (isCapabilityRequest(id)) return `capability:${toolLabel(id.capability)}`;
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
+}
+
+/** Whether a JSON value holds a `{"$secret": …}` object anywhere (a walk without copying). */
+function hasSecretReference(value: unknown, depth: number): boolean {
+  if (value === null || typeof value !== 'object' || depth > 64) return false;
+  if (Array.isArray(value)) return value.some((item) => hasSecretReference(item, depth + 1));
+  if (Object.hasOwn(value, '$secret')) return true;
+  for (const key in value) if (hasSecretReference((value as Record<string, unknown>)[key], depth + 1)) return true;
+  return false;
 }
 
 function isCapabilityRequest(id: unknown): id is { capability: unknown } {
@@ -138,6 +152,11 @@ export class Dispatcher {
       invocationSent = true;
       const tool = routed ?? this.#lookup(id);
       if (inputError) throw inputError;
+      if (hasSecretReference(copy, 0)) {
+        stage = 'permission';
+        copy = this.#withSecrets(copy, tool, opts, runId, meta.trace_id);
+        stage = 'validation';
+      }
       const violations = tool.validateInput(copy);
       if (violations) {
         throw new ToolFailure('validation', 'INVALID_INPUT', `Invalid input for ${tool.spec.id}: ${summarize(violations)}`, {
@@ -180,7 +199,7 @@ export class Dispatcher {
       }
       meta.runner = runner.name;
       const toolId = tool.spec.id;
-      const { output, outputBytes, vfs } = await this.#executor.run({
+      let { output, outputBytes, vfs } = await this.#executor.run({
         tool,
         runner,
         input: copy,
@@ -201,6 +220,11 @@ export class Dispatcher {
         intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
       });
       meta.duration_ms = performance.now() - started;
+      const { scrubber } = this.#d;
+      if (scrubber.active) {
+        output = scrubber.value(output);
+        if (meta.logs) meta.logs = scrubber.lines(meta.logs);
+      }
       if (bus.active) {
         bus.publish({
           type: 'ToolResultEvent',
@@ -220,7 +244,9 @@ export class Dispatcher {
       return { ok: true, data: output, meta };
     } catch (thrown) {
       meta.duration_ms = performance.now() - started;
-      const error = toErrorInfo(thrown, label, stage);
+      const { scrubber } = this.#d;
+      const error = scrubber.value(toErrorInfo(thrown, label, stage));
+      if (scrubber.active && meta.logs) meta.logs = scrubber.lines(meta.logs);
       if (bus.active) {
         if (!invocationSent) {
           bus.publish({
@@ -249,6 +275,48 @@ export class Dispatcher {
       }
       return { ok: false, error, meta };
     }
+  }
+
+  /**
+   * The input with each `{"$secret": NAME}` replaced by the secret's value. The tool must declare
+   * `secret.read:NAME` (or `secret.read`) and the caller must be granted it; an unknown secret is
+   * refused the same way, so a caller learns nothing of which names exist from the answer.
+   */
+  #withSecrets(input: unknown, tool: Tool, opts: CallOptions, runId: string, traceId: string): unknown {
+    const grants = this.#grantsFor(opts.grants);
+    const covers = (scopes: readonly { name: string; scope: string | null }[], name: string) =>
+      scopes.some((p) => p.name === 'secret.read' && (p.scope === null || p.scope === name));
+    const replace = (value: unknown, depth: number): unknown => {
+      if (value === null || typeof value !== 'object' || depth > 64) return value;
+      if (Array.isArray(value)) return value.map((item) => replace(item, depth + 1));
+      const record = value as Record<string, unknown>;
+      const keys = Object.keys(record);
+      if (keys.length === 1 && keys[0] === '$secret') {
+        const name = record.$secret;
+        if (typeof name !== 'string') {
+          throw new ToolFailure('validation', 'INVALID_INPUT', '{"$secret": …} must name a secret with a string, e.g. {"$secret": "github"}', {
+            details: { option: '$secret' },
+          });
+        }
+        const permission = `secret.read:${name.slice(0, 64)}`;
+        const deny = (why: string) => {
+          this.#security(runId, traceId, tool.spec.id, permission, `use secret ${name.slice(0, 64)}`, why);
+          return new ToolFailure('permission', 'DENIED', `Permission denied: secret "${name.slice(0, 64)}" for ${tool.spec.id}: ${why}`, {
+            details: { secret: name.slice(0, 64), permission },
+          });
+        };
+        if (!covers(tool.declared, name)) throw deny(`the tool does not declare "${permission}"`);
+        if (!covers(grants.permissions, name)) throw deny(`the caller was not granted "${permission}"`);
+        const found = this.#d.secrets.get(name);
+        if (!found) throw deny('no such secret is configured for this project (arium.json "secrets")');
+        if (!found.ok) throw new ToolFailure('execution', 'MISCONFIGURED', found.problem, { details: { secret: name } });
+        return found.value;
+      }
+      const out: Record<string, unknown> = {};
+      for (const key of keys) out[key] = replace(record[key], depth + 1);
+      return out;
+    };
+    return replace(input, 0);
   }
 
   /** The one tool providing `capability` that this caller may call (declared permissions granted, offered). */

@@ -22,6 +22,8 @@ import { type PermissionWidening, Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerDefinition, RunnerStatus } from './runner.js';
 import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
+import { Scrubber } from './secrets/scrub.js';
+import { type ResolvedSecret, resolveSecrets, SecretConfigError, secretSources } from './secrets/sources.js';
 import type { StateStore } from './store/port.js';
 import { type Tool, type ToolInfo, toolInfo } from './tool.js';
 import { ChangeLog, type ChangeLogLimits, DEFAULT_CHANGE_LOG } from './vfs/change-log.js';
@@ -105,6 +107,11 @@ export interface EngineOptions {
   runners?: readonly (Runner | RunnerDefinition)[];
   /** Which calls wait for a person's approval (in place of arium.json's `approvals`, as a whole). */
   approvals?: ApprovalsConfig;
+  /**
+   * Secrets tools may use by reference (`{"$secret": NAME}` in an input), added to arium.json's name by
+   * name: the value itself, or `{ env }` / `{ file }` as there. Values are read once, at start.
+   */
+  secrets?: Record<string, string | { env: string } | { file: string }>;
 }
 
 export interface EngineStatus {
@@ -179,6 +186,11 @@ export interface Engine {
   gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
   /** Calls waiting for a person's approval, oldest first. */
   approvals(): PendingApproval[];
+  /**
+   * A copy of a JSON-like value with the project's secret values (and their encoded forms) replaced by
+   * `[secret:NAME]`: what results, events and diffs already get, for a host that shows files itself.
+   */
+  scrub<T>(value: T): T;
   /**
    * Lets a waiting call run. Throws a `ToolFailure`: `NOT_FOUND` for a run id that waits for nothing,
    * `ALREADY_RESOLVED` (naming who answered first) for one already answered, `INVALID_INPUT` for a bad answer.
@@ -356,7 +368,15 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       'approvals.timeout_ms',
     );
   }
-  const bus = new EventBus();
+  let secrets: Map<string, ResolvedSecret>;
+  try {
+    secrets = resolveSecrets(secretSources(config.secrets, options.secrets), projectDir);
+  } catch (error) {
+    if (error instanceof SecretConfigError) throw new EngineConfigError(error.message, options.secrets ? error.field : `arium.json ${error.field}`);
+    throw error;
+  }
+  const scrubber = new Scrubber(new Map([...secrets].flatMap(([name, s]) => (s.ok ? [[name, s.value] as const] : []))));
+  const bus = new EventBus(scrubber);
   const approvalGate = new ApprovalGate({
     bus,
     rules: approvalRules,
@@ -461,6 +481,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     grants,
     limiter: new Limiter(policy.concurrency, policy.tool_concurrency, policy.queue_length),
     approvals: approvalGate,
+    secrets,
+    scrubber,
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
@@ -492,7 +514,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
     snapshots: () => [...state.snapshots],
-    diff: (from, to, diffOptions) => diff(state, from, to, diffOptions),
+    diff: (from, to, diffOptions) => scrubber.value(diff(state, from, to, diffOptions)),
     restore: (ref) => restore(state, ref),
     view: (ref) => (ref === 'live' ? hostVfs : new TreeView(state, ref)),
     changes: (runId, changeOptions = {}) => {
@@ -502,8 +524,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         patches: changeOptions.stat_only !== true,
         ...(changeOptions.max_patch_chars ? { max_patch_chars: changeOptions.max_patch_chars } : {}),
       });
-      return found ? { run_id: runId, ...found } : null;
+      return found ? scrubber.value({ run_id: runId, ...found }) : null;
     },
+    scrub: (value) => scrubber.value(value),
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),

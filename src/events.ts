@@ -176,6 +176,13 @@ type Sink = (event: EngineEvent) => void;
 export class EventBus extends EventEmitter<EngineEventMap> {
   readonly #sinks: Sink[] = [];
   #warned = false;
+  /** Scrubs the project's secrets from every event, so listeners, the audit log and every surface see none. */
+  readonly #scrubber: { active: boolean; value<T>(value: T): T } | null;
+
+  constructor(scrubber: { active: boolean; value<T>(value: T): T } | null = null) {
+    super();
+    this.#scrubber = scrubber?.active ? scrubber : null;
+  }
 
   /** Cheap check that lets the dispatcher skip building events nobody reads. */
   get active(): boolean {
@@ -186,7 +193,8 @@ export class EventBus extends EventEmitter<EngineEventMap> {
     this.#sinks.push(sink);
   }
 
-  publish(event: EngineEvent): void {
+  publish(given: EngineEvent): void {
+    const event = this.#scrubber ? this.#scrubber.value(given) : given;
     const channel = CHANNEL[event.type];
     for (const sink of this.#sinks) this.#guard(() => sink(event));
     if (this.listenerCount(channel) > 0) this.#guard(() => (this.emit as (n: string, e: EngineEvent) => boolean)(channel, event));

@@ -10,7 +10,7 @@
  */
 
 /** The permissions of the engine and its default runners (`exec.<kind>` of a runner comes from its definition). */
-export const PERMISSION_NAMES = ['vfs.read', 'vfs.write', 'exec.js', 'exec.py', 'sys.exec', 'sys.info', 'net.fetch'] as const;
+export const PERMISSION_NAMES = ['vfs.read', 'vfs.write', 'exec.js', 'exec.py', 'sys.exec', 'sys.info', 'net.fetch', 'secret.read'] as const;
 export type PermissionName = (typeof PERMISSION_NAMES)[number] | `exec.${string}`;
 
 /**
@@ -21,6 +21,9 @@ export const EXEC_PERMISSION_PATTERN = /^exec\.[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
 
 /** Permissions that accept a `:<glob>` path scope. */
 const SCOPED: ReadonlySet<string> = new Set(['vfs.read', 'vfs.write']);
+/** `secret.read:NAME` names one secret; `secret.read` alone, every secret. */
+const SECRET = 'secret.read';
+const SECRET_SCOPE = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 const NAMES: ReadonlySet<string> = new Set(PERMISSION_NAMES);
 
 /** What callers get when the engine options name no grants. `sys.exec` and `net.fetch` are never default. */
@@ -57,6 +60,15 @@ export function parsePermission(text: string): Permission {
     );
   }
   let scope: string | null = null;
+  if (colon !== -1 && name === SECRET) {
+    scope = text.slice(colon + 1);
+    if (!SECRET_SCOPE.test(scope)) {
+      throw new PermissionSyntaxError(`"${text}" must name one secret: secret.read:NAME (a letter, then letters, digits, _ or -)`);
+    }
+    const permission: Permission = { name: SECRET, scope, prefix: scope, matcher: new RegExp(`^${scope}$`), text };
+    if (cache.size < 10_000) cache.set(text, permission);
+    return permission;
+  }
   if (colon !== -1) {
     if (!SCOPED.has(name)) throw new PermissionSyntaxError(`Permission "${name}" takes no path scope (got "${text}")`);
     scope = text.slice(colon + 1);
@@ -124,6 +136,7 @@ export function matchesPath(permission: Permission, path: string): boolean {
 /** Two scopes overlap when some path could match both (decided conservatively from literal prefixes). */
 function scopesOverlap(a: Permission, b: Permission): boolean {
   if (a.scope === null || b.scope === null) return true;
+  if (a.name === SECRET) return a.scope === b.scope;
   return a.prefix.startsWith(b.prefix) || b.prefix.startsWith(a.prefix);
 }
 

@@ -11,8 +11,8 @@ export const TOOL_ID_PATTERN = '^[a-z0-9][a-z0-9_-]*(\\.[a-z0-9][a-z0-9_-]*)*$';
 /** The schema for the runners of `catalog`: their names, and the permissions they and the engine know. */
 export function toolMetaSchema(catalog: RunnerCatalog) {
   const names = catalog.permissionNames();
-  const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write').map((n) => n.replace(/[.-]/g, '\\$&'));
-  const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|${unscoped.join('|')})$`;
+  const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write' && n !== 'secret.read').map((n) => n.replace(/[.-]/g, '\\$&'));
+  const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|secret\\.read(?::[A-Za-z][A-Za-z0-9_-]{0,63})?|${unscoped.join('|')})$`;
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     $id: 'urn:arium:schema:tool:v1',

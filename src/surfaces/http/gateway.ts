@@ -454,7 +454,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       async (request) => {
         const q = request.query as { path: string; at?: string };
         const at = q.at ?? 'live';
-        const bytes = engineOf(request).engine.view(at).read(q.path);
+        const { engine } = engineOf(request);
+        const bytes = engine.view(at).read(q.path);
         const head = bytes.length > FILE_TEXT_BYTES ? bytes.subarray(0, FILE_TEXT_BYTES) : bytes;
         // A cut may split a character: the text is what decodes, the cut noted.
         const text = asText(head) ?? (bytes.length > FILE_TEXT_BYTES ? asText(head.subarray(0, lastCharBoundary(head))) : null);
@@ -464,7 +465,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           size: bytes.length,
           sha256: createHash('sha256').update(bytes).digest('hex'),
           binary: text === null,
-          text,
+          text: text === null ? null : engine.scrub(text),
           truncated: text !== null && bytes.length > FILE_TEXT_BYTES,
         };
       },
