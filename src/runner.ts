@@ -69,6 +69,11 @@ export interface Runner {
    */
   runSync?(ctx: RunContext): unknown;
   /**
+   * True for a tool that a runner with `runSync` must still run through `run`, because it waits
+   * (system.exec waits for its program): the dispatcher then runs it as it runs any other runner's.
+   */
+  waits?(tool: Tool): boolean;
+  /**
    * Looks for syntax errors in a tool's code without running it; null when it finds none or cannot
    * check here (no interpreter, say). The registry reports what it finds as a load problem.
    */
