@@ -144,6 +144,25 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
     for (let i = 0; i < 4; i++) expect(engine.vfs.read(`/par/${i}/sq.txt`).toString()).toBe(String(i * i));
   });
 
+  it('a call sees the VFS as it began; a change to what it read, committed meanwhile, makes its commit CONFLICT', async () => {
+    engine.vfs.write('/moving/v.txt', 'old');
+    const twice = 'import time, sys; a = open("v.txt").read(); time.sleep(1); b = open("v.txt").read(); print(a, b)';
+    const reader = engine.call<Data>('system.exec', { argv: [py, '-c', twice], cwd: '/moving' });
+    const writer = engine.call<Data>('system.exec', { argv: [py, '-c', `${twice}\nopen("seen.txt", "w").write(b)`], cwd: '/moving' });
+    // Both have their copy before the first timer runs (their set-up awaits nothing but settled promises).
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    engine.vfs.write('/moving/v.txt', 'new');
+    const fast = await run({ argv: [py, '-c', 'print(open("v.txt").read())'], cwd: '/moving' });
+    expect(fast.stdout).toBe('new\n');
+    // The copy under a running call never changes; a call that changed nothing commits nothing, so it succeeds.
+    const read = await reader;
+    expect(read.ok && read.data.stdout).toBe('old old\n');
+    const wrote = await writer;
+    expect(wrote.ok).toBe(false);
+    if (!wrote.ok) expect(wrote.error).toMatchObject({ code: 'CONFLICT', details: { reason: 'read changed' } });
+    expect(engine.vfs.exists('/moving/seen.txt')).toBe(false);
+  });
+
   it.runIf(git !== null)('runs git: init, commit, and the repository lands in the VFS', async () => {
     engine.vfs.write('/repo/README.md', '# hi\n');
     const env = { GIT_AUTHOR_NAME: 'A', GIT_AUTHOR_EMAIL: 'a@example.com', GIT_COMMITTER_NAME: 'A', GIT_COMMITTER_EMAIL: 'a@example.com' };

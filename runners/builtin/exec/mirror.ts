@@ -113,12 +113,12 @@ export class Mirror {
 /** The entries of `top` and below in the call's view, refused whole if the call may not read any of them. */
 function collect(vfs: ToolVfs, top: string, into: Map<string, Entry>): void {
   const type = vfs.stat(top).type;
-  const paths = type === 'directory' ? [top, ...vfs.list(top, { recursive: true }).entries.map((e) => e.path)] : [top];
-  for (const path of paths) {
+  const entries: Array<{ path: string; type: string }> = [{ path: top, type }];
+  if (type === 'directory') entries.push(...vfs.list(top, { recursive: true }).entries);
+  for (const { path, type: kind } of entries) {
     // The program would see every file below: one the caller may not read makes the whole call DENIED.
     if (!vfs.allows('vfs.read', path)) vfs.demand('vfs.read', 'exec', path);
     if (path === '/') continue;
-    const kind = path === top ? type : vfs.stat(path).type;
     into.set(path, kind === 'directory' ? { type: 'directory' } : { type: 'file', data: vfs.read(path) });
   }
 }
@@ -152,9 +152,14 @@ function difference(generation: Generation, subtrees: readonly string[], wanted:
 
 function apply(generation: Generation, stale: Stale): void {
   // Deepest first, so a folder is gone with what it held before anything is put in its place.
-  for (const path of stale.removed.sort((a, b) => b.length - a.length)) {
-    rmSync(join(generation.dir, path), { recursive: true, force: true });
-    for (const key of generation.entries.keys()) if (key === path || key.startsWith(`${path}/`)) generation.entries.delete(key);
+  for (const path of stale.removed.sort((a, b) => b.length - a.length)) rmSync(join(generation.dir, path), { recursive: true, force: true });
+  if (stale.removed.length > 0) {
+    const removed = new Set(stale.removed);
+    const gone = (key: string) => {
+      for (let at = key; at.length > 1; at = at.slice(0, at.lastIndexOf('/')) || '/') if (removed.has(at)) return true;
+      return false;
+    };
+    for (const key of [...generation.entries.keys()]) if (gone(key)) generation.entries.delete(key);
   }
   for (const [path, entry] of stale.written) {
     const host = join(generation.dir, path);
@@ -162,8 +167,8 @@ function apply(generation: Generation, stale: Stale): void {
       makeDir(host);
     } else {
       // Replaced, never written in place: older generations may share this file's inode.
-      rmSync(host, { force: true });
-      mkdirSync(dirname(host), { recursive: true });
+      if (generation.entries.has(path)) rmSync(host, { force: true });
+      else mkdirSync(dirname(host), { recursive: true });
       const fd = openSync(host, 'wx', 0o666);
       try {
         let done = 0;
