@@ -151,7 +151,7 @@ export class ExecService {
       this.#mirror ??= new Mirror();
       const mirror = this.#mirror;
       lease = mirror.lease(ctx.vfs, [cwd, ...reads]);
-      callDir = mkdtempSync(join(mirror.base, 'c'));
+      callDir = mkdtempSync(join(mirror.calls, 'c'));
       const overlay = { lower: join(callDir, 'lower'), upper: join(callDir, 'upper'), work: join(callDir, 'work'), merged: join(callDir, 'merged') };
       for (const dir of [overlay.upper, overlay.work, overlay.merged]) mkdirSync(dir);
       // The overlay's root takes the upper folder's owner and mode: writable by the call's uid.
