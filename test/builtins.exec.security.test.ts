@@ -203,6 +203,36 @@ describe.runIf(why === null && python !== null)('system.exec security', () => {
     expect(await leftover()).toEqual([]);
   });
 
+  it('/tmp is bounded (exec.limits.tmp_bytes): filling it ends in ENOSPC, not in the host memory', async () => {
+    const script = [
+      'import os',
+      'n = 0',
+      'try:',
+      '    while n < 1000:',
+      '        open(f"/tmp/f{n}", "wb").write(b"x" * (1024 * 1024))',
+      '        n += 1',
+      'except OSError as e:',
+      '    print("full", n, e.errno)',
+    ].join('\n');
+    const data = await run(script);
+    const match = /^full (\d+) 28\n$/.exec(data.stdout);
+    expect(match, data.stdout + data.stderr).not.toBeNull();
+    expect(Number(match?.[1])).toBeLessThanOrEqual(64);
+  });
+
+  it('more entries than exec.limits.copy_back_entries fail the call (OUTPUT_LIMIT) and nothing lands', async () => {
+    const small = await execProject({ allow: [py], limits: { copy_back_entries: 10 } });
+    try {
+      small.engine.vfs.write('/w/keep.txt', 'k');
+      const result = await small.engine.call('system.exec', { argv: [py, '-c', 'for i in range(20): open(f"f{i}", "w").write("x")'], cwd: '/w' });
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.error).toMatchObject({ code: 'OUTPUT_LIMIT', details: { limit_entries: 10 } });
+      expect(small.engine.vfs.list('/w').entries.map((e) => e.name)).toEqual(['keep.txt']);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('what a program writes past exec.limits.copy_back_bytes fails the call (OUTPUT_LIMIT) and nothing lands', async () => {
     const small = await execProject({ allow: [py], limits: { copy_back_bytes: 1000 } });
     try {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { builtinRunner } from '../runners/builtin/definition.js';
 import type { Engine, SecurityEvent } from '../src/index.js';
 import { DEFAULT_GRANTS } from '../src/index.js';
 import { execProject, execUnavailable, realPython, which } from './support/exec.js';
@@ -220,6 +221,14 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
 });
 
 describe.runIf(why === null)('system.exec without bubblewrap', () => {
+  it('arium doctor says whether system.exec can run, and what its allowlist resolved to', async () => {
+    const [good] = (await builtinRunner.probe?.({ exec: { allow: ['true', 'no-such-program-here'] } })) ?? [];
+    expect(good).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('no-such-program-here') });
+    expect(good?.detail).toMatch(/can run \(bubblewrap works\); allowlist: true → \/.*\/true, no-such-program-here → missing/);
+    const [bad] = (await builtinRunner.probe?.({ exec: { allow: ['true'], bwrap: '/nonexistent/bwrap' } })) ?? [];
+    expect(bad).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('apt-get install bubblewrap') });
+  });
+
   it('refuses to run (MISCONFIGURED, says to install bubblewrap), never in a weaker sandbox', async () => {
     const { engine, close } = await execProject({ allow: ['true'], bwrap: '/nonexistent/bwrap' });
     try {

@@ -54,10 +54,17 @@ interface UpperEntry {
 /** Patch text all the diffs of one result may hold together; later ones are omitted with a note. */
 const DIFF_BUDGET_CHARS = 256 * 1024;
 
-function walkUpper(upper: string, cwd: string, skipped: Skipped[]): UpperEntry[] {
+function walkUpper(upper: string, cwd: string, skipped: Skipped[], most: number): UpperEntry[] {
   const found: UpperEntry[] = [];
   const walk = (host: string, path: string) => {
     for (const name of readdirSync(host).sort()) {
+      if (found.length >= most) {
+        throw executionFailure(
+          'OUTPUT_LIMIT',
+          `system.exec: the program left more than ${most} files, folders and deletions under ${cwd}; nothing was brought back (raise exec.limits.copy_back_entries in arium.json)`,
+          { details: { limit_entries: most } },
+        );
+      }
       const childHost = join(host, name);
       const childPath = path === '/' ? `/${name}` : `${path}/${name}`;
       const stat = lstatSync(childHost);
@@ -115,7 +122,7 @@ export async function copyBack(
   listMerged: () => Promise<Map<string, string>>,
 ): Promise<CopyBack> {
   const skipped: Skipped[] = [];
-  const entries = walkUpper(upper, cwd, skipped);
+  const entries = walkUpper(upper, cwd, skipped, limits.copy_back_entries);
   const lowerKind = (path: string): Kind | null => {
     const entry = lease.entries.get(path);
     return entry ? entry.type : null;

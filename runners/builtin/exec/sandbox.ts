@@ -90,7 +90,7 @@ export function bwrapArgs(run: SandboxRun): string[] {
   for (const file of layout.files) args.push('--ro-bind', file, file);
   for (const extra of ETC_EXTRAS) if (existsSync(extra)) args.push('--ro-bind', extra, extra);
   for (const [from, to] of layout.binds) args.push('--ro-bind', from, to);
-  args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--tmpfs', '/tmp');
+  args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--size', String(run.limits.tmp_bytes), '--tmpfs', '/tmp');
   // Outer paths first, so a read-only folder above cwd does not hide it.
   const mounts: Array<[string, string, string]> = [
     ...run.reads.map(([host, path]): [string, string, string] => ['--ro-bind', host, path]),

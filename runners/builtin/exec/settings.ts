@@ -20,6 +20,10 @@ export interface ExecLimits {
   file_bytes: number;
   /** Open files per process (RLIMIT_NOFILE). */
   open_files: number;
+  /** Size of the call's /tmp (a tmpfs, in memory). */
+  tmp_bytes: number;
+  /** Entries (files, folders, deletions) the program may leave below cwd; past it the call fails OUTPUT_LIMIT. */
+  copy_back_entries: number;
 }
 
 export const DEFAULT_EXEC_LIMITS: Readonly<ExecLimits> = Object.freeze({
@@ -29,6 +33,8 @@ export const DEFAULT_EXEC_LIMITS: Readonly<ExecLimits> = Object.freeze({
   copy_back_bytes: 64 * 1024 * 1024,
   file_bytes: 16 * 1024 * 1024,
   open_files: 256,
+  tmp_bytes: 64 * 1024 * 1024,
+  copy_back_entries: 100_000,
 });
 
 export interface ExecConfig {
