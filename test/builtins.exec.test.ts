@@ -20,11 +20,8 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
   const py = python as string;
   let engine: Engine;
   let close: () => Promise<void>;
-  const security: SecurityEvent[] = [];
-
   beforeAll(async () => {
     ({ engine, close } = await execProject({ allow: [py, ...(git ? ['git'] : []), 'true', 'false'] }));
-    engine.events.on('security', (event) => security.push(event));
   });
   afterAll(() => close());
 
@@ -180,12 +177,36 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
     expect(engine.vfs.read('/repo/.git/HEAD').toString()).toBe('ref: refs/heads/main\n');
   });
 
+  it('a cwd the caller may not read whole is DENIED before anything runs', async () => {
+    engine.vfs.write('/mixed/open/a.txt', 'a');
+    engine.vfs.write('/mixed/secret.txt', 's');
+    const result = await engine.call(
+      'system.exec',
+      { argv: ['true'], cwd: '/mixed' },
+      { grants: ['sys.exec', 'vfs.read:/mixed/open/**', 'vfs.write'] },
+    );
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error).toMatchObject({ code: 'DENIED', details: { permission: 'vfs.read' } });
+  });
+});
+
+// The gate and the refusals come before any sandbox: they run everywhere, root or not, bubblewrap or not.
+describe('system.exec before anything runs', () => {
+  let engine: Engine;
+  let close: () => Promise<void>;
+
+  beforeAll(async () => {
+    ({ engine, close } = await execProject({ allow: ['true'] }));
+  });
+  afterAll(() => close());
+
   it('a program not on the allowlist is DENIED (stage permission) with exactly one SecurityEvent', async () => {
-    const before = security.length;
+    const security: SecurityEvent[] = [];
+    engine.events.on('security', (event) => security.push(event));
     const result = await engine.call('system.exec', { argv: ['/usr/bin/id'] });
     expect(result.ok).toBe(false);
     if (!result.ok) expect(result.error).toMatchObject({ code: 'DENIED', stage: 'permission', details: { program: '/usr/bin/id' } });
-    expect(security.slice(before)).toEqual([expect.objectContaining({ tool: 'system.exec', action: 'intrusion', operation: 'exec /usr/bin/id' })]);
+    expect(security).toEqual([expect.objectContaining({ tool: 'system.exec', action: 'intrusion', operation: 'exec /usr/bin/id' })]);
   });
 
   it('a caller without sys.exec is DENIED at the gate, and the default grants do not hold it', async () => {
@@ -207,32 +228,21 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
     }
   });
 
-  it('a cwd the caller may not read whole is DENIED before anything runs', async () => {
-    engine.vfs.write('/mixed/open/a.txt', 'a');
-    engine.vfs.write('/mixed/secret.txt', 's');
-    const result = await engine.call(
-      'system.exec',
-      { argv: ['true'], cwd: '/mixed' },
-      { grants: ['sys.exec', 'vfs.read:/mixed/open/**', 'vfs.write'] },
-    );
-    expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.error).toMatchObject({ code: 'DENIED', details: { permission: 'vfs.read' } });
-  });
-});
-
-describe.runIf(why === null)('system.exec without bubblewrap', () => {
-  it('arium doctor says whether system.exec can run, and what its allowlist resolved to', async () => {
+  it.runIf(why === null)('arium doctor says whether system.exec can run, and what its allowlist resolved to', async () => {
     const [good] = (await builtinRunner.probe?.({ exec: { allow: ['true', 'no-such-program-here'] } })) ?? [];
     expect(good).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('no-such-program-here') });
     expect(good?.detail).toMatch(/can run \(bubblewrap works\); allowlist: true → \/.*\/true, no-such-program-here → missing/);
+  });
+
+  it('arium doctor says system.exec cannot run without bubblewrap, and how to fix it', async () => {
     const [bad] = (await builtinRunner.probe?.({ exec: { allow: ['true'], bwrap: '/nonexistent/bwrap' } })) ?? [];
     expect(bad).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('apt-get install bubblewrap') });
   });
 
   it('refuses to run (MISCONFIGURED, says to install bubblewrap), never in a weaker sandbox', async () => {
-    const { engine, close } = await execProject({ allow: ['true'], bwrap: '/nonexistent/bwrap' });
+    const refusing = await execProject({ allow: ['true'], bwrap: '/nonexistent/bwrap' });
     try {
-      const result = await engine.call('system.exec', { argv: ['true'] });
+      const result = await refusing.engine.call('system.exec', { argv: ['true'] });
       expect(result.ok).toBe(false);
       if (!result.ok) {
         expect(result.error).toMatchObject({ code: 'MISCONFIGURED', retryable: false, details: { reason: 'no-bubblewrap' } });
@@ -240,7 +250,7 @@ describe.runIf(why === null)('system.exec without bubblewrap', () => {
         expect(result.error.details?.fix).toContain('apt-get install bubblewrap');
       }
     } finally {
-      await close();
+      await refusing.close();
     }
   });
 });
