@@ -115,14 +115,16 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
 
   it('shows read paths read-only and keeps nothing written outside cwd', async () => {
     engine.vfs.write('/lib/data.txt', 'data');
+    engine.vfs.write('/single.txt', 'one file');
     engine.vfs.write('/work2/x.txt', 'x');
     const script = [
       'print(open("/vfs/lib/data.txt").read())',
+      'print(open("/vfs/single.txt").read())',
       'try:\n    open("/vfs/lib/data.txt", "w").write("changed")\nexcept OSError as e:\n    print("refused", e.errno)',
       'open("/tmp/scratch.txt", "w").write("gone")',
     ].join('\n');
-    const data = await run({ argv: [py, '-c', script], cwd: '/work2', read: ['/lib'] });
-    expect(data.stdout).toBe('data\nrefused 30\n');
+    const data = await run({ argv: [py, '-c', script], cwd: '/work2', read: ['/lib', '/single.txt'] });
+    expect(data.stdout).toBe('data\none file\nrefused 30\n');
     expect(engine.vfs.read('/lib/data.txt').toString()).toBe('data');
     expect(engine.vfs.exists('/tmp/scratch.txt')).toBe(false);
     expect(data.changes).toEqual([]);
