@@ -57,7 +57,8 @@ export interface Runner {
   readonly name: string;
   /**
    * True when the runner can stop a tool mid-flight (a sandbox it can kill): the dispatcher then arms a
-   * wall-clock deadline. The builtin runner's operations are short and synchronous, so it needs none.
+   * wall-clock deadline for calls that go through `run`. The builtin runner is: its synchronous tools
+   * go through `runSync`, which arms none, and system.exec, which `waits`, can kill its sandbox.
    */
   readonly interruptible: boolean;
   /** Runs one call. Throws `ToolFailure` for tool-level failures; anything else is treated as internal. */
