@@ -10,9 +10,11 @@ import { execProject, execUnavailable, realPython, which } from './support/exec.
 const why = await execUnavailable();
 const python = realPython();
 const git = which('git');
+const cc = which('cc');
 if (why) console.log(`builtins.exec: skipped, ${why}`);
 if (!python) console.log('builtins.exec: Python tests skipped, no python3 here');
 if (!git) console.log('builtins.exec: git test skipped, git is not installed');
+if (!cc) console.log('builtins.exec: compiler test skipped, cc is not installed');
 
 type Data = Record<string, unknown> & { exit_code: number; stdout: string; stderr: string; changes: Array<Record<string, unknown>> };
 
@@ -21,7 +23,7 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
   let engine: Engine;
   let close: () => Promise<void>;
   beforeAll(async () => {
-    ({ engine, close } = await execProject({ allow: [py, ...(git ? ['git'] : []), 'true', 'false'] }));
+    ({ engine, close } = await execProject({ allow: [py, ...(git ? ['git'] : []), ...(cc ? [cc] : []), 'true', 'false'] }));
   });
   afterAll(() => close());
 
@@ -177,6 +179,21 @@ describe.runIf(why === null && python !== null)('system.exec', () => {
     const log = await run({ argv: ['git', 'log', '--format=%s'], cwd: '/repo', env });
     expect(log.stdout).toBe('first\n');
     expect(engine.vfs.read('/repo/.git/HEAD').toString()).toBe('ref: refs/heads/main\n');
+  });
+
+  it.runIf(cc !== null)('compiles and runs C: the binary comes back, and runs in a later call', async () => {
+    engine.vfs.write('/c/hello.c', '#include <stdio.h>\nint main(void) { puts("hello from C"); return 0; }\n');
+    const build = await run({ argv: [cc as string, '-o', 'hello', 'hello.c'], cwd: '/c', check: true });
+    expect(build.changes).toEqual([expect.objectContaining({ path: '/c/hello', change: 'created', diff: null })]);
+    expect(engine.vfs.read('/c/hello').subarray(0, 4).toString('latin1')).toBe('\x7fELF');
+    // The built program is not on the allowlist: it runs only through an allowlisted one.
+    const denied = await engine.call('system.exec', { argv: ['/vfs/c/hello'], cwd: '/c' });
+    expect(denied.ok).toBe(false);
+    const ran = await run({
+      argv: [py, '-c', 'import subprocess; print(subprocess.run(["./hello"], capture_output=True, text=True).stdout, end="")'],
+      cwd: '/c',
+    });
+    expect(ran.stdout, ran.stderr).toBe('hello from C\n');
   });
 
   it('a cwd the caller may not read whole is DENIED before anything runs', async () => {

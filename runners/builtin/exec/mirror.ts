@@ -20,8 +20,11 @@ import type { ToolVfs } from '../../../src/tool-vfs.js';
  * (metadata only) plus what differs. A file of the mirror is never written in place, only replaced, so
  * the links are safe. A generation nobody uses any more is deleted.
  *
- * Files are 0666 and folders 0777 (inside a 0700 folder of the engine's user): overlayfs checks a write
- * against the lower file's mode, and the program runs as a uid of its own.
+ * Files and folders are 0777 (inside a 0700 folder of the engine's user): overlayfs checks a write
+ * against the lower file's mode, and the program runs as a uid of its own, which may not chmod a file
+ * it does not own. The VFS keeps no modes, so every file is also executable: a program built by one
+ * call can be run by the next (through an allowlisted program; the allowlist is about what
+ * system.exec starts).
  *
  * The mirror lives in /dev/shm (memory) when the machine has it, since writing 10,000 small files to a
  * busy disk took 2.6–13 s here against well under a second in memory; it holds at most the VFS paths
@@ -191,14 +194,14 @@ function apply(generation: Generation, stale: Stale): void {
       // Replaced, never written in place: older generations may share this file's inode.
       if (generation.entries.has(path)) rmSync(host, { force: true });
       else mkdirSync(dirname(host), { recursive: true });
-      const fd = openSync(host, 'wx', 0o666);
+      const fd = openSync(host, 'wx', 0o777);
       try {
         let done = 0;
         while (done < entry.data.length) done += writeSync(fd, entry.data, done);
       } finally {
         closeSync(fd);
       }
-      chmodSync(host, 0o666);
+      chmodSync(host, 0o777);
     }
     generation.entries.set(path, entry);
   }
