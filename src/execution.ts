@@ -94,7 +94,8 @@ export class Executor {
         const canLose = attempt < attempts;
         // A synchronous runner (the builtins) runs, is checked and commits with nothing in between, so
         // no other call can commit under it: unless another call holds the gate, and must commit first.
-        const slot = call.runner.runSync && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
+        const sync = call.runner.runSync !== undefined && call.runner.waits?.(tool) !== true;
+        const slot = sync && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
         outcome = slot ? this.#attemptSync(call, runLimits, slot, canLose) : await this.#attempt(call, runLimits, alone, canLose);
       } finally {
         release?.();

@@ -57,7 +57,8 @@ export interface Runner {
   readonly name: string;
   /**
    * True when the runner can stop a tool mid-flight (a sandbox it can kill): the dispatcher then arms a
-   * wall-clock deadline. The builtin runner's operations are short and synchronous, so it needs none.
+   * wall-clock deadline for calls that go through `run`. The builtin runner is: its synchronous tools
+   * go through `runSync`, which arms none, and system.exec, which `waits`, can kill its sandbox.
    */
   readonly interruptible: boolean;
   /** Runs one call. Throws `ToolFailure` for tool-level failures; anything else is treated as internal. */
@@ -68,6 +69,11 @@ export interface Runner {
    * so it never loses a race, and it skips the awaits of `run`.
    */
   runSync?(ctx: RunContext): unknown;
+  /**
+   * True for a tool that a runner with `runSync` must still run through `run`, because it waits
+   * (system.exec waits for its program): the dispatcher then runs it as it runs any other runner's.
+   */
+  waits?(tool: Tool): boolean;
   /**
    * Looks for syntax errors in a tool's code without running it; null when it finds none or cannot
    * check here (no interpreter, say). The registry reports what it finds as a load problem.

@@ -86,13 +86,14 @@ describe('arium doctor', () => {
       'project p',
       'js packages',
       'python env',
+      'system.exec',
       'isolated-vm',
       'python',
       'bubblewrap',
       'user namespaces',
       'landlock',
     ]);
-    expect(report.checks[8].detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
+    expect(report.checks[9].detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
     expect(report.checks[0]).toMatchObject({ name: 'node', ok: true });
     expect(report.ok).toBe(report.checks.every((c: Json) => c.ok));
     for (const c of report.checks) if (!c.ok) expect(c.fix).toEqual(expect.any(String));

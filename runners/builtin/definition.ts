@@ -1,12 +1,31 @@
-import type { RunnerDefinition } from '../../src/runner.js';
+import type { Check, RunnerDefinition } from '../../src/runner.js';
+import { ExecService } from './exec/service.js';
+import { EXEC_CONFIG_SCHEMA, type ExecConfig, execSettings } from './exec/settings.js';
 import { BuiltinRunner } from './index.js';
 
-/** The engine's own tools (VFS primitives, hashing), run in its process; no project defines tools for it. */
+/** The engine's own tools (VFS primitives, hashing, system.exec), run in its process; no project defines tools for it. */
 export const builtinRunner: RunnerDefinition = {
   name: 'builtin',
   summary: "the engine's own tools (fs.*, vfs.*, system.*), run in the engine's process",
   extensions: [],
   permission: null,
   definable: false,
-  create: () => new BuiltinRunner(),
+  config: { exec: EXEC_CONFIG_SCHEMA },
+  probe: async (config) => [await checkExec(config.exec as ExecConfig | undefined)],
+  create: ({ config, projectDir }) => new BuiltinRunner(undefined, execSettings(config.exec as ExecConfig | undefined, projectDir)),
 };
+
+/** `arium doctor`: whether system.exec can run here, and what its allowlist resolves to. */
+async function checkExec(config: ExecConfig | undefined): Promise<Check> {
+  const settings = execSettings(config, process.cwd());
+  const problem = await new ExecService(settings).problem();
+  if (problem) return { name: 'system.exec', ok: false, detail: problem.message, fix: problem.fix };
+  const programs = settings.programs.map((p) => `${p.listed} → ${p.path ?? `missing (${p.problem})`}`);
+  const missing = settings.programs.filter((p) => p.path === null);
+  return {
+    name: 'system.exec',
+    ok: missing.length === 0,
+    detail: `can run (bubblewrap works); allowlist: ${programs.length > 0 ? programs.join(', ') : 'empty (no program may run)'}`,
+    ...(missing.length > 0 ? { fix: `install ${missing.map((p) => p.listed).join(', ')} or fix "exec.allow" in arium.json` } : {}),
+  };
+}
