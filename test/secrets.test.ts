@@ -223,6 +223,30 @@ describe('refusals', () => {
 });
 
 describe('configuration and surfaces', () => {
+  it('an example may hold a secret reference where the schema wants a string', async () => {
+    project.write(
+      'ex.json',
+      definition({
+        id: 'ex.tool',
+        entry: 'leak.js',
+        schema: { type: 'object', properties: { token: { type: 'string' } } },
+        examples: [{ token: { $secret: 'github' } }],
+      }),
+    );
+    project.write(
+      'ex-bad.json',
+      definition({
+        id: 'ex.bad',
+        entry: 'leak.js',
+        schema: { type: 'object', properties: { token: { type: 'integer' } } },
+        examples: [{ token: { $secret: 'github' } }],
+      }),
+    );
+    await engine.refresh();
+    expect(engine.tool('ex.tool')).toBeDefined();
+    expect(engine.problems().find((p) => p.file.endsWith('ex-bad.json'))?.at).toBe('/examples/0');
+  });
+
   it('a bad secrets entry stops the engine naming the field', async () => {
     const error = await createEngine({
       workspace: project.workspace,

@@ -162,7 +162,8 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
     throw new DefinitionError(`invalid input schema: ${(error as Error).message}`, `/schema${schemaPointer(error)}`, id);
   }
   for (const [i, example] of (spec.examples ?? []).entries()) {
-    const bad = validateInput(example);
+    // A secret reference stands for a string the engine fills in at call time.
+    const bad = validateInput(withSecretPlaceholders(structuredClone(example)));
     if (bad) throw new DefinitionError(`example ${i} does not match the input schema: ${summarize(bad)}`, `/examples/${i}`, id);
   }
   if (spec.output_schema !== undefined) {
@@ -241,4 +242,14 @@ async function checkEntry(spec: ToolSpec, ctx: LoadContext): Promise<{ path: str
 function isInside(dir: string, path: string): boolean {
   const rel = relative(dir, path);
   return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+}
+
+/** `{"$secret": NAME}` objects replaced by a string, as the engine replaces them by the secret's value. */
+function withSecretPlaceholders(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map(withSecretPlaceholders);
+  const record = value as Record<string, unknown>;
+  const keys = Object.keys(record);
+  if (keys.length === 1 && keys[0] === '$secret' && typeof record.$secret === 'string') return `[secret:${record.$secret}]`;
+  return Object.fromEntries(keys.map((key) => [key, withSecretPlaceholders(record[key])]));
 }
