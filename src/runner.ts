@@ -69,6 +69,12 @@ export interface Runner {
    */
   runSync?(ctx: RunContext): unknown;
   /**
+   * Ids of the tools of a runner with `runSync` that wait instead (the builtin `shell.run`, whose script
+   * runs in a worker thread): the dispatcher runs them through `run`, under a deadline and with a live
+   * `ctx.signal`, as an interruptible runner's calls. The runner's other tools stay synchronous.
+   */
+  readonly asyncTools?: ReadonlySet<string>;
+  /**
    * Looks for syntax errors in a tool's code without running it; null when it finds none or cannot
    * check here (no interpreter, say). The registry reports what it finds as a load problem.
    */

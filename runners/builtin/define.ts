@@ -3,16 +3,23 @@ import { parsePermission } from '../../src/permissions.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool, ToolSpec } from '../../src/tool.js';
 import { compileSchema, lazyValidator } from '../../src/validation.js';
+import type { BuiltinHost } from './host.js';
 
 /** A builtin tool: its definition and the function that runs it in-process. */
 export interface Builtin {
   tool: Tool;
-  handler: (input: Record<string, unknown>, ctx: RunContext) => unknown;
+  /** `host`: what the runner keeps for its builtins between calls (the shell's worker threads). */
+  handler: (input: Record<string, unknown>, ctx: RunContext, host: BuiltinHost) => unknown;
+  /**
+   * True for a builtin that waits (its handler returns a Promise): it runs on the executor's
+   * asynchronous path, under the call's deadline with a live `ctx.signal`. The others run synchronously.
+   */
+  async: boolean;
 }
 
 type BuiltinSpec = Omit<ToolSpec, 'runner' | 'entry'>;
 
-export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler']): Builtin {
+export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler'], options: { async?: boolean } = {}): Builtin {
   const full: ToolSpec = { ...spec, runner: 'builtin' };
   const tool: Tool = Object.freeze({
     spec: Object.freeze(full),
@@ -24,7 +31,7 @@ export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler']): B
     validateOutput: full.output_schema ? compileSchema(full.output_schema) : null,
     hash: createHash('sha256').update(JSON.stringify(full)).digest('hex'),
   });
-  return { tool, handler };
+  return { tool, handler, async: options.async === true };
 }
 
 /** Shorthand for the object schemas of builtin inputs: closed, with the listed required keys. */

@@ -4,20 +4,28 @@ import type { Tool } from '../../src/tool.js';
 import type { Builtin } from './define.js';
 import { FS_BUILTINS } from './fs-tools.js';
 import { systemHash } from './hash-tool.js';
+import { BuiltinHost } from './host.js';
+import { shellRun } from './shell-tool.js';
 import { VFS_BUILTINS } from './vfs-tools.js';
 
-export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, ...VFS_BUILTINS];
+export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, ...VFS_BUILTINS, shellRun];
 
-/** Runs the engine's own tools in-process: VFS primitives and hashing. */
+/**
+ * Runs the engine's own tools in-process: VFS primitives and hashing, synchronously; and `shell.run`,
+ * whose script runs in a worker thread while the call waits (an `asyncTools` entry).
+ */
 export class BuiltinRunner implements Runner {
   readonly name = 'builtin' as const;
   readonly interruptible = false;
   // Snapshots, diff and restore work on the durable state itself, not on one call's view of it.
   readonly capabilities = ['history'] as const;
+  readonly asyncTools: ReadonlySet<string>;
   readonly #handlers = new Map<string, Builtin['handler']>();
+  readonly #host = new BuiltinHost();
 
   constructor(builtins: readonly Builtin[] = BUILTINS) {
     for (const b of builtins) this.#handlers.set(b.tool.spec.id, b.handler);
+    this.asyncTools = new Set(builtins.filter((b) => b.async).map((b) => b.tool.spec.id));
   }
 
   tools(): Tool[] {
@@ -31,12 +39,15 @@ export class BuiltinRunner implements Runner {
   runSync(ctx: RunContext): unknown {
     const handler = this.#handlers.get(ctx.tool.spec.id);
     if (!handler) throw new ToolFailure('execution', 'INTERNAL', `No builtin implementation for ${ctx.tool.spec.id}`);
-    return handler(ctx.input as Record<string, unknown>, ctx);
+    return handler(ctx.input as Record<string, unknown>, ctx, this.#host);
   }
 
   async status(): Promise<RunnerStatus> {
-    return { available: true };
+    // shell: the worker threads of shell.run (none until the first shell call).
+    return { available: true, shell: this.#host.status() };
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.#host.close();
+  }
 }
