@@ -33,6 +33,7 @@ const suites: Array<[string, Bench | null]> = [
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],
+  ['shell', await optional('./shell.js', 'benchShell')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),

@@ -94,9 +94,10 @@ export class Executor {
         const canLose = attempt < attempts;
         // A synchronous runner (the builtins) runs, is checked and commits with nothing in between, so
         // no other call can commit under it: unless another call holds the gate, and must commit first.
-        const sync = call.runner.runSync !== undefined && call.runner.waits?.(tool) !== true;
-        const slot = sync && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
-        outcome = slot ? this.#attemptSync(call, runLimits, slot, canLose) : await this.#attempt(call, runLimits, alone, canLose);
+        // A tool of such a runner that waits (shell.run, system.exec) takes the asynchronous path, with a deadline.
+        const waits = call.runner.asyncTools?.has(tool.spec.id) === true;
+        const slot = call.runner.runSync && !waits && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
+        outcome = slot ? this.#attemptSync(call, runLimits, slot, canLose) : await this.#attempt(call, runLimits, alone, canLose, waits);
       } finally {
         release?.();
       }
@@ -105,13 +106,16 @@ export class Executor {
     }
   }
 
-  /** One run through a runner's `run`; null when it lost a race it may retry. */
-  async #attempt(call: Execution, limits: CallLimits, alone: boolean, canLose: boolean): Promise<Outcome | null> {
+  /**
+   * One run through a runner's `run`; null when it lost a race it may retry. `waits`: a tool of a
+   * synchronous runner that waits (shell.run), which gets a deadline as an interruptible runner's do.
+   */
+  async #attempt(call: Execution, limits: CallLimits, alone: boolean, canLose: boolean, waits: boolean): Promise<Outcome | null> {
     const { tool, runner, signal } = call;
     const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, signal));
     // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
-    // only runners that can be interrupted get a live one.
-    const controller = runner.interruptible ? new AbortController() : null;
+    // only runners that can be interrupted, and tools that wait, get a live one.
+    const controller = runner.interruptible || waits ? new AbortController() : null;
     const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED);
     let output: unknown;
     try {

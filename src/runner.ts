@@ -70,10 +70,11 @@ export interface Runner {
    */
   runSync?(ctx: RunContext): unknown;
   /**
-   * True for a tool that a runner with `runSync` must still run through `run`, because it waits
-   * (system.exec waits for its program): the dispatcher then runs it as it runs any other runner's.
+   * Ids of the tools of a runner with `runSync` that wait instead (the builtins `shell.run`, whose script
+   * runs in a worker thread, and `system.exec`, which waits for its sandboxed program): the dispatcher runs them through `run`, under a deadline and with a live
+   * `ctx.signal`, as an interruptible runner's calls. The runner's other tools stay synchronous.
    */
-  waits?(tool: Tool): boolean;
+  readonly asyncTools?: ReadonlySet<string>;
   /**
    * Looks for syntax errors in a tool's code without running it; null when it finds none or cannot
    * check here (no interpreter, say). The registry reports what it finds as a load problem.

@@ -95,6 +95,7 @@ describe('arium mcp over stdio, with the SDK client', () => {
     expect(byName.get('fs.read')?.annotations).toMatchObject({ readOnlyHint: true });
     expect(byName.get('fs.write')?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: false });
     expect(byName.get('fs.delete')?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true });
+    expect(byName.get('shell.run')?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true, openWorldHint: false });
     expect(byName.has('slow_writer')).toBe(true);
   });
 

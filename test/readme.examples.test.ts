@@ -246,6 +246,18 @@ async function runGatewayExample(block: Block): Promise<void> {
   }
 }
 
+const SHELL_EXAMPLE = /^# shell\.run from the CLI/;
+
+/** The shell.run example: run by bash in a user's folder (npx finds this checkout's arium, offline). */
+async function runShellExample(block: Block): Promise<void> {
+  const dir = userFolder('shell-cli');
+  const env = { PATH: process.env.PATH ?? '', HOME: dir, npm_config_offline: 'true' };
+  const out = execFileSync('bash', ['-e', '-c', block.code], { cwd: dir, env, encoding: 'utf8' });
+  expect(out).toContain('"exit_code": 0');
+  expect(out).toContain('/notes/todo.md:1:TODO: ship it');
+  expect(out).toContain('"change": "created"');
+}
+
 /** The MCP client example: type-checked as a user's own TypeScript, then run against `npx arium mcp` in a user's folder. */
 async function runMcpClientExample(block: Block): Promise<void> {
   const dir = userFolder('mcp-client');
@@ -293,7 +305,7 @@ describe('every code block of the README', () => {
     const unknown = all.filter((block) => {
       if (NOT_RUN.some(([lang, first]) => lang === block.lang && first.test(block.first))) return false;
       if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
-      if (block.lang === 'sh' && GATEWAY_EXAMPLE.test(block.first)) return false;
+      if (block.lang === 'sh' && (GATEWAY_EXAMPLE.test(block.first) || SHELL_EXAMPLE.test(block.first))) return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
       return true;
     });
@@ -324,6 +336,12 @@ describe('every code block of the README', () => {
     'the gateway example at %s runs against `arium serve`',
     { timeout: 60_000 },
     async (_name, block) => runGatewayExample(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'sh' && SHELL_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(
+    'the shell.run example at %s runs through the CLI',
+    { timeout: 60_000 },
+    async (_name, block) => runShellExample(block),
   );
 
   it.each(all.filter((b) => b.lang === 'ts').map((b) => [`line ${b.line}`, b] as const))(

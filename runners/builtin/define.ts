@@ -3,22 +3,18 @@ import { parsePermission } from '../../src/permissions.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool, ToolSpec } from '../../src/tool.js';
 import { compileSchema, lazyValidator } from '../../src/validation.js';
-import type { ExecService } from './exec/service.js';
-
-/** What the builtin runner holds for its tools beyond the call: system.exec's settings and mirror. */
-export interface BuiltinHost {
-  exec: ExecService;
-}
+import type { BuiltinHost } from './host.js';
 
 /** A builtin tool: its definition and the function that runs it in-process. */
 export interface Builtin {
   tool: Tool;
+  /** `host`: what the runner keeps for its builtins between calls (the shell's worker threads, system.exec's mirror). */
   handler: (input: Record<string, unknown>, ctx: RunContext, host: BuiltinHost) => unknown;
   /**
-   * The handler returns a promise (it waits for a process): the call goes through the runner's `run`,
-   * under the call's deadline, instead of running synchronously up to its commit.
+   * True for a builtin that waits (its handler returns a Promise): it runs on the executor's
+   * asynchronous path, under the call's deadline with a live `ctx.signal`. The others run synchronously.
    */
-  async?: boolean;
+  async: boolean;
 }
 
 type BuiltinSpec = Omit<ToolSpec, 'runner' | 'entry'>;
@@ -35,7 +31,7 @@ export function defineBuiltin(spec: BuiltinSpec, handler: Builtin['handler'], op
     validateOutput: full.output_schema ? compileSchema(full.output_schema) : null,
     hash: createHash('sha256').update(JSON.stringify(full)).digest('hex'),
   });
-  return options.async ? { tool, handler, async: true } : { tool, handler };
+  return { tool, handler, async: options.async === true };
 }
 
 /** Shorthand for the object schemas of builtin inputs: closed, with the listed required keys. */

@@ -3,10 +3,11 @@ import { ExecService } from './exec/service.js';
 import { EXEC_CONFIG_SCHEMA, type ExecConfig, execSettings } from './exec/settings.js';
 import { BuiltinRunner } from './index.js';
 
-/** The engine's own tools (VFS primitives, hashing, system.exec), run in its process; no project defines tools for it. */
+/** The engine's own tools (VFS primitives, hashing, the shell, system.exec), run in its process; no project defines tools for it. */
 export const builtinRunner: RunnerDefinition = {
   name: 'builtin',
-  summary: "the engine's own tools (fs.*, vfs.*, system.*), run in the engine's process",
+  summary:
+    "the engine's own tools (fs.*, vfs.*, system.*, shell.run), run in the engine's process (shell.run's scripts in a worker thread, system.exec's programs in bubblewrap)",
   extensions: [],
   permission: null,
   definable: false,

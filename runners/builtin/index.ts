@@ -1,42 +1,42 @@
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
-import type { Builtin, BuiltinHost } from './define.js';
+import type { Builtin } from './define.js';
 import { ExecService } from './exec/service.js';
 import { type ExecSettings, execSettings } from './exec/settings.js';
 import { systemExec } from './exec/tool.js';
 import { FS_BUILTINS } from './fs-tools.js';
 import { systemHash } from './hash-tool.js';
+import { BuiltinHost } from './host.js';
+import { shellRun } from './shell-tool.js';
 import { VFS_BUILTINS } from './vfs-tools.js';
 
-export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, systemExec, ...VFS_BUILTINS];
+export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, systemExec, ...VFS_BUILTINS, shellRun];
 
-/** Runs the engine's own tools in-process: VFS primitives and hashing; system.exec waits for its sandboxed program. */
+/**
+ * Runs the engine's own tools in-process: VFS primitives and hashing, synchronously; `shell.run`, whose
+ * script runs in a worker thread, and `system.exec`, which waits for its sandboxed program, while the
+ * call waits (`asyncTools` entries).
+ */
 export class BuiltinRunner implements Runner {
   readonly name = 'builtin' as const;
-  // Only the async builtins (system.exec) reach `run` with a deadline to keep; the others run through
-  // runSync, where the executor arms none.
-  readonly interruptible = true;
+  // The builtins that wait (asyncTools) get a deadline from the executor all the same; the others run
+  // through runSync, where it arms none.
+  readonly interruptible = false;
   // Snapshots, diff and restore work on the durable state itself, not on one call's view of it.
   readonly capabilities = ['history'] as const;
+  readonly asyncTools: ReadonlySet<string>;
   readonly #handlers = new Map<string, Builtin['handler']>();
-  readonly #async = new Set<string>();
   readonly #host: BuiltinHost;
 
   constructor(builtins: readonly Builtin[] = BUILTINS, exec: ExecSettings = execSettings(undefined, process.cwd())) {
-    for (const b of builtins) {
-      this.#handlers.set(b.tool.spec.id, b.handler);
-      if (b.async) this.#async.add(b.tool.spec.id);
-    }
-    this.#host = { exec: new ExecService(exec) };
+    for (const b of builtins) this.#handlers.set(b.tool.spec.id, b.handler);
+    this.asyncTools = new Set(builtins.filter((b) => b.async).map((b) => b.tool.spec.id));
+    this.#host = new BuiltinHost(new ExecService(exec));
   }
 
   tools(): Tool[] {
     return BUILTINS.map((b) => b.tool);
-  }
-
-  waits(tool: Tool): boolean {
-    return this.#async.has(tool.spec.id);
   }
 
   async run(ctx: RunContext): Promise<unknown> {
@@ -51,10 +51,16 @@ export class BuiltinRunner implements Runner {
 
   async status(): Promise<RunnerStatus> {
     const problem = await this.#host.exec.problem();
-    return { available: true, exec: problem ? { available: false, reason: problem.message } : { available: true } };
+    // shell: the worker threads of shell.run (none until the first shell call).
+    return {
+      available: true,
+      exec: problem ? { available: false, reason: problem.message } : { available: true },
+      shell: this.#host.status(),
+    };
   }
 
   async close(): Promise<void> {
     this.#host.exec.close();
+    await this.#host.close();
   }
 }

@@ -8,7 +8,8 @@ import type { ToolInfo } from '../../tool.js';
 export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
   const permissions = tool.permissions ?? [];
   const writes = permissions.some((p) => p === 'vfs.write' || p.startsWith('vfs.write:'));
-  const destructive = tool.id === 'fs.delete' || tool.id === 'vfs.restore';
+  // shell.run's scripts may rm, mv over and truncate files.
+  const destructive = tool.id === 'fs.delete' || tool.id === 'vfs.restore' || tool.id === 'shell.run';
   return {
     title: tool.name ?? tool.id,
     readOnlyHint: !writes,
