@@ -3,7 +3,7 @@ import type { ApprovalAnswer, ApprovalGate, PendingApproval } from './approvals/
 import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
-import { type Execution, Executor, type RunScope } from './execution.js';
+import { type Execution, Executor, OUTSIDE_EFFECTS, type RunScope } from './execution.js';
 import { type CallLimits, ERROR_MESSAGE_CHARS, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
@@ -450,8 +450,22 @@ export class Dispatcher {
       timeout_ms: timeout,
       memory_mb: own?.memory_mb ?? policy.memory_mb,
       output_bytes: own?.output_bytes ?? policy.output_bytes,
-      max_attempts: own?.max_attempts ?? policy.max_attempts,
+      max_attempts: this.#actsOutside(tool, 0) ? 1 : (own?.max_attempts ?? policy.max_attempts),
     };
+  }
+
+  /**
+   * Whether a macro reaches, through its steps, a tool that may act outside the VFS: a CONFLICT re-runs
+   * a macro whole, so such a macro runs once, as such a tool does (the executor sees only the macro's
+   * own permissions).
+   */
+  #actsOutside(tool: Tool, depth: number): boolean {
+    const steps = tool.spec.steps;
+    if (steps === undefined || depth > MACRO_LIMITS.max_depth) return false;
+    return steps.some((step) => {
+      const target = this.#d.registry.get(step.tool);
+      return target !== undefined && (target.declared.some((p) => OUTSIDE_EFFECTS.has(p.name)) || this.#actsOutside(target, depth + 1));
+    });
   }
 
   #security(runId: string, traceId: string, tool: string, permission: string | null, operation: string | null, reason: string): void {

@@ -18,7 +18,7 @@ const CALL_ENDED = Object.freeze(new ToolFailure('execution', 'CANCELLED', 'The 
  * A tool that declares one of these may act outside the VFS, where a second run would do things twice:
  * such a call is never run again after losing a race.
  */
-const OUTSIDE_EFFECTS: ReadonlySet<PermissionName> = new Set<PermissionName>(['sys.exec', 'net.fetch']);
+export const OUTSIDE_EFFECTS: ReadonlySet<PermissionName> = new Set<PermissionName>(['sys.exec', 'net.fetch']);
 /** The longest pause, in ms, before running a call again after it lost a race (the pause is random below it). */
 const MAX_BACKOFF_MS = 100;
 

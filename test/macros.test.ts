@@ -36,13 +36,17 @@ const boom: FakeBehaviour = () => {
 const slow: FakeBehaviour = (ctx) => untilAborted(ctx.signal);
 
 /** A project with fake JS tools (each declares exec.js only) and the given macros. */
-async function setup(macros: Record<string, string>, behaviours: Record<string, FakeBehaviour> = {}) {
+async function setup(
+  macros: Record<string, string>,
+  behaviours: Record<string, FakeBehaviour> = {},
+  options: { permissions?: Record<string, string[]>; grants?: string[] } = {},
+) {
   const files: Record<string, string> = { 'tool.js': TRIVIAL_JS, ...macros };
   const all = { 'text.upper': upper, 'test.boom': boom, 'test.slow': slow, ...behaviours };
-  for (const id of Object.keys(all)) files[`${id}.json`] = definition({ id });
+  for (const id of Object.keys(all)) files[`${id}.json`] = definition({ id, permissions: options.permissions?.[id] ?? ['exec.js'] });
   project = tempProject(files);
   const fake = new FakeRunner(all);
-  engine = await openEngine(project, { runners: [fake] });
+  engine = await openEngine(project, { runners: [fake], ...(options.grants ? { grants: options.grants } : {}) });
   return { engine, fake };
 }
 
@@ -225,14 +229,14 @@ describe('concurrent macro calls', () => {
     for (let i = 0; i < 8; i++) expect(await fileOf(engine, `/f${i}.txt`)).toBe(`T${i}`);
   });
 
-  it('loses no update when two race on one file: the loser runs again or fails CONFLICT', async () => {
+  /** Two calls of a read-increment-write macro, whose first two runs both read before either commits. */
+  async function race(options: Parameters<typeof setup>[2] = {}) {
     const both = deferred();
-    let started = 0;
+    const runs = { started: 0 };
     const inc: FakeBehaviour = async (ctx) => {
-      started++;
-      if (started === 2) both.resolve();
-      // The first two runs both read the old value before either commits.
-      if (started <= 2) await both.promise;
+      runs.started++;
+      if (runs.started === 2) both.resolve();
+      if (runs.started <= 2) await both.promise;
       return { content: String(Number((ctx.input as { content: string }).content) + 1) };
     };
     const { engine } = await setup(
@@ -247,14 +251,30 @@ describe('concurrent macro calls', () => {
         }),
       },
       { 'test.inc': inc },
+      options,
     );
     await engine.call('fs.write', { path: '/n.txt', content: '0' });
     const results = await Promise.all([engine.call('m.inc', {}), engine.call('m.inc', {})]);
+    return { results, runs, final: await fileOf(engine, '/n.txt') };
+  }
+
+  it('loses no update when two race on one file: the loser runs again or fails CONFLICT', async () => {
+    const { results, runs, final } = await race();
     const ok = results.filter((r) => r.ok).length;
     for (const r of results) if (!r.ok) expect(r.error.code).toBe('CONFLICT');
     expect(ok).toBeGreaterThanOrEqual(1);
-    expect(await fileOf(engine, '/n.txt')).toBe(String(ok));
-    expect(started).toBeGreaterThanOrEqual(2 + (ok === 2 ? 1 : 0));
+    expect(final).toBe(String(ok));
+    expect(runs.started).toBe(2 + (ok === 2 ? 1 : 0));
+  });
+
+  it('never runs again a macro whose step may act outside the VFS: the loser fails CONFLICT', async () => {
+    const { results, runs, final } = await race({
+      permissions: { 'test.inc': ['exec.js', 'net.fetch'] },
+      grants: ['vfs.read', 'vfs.write', 'exec.js', 'net.fetch'],
+    });
+    expect(results.map((r) => (r.ok ? 'ok' : r.error.code)).sort()).toEqual(['CONFLICT', 'ok']);
+    expect(runs.started).toBe(2);
+    expect(final).toBe('1');
   });
 });
 
