@@ -204,6 +204,32 @@ describe('a macro run', () => {
     expect(own && 'vfs' in own && own.vfs?.written).toEqual(['/out.txt']);
   });
 
+  it('runs a macro as a step of another, in the same transaction: a later failure undoes the inner writes', async () => {
+    const { engine } = await setup({
+      'pipeline.json': PIPELINE,
+      'outer.json': macro({
+        id: 'm.outer',
+        steps: [
+          { tool: 'm.pipeline', input: { path: '/inner.txt', text: { $from: '/input/text' } } },
+          { tool: 'fs.read', input: { path: { $from: '/steps/0/output/written/path' } } },
+          { tool: 'test.boom', input: {}, when: { $from: '/input/fail', equals: true } },
+        ],
+        output: { $from: '/steps/1/output/content' },
+      }),
+    });
+    const events = recordEvents(engine);
+    const ok = await engine.call('m.outer', { text: 'nested' });
+    expect(ok).toMatchObject({ ok: true, data: 'NESTED' });
+    const inner = events.find((e) => e.type === 'ToolResultEvent' && e.tool === 'm.pipeline') as { run_id: string; parent_run_id?: string };
+    expect(inner.parent_run_id).toBe(ok.meta.run_id);
+    const write = events.find((e) => e.type === 'ToolResultEvent' && e.tool === 'fs.write') as { parent_run_id?: string };
+    expect(write.parent_run_id).toBe(inner.run_id);
+    await engine.call('fs.delete', { path: '/inner.txt' });
+    const error = failed(await engine.call('m.outer', { text: 'again', fail: true }));
+    expect(error.details).toMatchObject({ step: 2, tool: 'test.boom' });
+    expect(await fileOf(engine, '/inner.txt')).toBeNull();
+  });
+
   it('times out as a whole: a slow step makes the macro TIMEOUT and nothing is written', async () => {
     const { engine } = await setup({
       'slow.json': macro({
