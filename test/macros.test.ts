@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { ToolFailure } from '../src/errors.js';
 import type { Engine, ErrResult, ToolResult } from '../src/index.js';
+import { mcpTool } from '../src/surfaces/mcp/tool-shape.js';
 import {
   deferred,
   definition,
@@ -244,6 +245,19 @@ describe('a macro run', () => {
     const error = failed(await engine.call('m.slow', {}));
     expect(error.code).toBe('TIMEOUT');
     expect(await fileOf(engine, '/early.txt')).toBeNull();
+  });
+});
+
+describe('a macro on the surfaces', () => {
+  it('is listed like any tool, and MCP hints claim nothing of what its steps may do', async () => {
+    const { engine } = await setup({ 'pipeline.json': PIPELINE });
+    const info = engine.tools().find((t) => t.id === 'm.pipeline');
+    expect(info).toMatchObject({ runner: 'macro', source: 'tools/pipeline.json', steps: [{ tool: 'text.upper' }, { tool: 'fs.write' }] });
+    expect(mcpTool(info as NonNullable<typeof info>)).toMatchObject({
+      name: 'm.pipeline',
+      inputSchema: { required: ['path', 'text'] },
+      annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false },
+    });
   });
 });
 
