@@ -352,6 +352,8 @@ describe('macro load problems', () => {
       '/steps/0/input/bogus',
       'not an allowed',
     ],
+    ['a when with neither equals nor exists', [{ tool: 'fs.list', when: { $from: '/input/x' } }], '/steps/0/when', 'this one has the keys "$from"'],
+    ['a when mixing forms', [{ tool: 'fs.list', when: { not: { $from: '/input/x', equals: 1, exists: true } } }], '/steps/0/when/not', '"exists"'],
     ['a malformed $from', [{ tool: 'fs.read', input: { path: { $from: 7 } } }], '/steps/0/input/path', 'JSON pointer'],
     ['a pointer outside the document', [{ tool: 'fs.read', input: { path: { $from: '/elsewhere' } } }], '/steps/0/input/path', 'points nowhere'],
   ])('reports %s at its pointer, and does not serve the macro', async (_name, steps, at, words) => {

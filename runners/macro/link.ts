@@ -17,6 +17,7 @@ export function linkMacro(macro: Tool, lookup: LinkLookup): LinkProblem[] {
   const steps = macro.spec.steps ?? [];
   for (const [index, step] of steps.entries()) {
     const at = `/steps/${index}`;
+    if (step.when !== undefined) problems.push(...checkCondition(step.when, `${at}/when`));
     const refs = [...placeholders(step.input ?? {}, `${at}/input`), ...(step.when === undefined ? [] : conditionPointers(step.when, `${at}/when`))];
     for (const ref of refs) problems.push(...checkReference(ref.from, ref.at, index));
     const target = lookup(step.tool);
@@ -43,6 +44,20 @@ export function linkMacro(macro: Tool, lookup: LinkLookup): LinkProblem[] {
     for (const ref of placeholders(macro.spec.output, '/output')) problems.push(...checkReference(ref.from, ref.at, steps.length));
   }
   return problems;
+}
+
+/** A condition is exactly one of its three forms (the meta-schema has checked each key's type). */
+function checkCondition(condition: unknown, at: string): LinkProblem[] {
+  const keys = Object.keys(condition as object).sort();
+  if (keys.length === 1 && keys[0] === 'not') return checkCondition((condition as { not: unknown }).not, `${at}/not`);
+  const form = keys.join(',');
+  if (form === '$from,equals' || form === '$from,exists') return [];
+  return [
+    {
+      at,
+      message: `a "when" is {"$from": pointer, "equals": value}, {"$from": pointer, "exists": true|false} or {"not": condition}; this one has the keys ${keys.map((k) => `"${k}"`).join(', ')}`,
+    },
+  ];
 }
 
 /** A `$from` must be a pointer into `/input` or the output of a step before `before`. */

@@ -106,7 +106,7 @@ export function placeholders(template: unknown, at: string, out: Array<{ from: u
 export function conditionPointers(condition: unknown, at: string): Array<{ from: unknown; at: string }> {
   const c = condition as { $from?: unknown; not?: unknown };
   if (Object.hasOwn(c, 'not')) return conditionPointers(c.not, `${at}/not`);
-  return [{ from: c.$from, at: `${at}/$from` }];
+  return Object.hasOwn(c, '$from') ? [{ from: c.$from, at: `${at}/$from` }] : [];
 }
 
 /** The template with each placeholder replaced by `stand`, for checking its literal parts against a schema. */

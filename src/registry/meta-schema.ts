@@ -120,15 +120,15 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
         description:
           'Runs the step only when it holds: {"$from": pointer, "equals": value}, {"$from": pointer, "exists": true|false}, or {"not": condition}; a skipped step has output null',
         type: 'object',
-        oneOf: [
-          { additionalProperties: false, required: ['$from', 'equals'], properties: { $from: { $ref: '#/$defs/pointer' }, equals: {} } },
-          {
-            additionalProperties: false,
-            required: ['$from', 'exists'],
-            properties: { $from: { $ref: '#/$defs/pointer' }, exists: { type: 'boolean' } },
-          },
-          { additionalProperties: false, required: ['not'], properties: { not: { $ref: '#/$defs/condition' } } },
-        ],
+        additionalProperties: false,
+        minProperties: 1,
+        // The combinations are checked at load with a message naming them (ajv's oneOf errors list every branch).
+        properties: {
+          $from: { $ref: '#/$defs/pointer' },
+          equals: { description: 'The value at $from must be this JSON value' },
+          exists: { type: 'boolean', description: 'Whether $from must find a value' },
+          not: { $ref: '#/$defs/condition' },
+        },
       },
       pointer: {
         type: 'string',
