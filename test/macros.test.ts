@@ -391,6 +391,31 @@ describe('macro load problems', () => {
     expect(engine?.tools().some((t) => t.id === 'm.d1')).toBe(true);
   });
 
+  it('fails a call naming the chain when a reload made it deeper than the limit while it ran', async () => {
+    const gate = deferred();
+    const held = deferred();
+    const wait: FakeBehaviour = async () => {
+      held.resolve();
+      await gate.promise;
+      return {};
+    };
+    const macros: Record<string, string> = {};
+    for (let i = 0; i < 7; i++) macros[`d${i}.json`] = macro({ id: `m.d${i}`, steps: [{ tool: `m.d${i + 1}` }] });
+    macros['d7.json'] = macro({ id: 'm.d7', steps: [{ tool: 'test.wait' }, { tool: 'test.x' }] });
+    const { engine } = await setup(macros, { 'test.wait': wait, 'test.x': () => ({}) });
+    expect(engine.problems()).toEqual([]);
+    const running = engine.call('m.d0', {});
+    await held.promise;
+    // test.x becomes a macro: m.d0 → … → m.d7 → test.x is now 9 macros deep.
+    project?.write('test.x.json', macro({ id: 'test.x', steps: [{ tool: 'fs.list', input: { path: '/' } }] }));
+    await engine.refresh();
+    expect(engine.problems()).toEqual([expect.objectContaining({ id: 'm.d0', message: expect.stringContaining('nest 9 deep') })]);
+    gate.resolve();
+    const error = failed(await running);
+    expect(error.code).toBe('MISCONFIGURED');
+    expect(JSON.stringify(error)).toContain('m.d0 → m.d1 → m.d2 → m.d3 → m.d4 → m.d5 → m.d6 → m.d7 → test.x');
+  });
+
   it('refuses an entry on a macro and steps on another runner', async () => {
     const problems = await problemsOf({
       'e.json': JSON.stringify({
