@@ -6,9 +6,10 @@ import type { RunnerDefinition } from '../src/runner.js';
 import { RunnerCatalog } from '../src/runner-catalog.js';
 import { builtinRunner } from './builtin/definition.js';
 import { jsRunner } from './js/definition.js';
+import { macroRunner } from './macro/definition.js';
 import { pyRunner } from './python/definition.js';
 
-export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner]);
+export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner]);
 
 /** A catalog of the default runners and `extra` (which replace a default of the same name). */
 export function runnerCatalog(extra: readonly RunnerDefinition[] = []): RunnerCatalog {

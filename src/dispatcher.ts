@@ -3,13 +3,13 @@ import type { ApprovalAnswer, ApprovalGate, PendingApproval } from './approvals/
 import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
-import { Executor } from './execution.js';
-import { type CallLimits, ERROR_MESSAGE_CHARS, type Policy } from './limits.js';
+import { type Execution, Executor, OUTSIDE_EFFECTS, type RunScope } from './execution.js';
+import { type CallLimits, ERROR_MESSAGE_CHARS, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
 import type { ResultMeta, ToolResult } from './result.js';
-import type { Runner } from './runner.js';
+import type { Runner, StepCaller } from './runner.js';
 import type { Scrubber } from './secrets/scrub.js';
 import type { ResolvedSecret } from './secrets/sources.js';
 import type { RunnerName, Tool } from './tool.js';
@@ -68,6 +68,17 @@ export interface DispatcherDeps {
   scrubber: Scrubber;
 }
 
+/**
+ * A call made as a step of a composite call (a macro): it runs in that call's transaction with its
+ * grants, trace and deadline, and its events name the composite call's run.
+ */
+interface StepParent extends RunScope {
+  runId: string;
+  traceId: string;
+  /** The composite calls this one runs under, outermost first. */
+  chain: readonly string[];
+}
+
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function toolLabel(id: unknown): string {
   if (isCapabilityRequest(id)) return `capability:${toolLabel(id.capability)}`;
@@ -102,11 +113,12 @@ export class Dispatcher {
     this.#executor = new Executor({ state: deps.state, policy: deps.policy, limiter: deps.limiter });
   }
 
-  async call(id: unknown, input: unknown, options: CallOptions = {}): Promise<ToolResult> {
+  async call(id: unknown, input: unknown, options: CallOptions = {}, parent?: StepParent): Promise<ToolResult> {
     const started = performance.now();
     const runId = randomUUID();
     let label = toolLabel(id);
-    const meta: ResultMeta = { tool: label, run_id: runId, trace_id: runId, duration_ms: 0 };
+    const meta: ResultMeta = { tool: label, run_id: runId, trace_id: parent?.traceId ?? runId, duration_ms: 0 };
+    const parentRun = parent ? { parent_run_id: parent.runId } : {};
     const { bus, policy } = this.#d;
     let stage: Stage = 'validation';
     let invocationSent = false;
@@ -147,6 +159,7 @@ export class Dispatcher {
           tool: label,
           input: inputError ? '[rejected input]' : forEvent(copy, policy.event_payload_bytes),
           caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
+          ...parentRun,
         });
       }
       invocationSent = true;
@@ -164,7 +177,8 @@ export class Dispatcher {
         });
       }
       stage = 'permission';
-      const grants = this.#grantsFor(opts.grants);
+      // A step never gets more than the caller of its macro was granted.
+      const grants = parent ? parent.grants : this.#grantsFor(opts.grants);
       const missing = grants.missing(tool.declared);
       if (missing) {
         this.#security(runId, meta.trace_id, tool.spec.id, missing.text, `call ${tool.spec.id}`, 'a declared permission is not granted');
@@ -178,6 +192,15 @@ export class Dispatcher {
         );
       }
       const rule = this.#d.approvals.needs(tool.spec.id, copy);
+      if (rule && parent) {
+        // A step runs inside its macro's transaction and slot: waiting for a person there would hold both.
+        throw new ToolFailure(
+          'permission',
+          'APPROVAL_DENIED',
+          `${tool.spec.id} needs approval (approvals.rules[${rule.index}]), and a step of a macro cannot wait for it: call ${tool.spec.id} directly`,
+          { details: { rule } },
+        );
+      }
       if (rule) {
         // Before the concurrency slot and the transaction: a call waiting for a person holds nothing.
         await this.#d.approvals.wait({
@@ -199,7 +222,7 @@ export class Dispatcher {
       }
       meta.runner = runner.name;
       const toolId = tool.spec.id;
-      let { output, outputBytes, vfs } = await this.#executor.run({
+      const execution: Execution = {
         tool,
         runner,
         input: copy,
@@ -218,7 +241,9 @@ export class Dispatcher {
             permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
           ),
         intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
-      });
+        steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
+      };
+      let { output, outputBytes, vfs } = parent ? await this.#executor.runStep(execution, parent) : await this.#executor.run(execution);
       meta.duration_ms = performance.now() - started;
       const { scrubber } = this.#d;
       if (scrubber.active) {
@@ -239,6 +264,7 @@ export class Dispatcher {
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+          ...parentRun,
         });
       }
       return { ok: true, data: output, meta };
@@ -257,6 +283,7 @@ export class Dispatcher {
             tool: label,
             input: '[rejected input]',
             caller: null,
+            ...parentRun,
           });
         }
         bus.publish({
@@ -271,10 +298,33 @@ export class Dispatcher {
           // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
           ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+          ...parentRun,
         });
       }
       return { ok: false, error, meta };
     }
+  }
+
+  /**
+   * The step caller of a composite call's run: each step is a full call, in the run's transaction, with
+   * the caller's grants and what is left of the run's time. A step that would make the chain of macros
+   * deeper than MACRO_LIMITS.max_depth (a tool reloaded under a running call; the registry refuses such
+   * chains) fails naming the chain.
+   */
+  #steps(scope: RunScope, self: Omit<StepParent, keyof RunScope>): StepCaller {
+    return async (step) => {
+      if (self.chain.length >= MACRO_LIMITS.max_depth && this.#d.registry.get(step.tool)?.spec.steps !== undefined) {
+        throw new ToolFailure(
+          'execution',
+          'MISCONFIGURED',
+          `Macros nest deeper than ${MACRO_LIMITS.max_depth}: ${[...self.chain, step.tool].join(' → ')}`,
+          { details: { chain: [...self.chain, step.tool], max_depth: MACRO_LIMITS.max_depth } },
+        );
+      }
+      const left = Math.max(1, Math.floor(scope.deadline - performance.now()));
+      const options: CallOptions = { timeout_ms: left, signal: scope.signal, caller: `macro:${self.chain.at(-1)}` };
+      return this.call(step.tool, step.input, options, { ...scope, ...self });
+    };
   }
 
   /**
@@ -400,8 +450,22 @@ export class Dispatcher {
       timeout_ms: timeout,
       memory_mb: own?.memory_mb ?? policy.memory_mb,
       output_bytes: own?.output_bytes ?? policy.output_bytes,
-      max_attempts: own?.max_attempts ?? policy.max_attempts,
+      max_attempts: this.#actsOutside(tool, 0) ? 1 : (own?.max_attempts ?? policy.max_attempts),
     };
+  }
+
+  /**
+   * Whether a macro reaches, through its steps, a tool that may act outside the VFS: a CONFLICT re-runs
+   * a macro whole, so such a macro runs once, as such a tool does (the executor sees only the macro's
+   * own permissions).
+   */
+  #actsOutside(tool: Tool, depth: number): boolean {
+    const steps = tool.spec.steps;
+    if (steps === undefined || depth > MACRO_LIMITS.max_depth) return false;
+    return steps.some((step) => {
+      const target = this.#d.registry.get(step.tool);
+      return target !== undefined && (target.declared.some((p) => OUTSIDE_EFFECTS.has(p.name)) || this.#actsOutside(target, depth + 1));
+    });
   }
 
   #security(runId: string, traceId: string, tool: string, permission: string | null, operation: string | null, reason: string): void {

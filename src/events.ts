@@ -13,6 +13,8 @@ interface BaseEvent {
 export interface ToolInvocationEvent extends BaseEvent {
   type: 'ToolInvocationEvent';
   tool: string;
+  /** For a step of a macro: the run id of the macro's call (the step shares its trace id). */
+  parent_run_id?: string;
   /** The input, secrets redacted and cut to the policy's `event_payload_bytes`. */
   input: unknown;
   caller: string | null;
@@ -28,6 +30,8 @@ export interface VfsChangeSummary {
 export interface ToolResultEvent extends BaseEvent {
   type: 'ToolResultEvent';
   tool: string;
+  /** For a step of a macro: the run id of the macro's call (the step shares its trace id). */
+  parent_run_id?: string;
   duration_ms: number;
   output_bytes: number;
   /** The input the tool ran with (the caller's, with the schema's defaults filled in), redacted and capped. */
@@ -44,6 +48,8 @@ export interface ToolResultEvent extends BaseEvent {
 export interface ToolErrorEvent extends BaseEvent {
   type: 'ToolErrorEvent';
   tool: string;
+  /** For a step of a macro: the run id of the macro's call (the step shares its trace id). */
+  parent_run_id?: string;
   duration_ms: number;
   error: ErrorInfo;
   /** How many times the tool ran (0 when the call failed before it ran). */

@@ -4,11 +4,12 @@ import type { CallLimits, Policy } from './limits.js';
 import { checkOutput } from './payload.js';
 import type { GrantSet, PermissionName } from './permissions.js';
 import type { LogLine, ResultMeta } from './result.js';
-import type { RunContext, Runner } from './runner.js';
+import type { RunContext, Runner, StepCaller } from './runner.js';
 import type { Tool } from './tool.js';
 import { type DenialReporter, ToolVfs } from './tool-vfs.js';
 import { summarize } from './validation.js';
 import type { VfsState } from './vfs/state.js';
+import type { Transaction } from './vfs/transaction.js';
 
 const NEVER_ABORTED = new AbortController().signal;
 /** The reason a call's signal carries when the call is over and its work must stop. */
@@ -17,7 +18,7 @@ const CALL_ENDED = Object.freeze(new ToolFailure('execution', 'CANCELLED', 'The 
  * A tool that declares one of these may act outside the VFS, where a second run would do things twice:
  * such a call is never run again after losing a race.
  */
-const OUTSIDE_EFFECTS: ReadonlySet<PermissionName> = new Set<PermissionName>(['sys.exec', 'net.fetch']);
+export const OUTSIDE_EFFECTS: ReadonlySet<PermissionName> = new Set<PermissionName>(['sys.exec', 'net.fetch']);
 /** The longest pause, in ms, before running a call again after it lost a race (the pause is random below it). */
 const MAX_BACKOFF_MS = 100;
 
@@ -43,6 +44,20 @@ export interface Execution {
   denied: DenialReporter;
   /** Reports an attempt to leave the sandbox that a runner refused (SecurityEvent). */
   intrusion: (operation: string, reason: string) => void;
+  /** Makes the step caller of a run, for a runner with the `steps` capability (a macro). */
+  steps?: (scope: RunScope) => StepCaller;
+}
+
+/** What the steps of a composite call share with it: its transaction, grants, signal and deadline. */
+export interface RunScope {
+  transaction: Transaction;
+  grants: GrantSet;
+  /** Aborted when the composite call ends, times out or is cancelled. */
+  signal: AbortSignal;
+  /** `performance.now()` past which the composite call has run out of time. */
+  deadline: number;
+  /** The composite call's VFS change summary: each step's changes are added to it as the step succeeds. */
+  changes: ToolVfs['changes'];
 }
 
 export interface ExecutorDeps {
@@ -156,9 +171,10 @@ export class Executor {
     }
   }
 
-  #context(call: Execution, limits: CallLimits, signal: AbortSignal): { ctx: RunContext; vfs: ToolVfs; logs: LogBuffer } {
+  #context(call: Execution, limits: CallLimits, signal: AbortSignal, within?: Transaction): { ctx: RunContext; vfs: ToolVfs; logs: LogBuffer } {
     const logs = new LogBuffer(this.#d.policy.log_bytes);
-    const vfs = new ToolVfs(this.#d.state.begin(), call.tool.declared, call.grants, call.denied);
+    const vfs = new ToolVfs(within ?? this.#d.state.begin(), call.tool.declared, call.grants, call.denied);
+    const composite = call.steps && call.runner.capabilities?.includes('steps');
     const ctx: RunContext = {
       tool: call.tool,
       input: call.input,
@@ -171,6 +187,15 @@ export class Executor {
       log: (level, message) => logs.push(level, message),
       intrusion: call.intrusion,
       meta: call.meta,
+      steps: composite
+        ? call.steps?.({
+            transaction: vfs.transaction,
+            grants: call.grants,
+            signal,
+            deadline: performance.now() + limits.timeout_ms,
+            changes: vfs.changes,
+          })
+        : null,
     };
     return { ctx, vfs, logs };
   }
@@ -181,6 +206,42 @@ export class Executor {
     if (logs.dropped > 0) call.meta.logs_dropped = logs.dropped;
     // Whatever the tool left running can no longer reach the VFS through this call.
     vfs.seal();
+  }
+
+  /**
+   * Runs one step of a composite call (a macro) in that call's transaction, under its concurrency slot,
+   * deadline and signal, its output checked like any run's. Nothing is committed here: the composite
+   * call commits all its steps at once or none, and a CONFLICT runs the whole composite call again.
+   */
+  async runStep(call: Execution, scope: RunScope): Promise<Outcome> {
+    const { tool, runner, limits, signal } = call;
+    call.runs.count = 1;
+    const controller = runner.interruptible ? new AbortController() : null;
+    const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED, scope.transaction);
+    // A step that outlives its composite call (a runner that cannot be stopped) must not write into a
+    // transaction that has ended.
+    const seal = () => vfs.seal();
+    scope.signal.addEventListener('abort', seal, { once: true });
+    try {
+      if (signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
+      const sync = runner.runSync !== undefined && runner.waits?.(tool) !== true;
+      const output = sync
+        ? (runner.runSync as (ctx: RunContext) => unknown)(ctx)
+        : controller
+          ? await withDeadline(runner.run(ctx), limits.timeout_ms, controller, signal, tool.spec.id)
+          : await runner.run(ctx);
+      const outputBytes = this.#check(tool, output, limits);
+      const into = scope.changes;
+      into.written.push(...vfs.changes.written);
+      into.deleted.push(...vfs.changes.deleted);
+      into.created_dirs.push(...vfs.changes.created_dirs);
+      into.moved.push(...vfs.changes.moved);
+      return { output, outputBytes, vfs };
+    } finally {
+      scope.signal.removeEventListener('abort', seal);
+      if (controller && !controller.signal.aborted) controller.abort(CALL_ENDED);
+      this.#settle(call, vfs, logs);
+    }
   }
 
   /** Checks the output against the output limit and the tool's output_schema; returns its size. */

@@ -127,3 +127,10 @@ export const DEFAULT_APPROVALS = Object.freeze({
   /** Resolved approvals remembered so that a late second answer learns who answered first. */
   remembered: 1000,
 });
+
+/**
+ * Macros (runner "macro"): the most steps one macro lists, and the longest chain of macros calling
+ * macros. Both bound the work one call can fan out to; a deeper chain is a load problem, and a call
+ * that meets one anyway (a tool reloaded under it) fails naming the chain.
+ */
+export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });

@@ -47,7 +47,7 @@ export class RunnerCatalog {
         keys.set(key, definition.name);
       }
     }
-    this.#signature = JSON.stringify([this.definable(), this.execPermissions()]);
+    this.#signature = JSON.stringify([this.definable(), this.execPermissions(), this.composite()]);
   }
 
   get(name: string): RunnerDefinition | undefined {
@@ -67,6 +67,13 @@ export class RunnerCatalog {
   definable(): string[] {
     return this.list()
       .filter((d) => d.definable !== false)
+      .map((d) => d.name);
+  }
+
+  /** The runners whose tools list `steps` instead of an `entry`. */
+  composite(): string[] {
+    return this.list()
+      .filter((d) => d.composite === true)
       .map((d) => d.name);
   }
 
@@ -112,7 +119,7 @@ function checkDefinition(definition: RunnerDefinition): void {
   if (!Array.isArray(definition.extensions) || definition.extensions.some((e) => typeof e !== 'string' || !EXTENSION.test(e))) {
     throw new RunnerDefinitionError(`${where}: "extensions" must list lower-case file extensions with their dot, e.g. [".sh"]`);
   }
-  if (definition.definable !== false && definition.extensions.length === 0) {
+  if (definition.definable !== false && definition.composite !== true && definition.extensions.length === 0) {
     throw new RunnerDefinitionError(`${where}: a runner that project tools may name needs at least one entry extension`);
   }
   if (definition.permission !== null && (typeof definition.permission !== 'string' || !EXEC_PERMISSION_PATTERN.test(definition.permission))) {

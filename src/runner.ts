@@ -1,5 +1,5 @@
 import type { CallLimits } from './limits.js';
-import type { LogLine } from './result.js';
+import type { LogLine, ToolResult } from './result.js';
 import type { Tool } from './tool.js';
 import type { ToolVfs } from './tool-vfs.js';
 import type { VfsState } from './vfs/state.js';
@@ -31,6 +31,31 @@ export interface RunContext {
   intrusion(operation: string, reason: string): void;
   /** Facts a runner reports into `meta` (e.g. the isolation in force). */
   readonly meta: Record<string, unknown>;
+  /**
+   * Calls another tool as a step of this call, for a runner that declares the `steps` capability (the
+   * macro runner); absent otherwise. The step is a full call (validation, the permission gate with this
+   * call's grants, events) that runs in this call's transaction: it lands only when this call commits.
+   */
+  readonly steps?: StepCaller | null;
+}
+
+/** One step a composite call asks for: its index in the call's steps, the tool, and the input built for it. */
+export interface StepCall {
+  index: number;
+  tool: string;
+  input: unknown;
+}
+
+/** Runs one step; resolves with the step's own result (a failed step is `ok: false`, never a rejection). */
+export type StepCaller = (step: StepCall) => Promise<ToolResult>;
+
+/** A tool by id as the registry will serve it; null when a definition has that id but is not served (it has problems). */
+export type LinkLookup = (id: string) => Tool | null | undefined;
+
+/** A problem `link` finds: a JSON pointer into the definition, and what is wrong there. */
+export interface LinkProblem {
+  at: string;
+  message: string;
 }
 
 /** A syntax error found in a tool's code before it is called. */
@@ -84,7 +109,7 @@ export interface Runner {
   prepare?(tool: Tool): void;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
-  /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`. */
+  /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them `ctx.steps`. */
   readonly capabilities?: readonly RunnerCapability[];
   /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
   tools?(): Tool[];
@@ -92,8 +117,11 @@ export interface Runner {
   close(): Promise<void>;
 }
 
-/** A power a runner asks for by name: `history`, the durable state with its snapshots. */
-export type RunnerCapability = 'history';
+/**
+ * A power a runner asks for by name: `history`, the durable state with its snapshots; `steps`, calling
+ * other tools inside its call's transaction.
+ */
+export type RunnerCapability = 'history' | 'steps';
 
 /** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
 export interface Check {
@@ -131,6 +159,17 @@ export interface RunnerDefinition {
   readonly grantedByDefault?: boolean;
   /** False for a runner only the engine's own tools use (builtin): a project's definitions may not name it. */
   readonly definable?: boolean;
+  /**
+   * True for a runner whose tools chain other tools (the macro runner): their definitions list `steps`
+   * (and may give an `output` template) instead of an `entry`, and the runner needs no entry extension.
+   */
+  readonly composite?: boolean;
+  /**
+   * Checks what a loaded tool of this runner says about other tools (a macro's steps: unknown tools,
+   * cycles, templates that cannot match), once every definition is read. Each problem names where in the
+   * definition (a JSON pointer); a tool with any is not served.
+   */
+  link?(tool: Tool, lookup: LinkLookup): LinkProblem[];
   /** The top-level arium.json keys it reads, each with its JSON Schema. */
   readonly config?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** Checks for `arium doctor`, each a real command with a timeout; `config` is the project's arium.json. */

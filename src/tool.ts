@@ -20,6 +20,17 @@ export interface ToolSpec {
   examples?: Record<string, unknown>[];
   /** Capabilities a caller may ask for instead of this id (`engine.call({ capability }, …)`). */
   provides?: string[];
+  /** A macro's steps (runner "macro", instead of `entry`): each calls a tool with an input template. */
+  steps?: StepSpec[];
+  /** A macro's output template over `{ input, steps }`; the last step's output when absent. */
+  output?: unknown;
+}
+
+/** One step of a macro, as written in its definition (runners/macro says what the templates mean). */
+export interface StepSpec {
+  tool: string;
+  input?: unknown;
+  when?: unknown;
 }
 
 /** What the engine tells callers about a tool. Holds no host paths. */

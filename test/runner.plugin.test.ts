@@ -44,7 +44,7 @@ describe('a runner from outside the package', () => {
     expect(r.meta.logs).toEqual([expect.objectContaining({ level: 'info', message: 'rendered greet.tmpl' })]);
     const status = await e.status();
     expect(status.runners['tmpl-runner']).toMatchObject({ available: true, calls: 1, cached: 1 });
-    expect(Object.keys(status.runners)).toEqual(['builtin', 'js-runner', 'py-runner', 'tmpl-runner']);
+    expect(Object.keys(status.runners)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'tmpl-runner']);
   });
 
   it('is held to the permissions the tool declares and the caller is granted', async () => {
@@ -129,8 +129,8 @@ describe('a runner from outside the package', () => {
     const e = await open({ 'greet.json': greet, 'greet.tmpl': 'x' }, { runners: [] });
     expect(e.tool('text.greet')).toBeUndefined();
     expect(e.problems()[0]?.message).toContain('runner');
-    expect(TOOL_META_SCHEMA.properties.runner.enum).toEqual(['builtin', 'js-runner', 'py-runner']);
-    expect(DEFAULT_RUNNERS.map((d) => d.name)).toEqual(['builtin', 'js-runner', 'py-runner']);
+    expect(TOOL_META_SCHEMA.properties.runner.enum).toEqual(['builtin', 'js-runner', 'py-runner', 'macro']);
+    expect(DEFAULT_RUNNERS.map((d) => d.name)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro']);
   });
 });
 

@@ -135,6 +135,19 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
       .join(' or ');
     throw new DefinitionError(`runner "${runner}" is reserved for the engine's own tools; use ${usable}`, '/runner', declaredId);
   }
+  // Before the meta-schema too, whose if/then would only say "must NOT be valid".
+  const composite = typeof runner === 'string' && ctx.catalog.get(runner)?.composite === true;
+  if (composite && Object.hasOwn(raw, 'entry')) {
+    throw new DefinitionError(`a ${runner} tool has no "entry": it lists "steps" (other tools to call) instead`, '/entry', declaredId);
+  }
+  if (!composite && typeof runner === 'string' && (Object.hasOwn(raw, 'steps') || Object.hasOwn(raw, 'output'))) {
+    const field = Object.hasOwn(raw, 'steps') ? 'steps' : 'output';
+    const which = ctx.catalog
+      .composite()
+      .map((n) => `"${n}"`)
+      .join(' or ');
+    throw new DefinitionError(`"${field}" belongs to a macro (runner ${which}); a ${runner} tool has an "entry" instead`, `/${field}`, declaredId);
+  }
   const violations = metaValidator(ctx.catalog)(raw);
   if (violations) {
     const first = violations[0];
@@ -186,7 +199,7 @@ async function buildTool(text: string, shown: string, ctx: LoadContext): Promise
   if (needed && !permissions.includes(needed)) {
     throw new DefinitionError(`runner "${spec.runner}" needs the permission "${needed}" in "permissions"`, '/permissions', id);
   }
-  const entry = await checkEntry(spec, ctx);
+  const entry = composite ? { path: null, content: Buffer.alloc(0) } : await checkEntry(spec, ctx);
   const normalized: ToolSpec = { ...spec, name: spec.name ?? spec.id, permissions };
   return Object.freeze({
     spec: Object.freeze(normalized),

@@ -1,4 +1,4 @@
-import { TOOL_LIMIT_CEILINGS } from '../limits.js';
+import { MACRO_LIMITS, TOOL_LIMIT_CEILINGS } from '../limits.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 
 /**
@@ -12,6 +12,7 @@ export const TOOL_ID_PATTERN = '^[a-z0-9][a-z0-9_-]*(\\.[a-z0-9][a-z0-9_-]*)*$';
 export function toolMetaSchema(catalog: RunnerCatalog) {
   const names = catalog.permissionNames();
   const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write' && n !== 'secret.read').map((n) => n.replace(/[.-]/g, '\\$&'));
+  const composite = catalog.composite();
   const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|secret\\.read(?::[A-Za-z][A-Za-z0-9_-]{0,63})?|${unscoped.join('|')})$`;
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
@@ -62,6 +63,28 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
         description:
           'Capabilities this tool provides, e.g. ["summarize"]: a caller may ask for one instead of an id, and the one tool providing it that the caller may call runs',
       },
+      steps: {
+        type: 'array',
+        minItems: 1,
+        maxItems: MACRO_LIMITS.max_steps,
+        items: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['tool'],
+          properties: {
+            tool: { type: 'string', minLength: 1, maxLength: 128, pattern: TOOL_ID_PATTERN, description: 'The id of the tool this step calls' },
+            input: {
+              description:
+                'The input of the call: any JSON, in which {"$from": "/input/…"} or {"$from": "/steps/<n>/output/…"} is replaced by the value that JSON pointer finds in { input, steps: [{ output }, …] }; {} when absent',
+            },
+            when: { $ref: '#/$defs/condition' },
+          },
+        },
+        description: `A macro's steps (runner ${composite.join(', ') || 'none'}), run in order in one transaction; at most ${MACRO_LIMITS.max_steps}`,
+      },
+      output: {
+        description: "A macro's output: a template over { input, steps } like a step's input; the last step's output when absent",
+      },
       limits: {
         type: 'object',
         additionalProperties: false,
@@ -80,11 +103,38 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
     },
     allOf: [
       {
-        if: { properties: { runner: { const: 'builtin' } }, required: ['runner'] },
+        if: { properties: { runner: { enum: ['builtin', ...composite] } }, required: ['runner'] },
         // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
         then: { not: { required: ['entry'] } },
         else: { required: ['entry'] },
       },
+      {
+        if: { properties: { runner: { enum: composite.length > 0 ? composite : [null] } }, required: ['runner'] },
+        // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
+        then: { required: ['steps'] },
+        else: { not: { anyOf: [{ required: ['steps'] }, { required: ['output'] }] } },
+      },
     ],
+    $defs: {
+      condition: {
+        description:
+          'Runs the step only when it holds: {"$from": pointer, "equals": value}, {"$from": pointer, "exists": true|false}, or {"not": condition}; a skipped step has output null',
+        type: 'object',
+        additionalProperties: false,
+        minProperties: 1,
+        // The combinations are checked at load with a message naming them (ajv's oneOf errors list every branch).
+        properties: {
+          $from: { $ref: '#/$defs/pointer' },
+          equals: { description: 'The value at $from must be this JSON value' },
+          exists: { type: 'boolean', description: 'Whether $from must find a value' },
+          not: { $ref: '#/$defs/condition' },
+        },
+      },
+      pointer: {
+        type: 'string',
+        pattern: '^/(input|steps/(0|[1-9][0-9]*)/output)(/.*)?$',
+        description: 'A JSON pointer into { input, steps: [{ output }, …] }',
+      },
+    },
   } as const;
 }

@@ -329,6 +329,7 @@ export class Registry {
       if (served) next.set(id, served);
     }
     this.#initialScanDone = true;
+    this.#link(next, problems);
     const check = this.#options.checkCode;
     if (check) {
       // The tool is still served (a call reports the same error, in full); the problem says it early.
@@ -344,6 +345,31 @@ export class Registry {
       }
     }
     this.#publish(next, problems);
+  }
+
+  /**
+   * Checks what each tool says of other tools (a macro's steps, through its runner's `link`) once all
+   * are read, and stops serving a tool with a problem; then, until nothing changes, the tools that call
+   * one no longer served. The first round sees every tool, so both macros of a cycle report it.
+   */
+  #link(next: Map<string, Tool>, problems: RegistryProblem[]): void {
+    const { catalog } = this.#options;
+    const dropped = new Set<string>();
+    const lookup = (id: string) => this.#builtins.get(id) ?? next.get(id) ?? (dropped.has(id) ? null : undefined);
+    let round = [...next.values()];
+    while (round.length > 0) {
+      const broken: Tool[] = [];
+      for (const tool of round) {
+        const found = catalog.get(tool.spec.runner)?.link?.(tool, lookup) ?? [];
+        for (const p of found) problems.push({ file: tool.source, id: tool.spec.id, at: p.at, message: p.message });
+        if (found.length > 0) broken.push(tool);
+      }
+      for (const tool of broken) {
+        next.delete(tool.spec.id);
+        dropped.add(tool.spec.id);
+      }
+      round = broken.length > 0 ? [...next.values()] : [];
+    }
   }
 
   /**

@@ -6,6 +6,11 @@ import type { ToolInfo } from '../../tool.js';
 
 /** The annotations MCP clients show: derived from what the tool declares, never from the client. */
 export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
+  // A macro declares no permissions: what it may do is what its steps' tools may do, which can change
+  // as they reload. A client may trust a read-only hint to skip asking, so a macro claims nothing.
+  if (tool.steps !== undefined) {
+    return { title: tool.name ?? tool.id, readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true };
+  }
   const permissions = tool.permissions ?? [];
   const writes = permissions.some((p) => p === 'vfs.write' || p.startsWith('vfs.write:'));
   // shell.run's scripts may rm, mv over and truncate files.
