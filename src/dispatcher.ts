@@ -167,6 +167,24 @@ export class Dispatcher {
       if (inputError) throw inputError;
       if (hasSecretReference(copy, 0)) {
         stage = 'permission';
+        if (tool.spec.steps !== undefined) {
+          // A value in a macro's input would reach its steps through their templates, tools that may
+          // not declare the secret: a step names the secret itself, and its own tool is checked.
+          this.#security(
+            runId,
+            meta.trace_id,
+            tool.spec.id,
+            'secret.read',
+            `pass a secret to macro ${tool.spec.id}`,
+            'a macro takes no secret references',
+          );
+          throw new ToolFailure(
+            'permission',
+            'DENIED',
+            `Permission denied: ${tool.spec.id} is a macro, whose input cannot carry {"$secret": …}; put the reference in the input template of the step that needs it, whose tool must declare secret.read:NAME`,
+            { details: { tool: tool.spec.id } },
+          );
+        }
         copy = this.#withSecrets(copy, tool, opts, runId, meta.trace_id);
         stage = 'validation';
       }

@@ -216,7 +216,9 @@ export class Executor {
   async runStep(call: Execution, scope: RunScope): Promise<Outcome> {
     const { tool, runner, limits, signal } = call;
     call.runs.count = 1;
-    const controller = runner.interruptible ? new AbortController() : null;
+    // A builtin that waits (shell.run, system.exec) gets a deadline as an interruptible runner's call does.
+    const waits = runner.asyncTools?.has(tool.spec.id) === true;
+    const controller = runner.interruptible || waits ? new AbortController() : null;
     const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED, scope.transaction);
     // A step that outlives its composite call (a runner that cannot be stopped) must not write into a
     // transaction that has ended.
@@ -224,7 +226,7 @@ export class Executor {
     scope.signal.addEventListener('abort', seal, { once: true });
     try {
       if (signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
-      const sync = runner.runSync !== undefined && runner.waits?.(tool) !== true;
+      const sync = runner.runSync !== undefined && !waits;
       const output = sync
         ? (runner.runSync as (ctx: RunContext) => unknown)(ctx)
         : controller

@@ -222,6 +222,29 @@ describe('refusals', () => {
   });
 });
 
+describe('secrets and macros', () => {
+  const macro = (id: string, steps: unknown[]) =>
+    JSON.stringify({ id, description: `macro ${id}`, runner: 'macro', schema: { type: 'object' }, steps });
+
+  it('a macro’s input cannot carry a reference (its steps could pass the value to any tool): DENIED', async () => {
+    project.write('m-in.json', macro('m.input', [{ tool: 'leak.js', input: { token: { $from: '/input/token' }, mode: 'return' } }]));
+    await engine.refresh();
+    const r = await engine.call('m.input', { token: ref });
+    expect(r.ok ? null : r.error).toMatchObject({ code: 'DENIED', stage: 'permission' });
+  });
+
+  it('a step names the secret in its template: its own tool is checked, and what comes back is scrubbed', async () => {
+    project.write('m-ok.json', macro('m.ok', [{ tool: 'leak.js', input: { token: { $secret: 'github' }, mode: 'return' } }]));
+    project.write('m-bad.json', macro('m.bad', [{ tool: 'plain.js', input: { token: { $secret: 'github' }, mode: 'return' } }]));
+    await engine.refresh();
+    expect(data(await engine.call('m.ok', {}))).toEqual({ token: '[secret:github]', length: VALUE.length, prefix: 'ghp_' });
+    const bad = await engine.call('m.bad', {});
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) expect(text(bad.error)).toContain('DENIED');
+    expectClean(events);
+  });
+});
+
 describe('configuration and surfaces', () => {
   it('an example may hold a secret reference where the schema wants a string', async () => {
     project.write(
