@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from '../runners/remote/settings.js';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
@@ -34,6 +35,8 @@ export interface ProjectConfig {
   permission_widening?: 'allow' | 'refuse';
   /** What each agent surface offers its clients: tools (id patterns) and grants. */
   surfaces?: { mcp?: SurfaceProfile; http?: SurfaceProfile };
+  /** Runners or tools that run on workers over NATS, and how to reach the server (README "Remote runners"). */
+  remote?: RemoteConfig;
 }
 
 const SURFACE_PROFILE_SCHEMA = {
@@ -96,6 +99,7 @@ const ENGINE_CONFIG_SCHEMA = {
       additionalProperties: false,
       properties: { mcp: SURFACE_PROFILE_SCHEMA, http: SURFACE_PROFILE_SCHEMA },
     },
+    remote: REMOTE_CONFIG_SCHEMA,
   },
 } as const;
 

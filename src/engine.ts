@@ -1,6 +1,8 @@
 import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { runnerCatalog } from '../runners/index.js';
+import type { RemoteClient, RemoteStatus } from '../runners/remote/client.js';
+import type { RemoteConfig } from '../runners/remote/settings.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { type AuditSetting, auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
@@ -93,6 +95,8 @@ export interface EngineOptions {
    * default of its name); a `Runner` instance is used in place of the one its definition would create.
    */
   runners?: readonly (Runner | RunnerDefinition)[];
+  /** Tools that run on workers over NATS, in place of arium.json's `remote` (`false`: none, whatever it says). */
+  remote?: RemoteConfig | false;
 }
 
 export interface EngineStatus {
@@ -102,6 +106,8 @@ export interface EngineStatus {
   /** Calls whose VFS transaction is open (running, or waiting to commit). */
   transactions: number;
   runners: Record<string, RunnerStatus>;
+  /** The NATS connection and the live workers, when some tools run remotely. */
+  remote?: RemoteStatus;
 }
 
 /** A start-up error: bad options or a missing project. Calls themselves never throw. */
@@ -375,6 +381,21 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runners.set(definition.name, runner as Runner);
   }
 
+  let remote: RemoteClient | null = null;
+  const remoteConfig = options.remote === undefined ? config.remote : options.remote || undefined;
+  if (remoteConfig) {
+    // Loaded only here: the NATS client costs every engine that does not use it its import.
+    const { openRemote } = await import('../runners/remote/setup.js');
+    try {
+      remote = await openRemote(remoteConfig, runners, bus, projectDir);
+    } catch (error) {
+      await Promise.allSettled([...runners.values()].map((r) => r.close()));
+      state.close();
+      await audit?.close();
+      throw new EngineConfigError((error as Error).message, 'arium.json remote');
+    }
+  }
+
   const realProject = realpathSync(projectDir);
   const warmUp = options.warmUp ?? true;
   const registry = new Registry({
@@ -442,7 +463,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
       for (const [name, runner] of runners) statuses[name] = await runner.status();
-      return { project, tools: registry.list().length, problems: registry.problems().length, transactions: state.open, runners: statuses };
+      return {
+        project,
+        tools: registry.list().length,
+        problems: registry.problems().length,
+        transactions: state.open,
+        runners: statuses,
+        ...(remote ? { remote: remote.status() } : {}),
+      };
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
     snapshots: () => [...state.snapshots],
@@ -465,6 +493,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       closed ??= (async () => {
         await registry.close();
         await Promise.allSettled([...runners.values()].map((r) => r.close()));
+        await remote?.close();
         state.close();
         await audit?.close();
       })();

@@ -1,0 +1,436 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { ERROR_CODES, type ErrorCode, type Stage, ToolFailure } from '../../src/errors.js';
+import type { LogLine } from '../../src/result.js';
+import type { RunContext } from '../../src/runner.js';
+import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
+import { connectNats, natsModule } from './connect.js';
+import type { NatsSettings } from './settings.js';
+import { type Tree, TreeIndex } from './tree.js';
+import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
+
+/** A worker as the engine last heard of it. */
+export interface WorkerInfo extends Omit<Heartbeat, 't'> {
+  /** Milliseconds since its last heartbeat. */
+  last_seen_ms: number;
+}
+
+export interface RemoteStatus {
+  servers: string[];
+  deployment: string;
+  connected: boolean;
+  workers: WorkerInfo[];
+  /** Remote calls this engine is waiting on. */
+  in_flight: number;
+}
+
+export interface RemoteClientOptions {
+  /** A worker says it is alive this often during a call; silence for three times this fails the call. Default 1000. */
+  keepaliveMs?: number;
+  /** How long a worker has to accept a call. Default 2000. */
+  acceptMs?: number;
+}
+
+const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODES);
+const STAGES: ReadonlySet<string> = new Set(['validation', 'permission', 'execution', 'transport']);
+/** Log lines taken from a worker's answer (the dispatcher bounds them again). */
+const MAX_LOGS = 10_000;
+
+function transport(code: ErrorCode, message: string, details: Record<string, unknown> = {}): ToolFailure {
+  return new ToolFailure('transport', code, message, { details });
+}
+
+interface Pending {
+  readonly ctx: RunContext;
+  readonly id: string;
+  readonly runner: string;
+  readonly tree: Tree;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+  sub: Subscription | null;
+  worker: { id: string; host: string } | null;
+  lastSeen: number;
+  watchdog: NodeJS.Timeout | null;
+  done: boolean;
+  onAbort: (() => void) | null;
+}
+
+/**
+ * The engine's side of remote runners: one NATS connection, the live workers (from their heartbeats)
+ * and the calls sent to them. A call's `ctx.vfs` requests come back on its own inbox and run here, on
+ * the call's ToolVfs, exactly as a local sandbox's requests do.
+ */
+export class RemoteClient {
+  readonly #nc: NatsConnection;
+  readonly #settings: NatsSettings;
+  readonly #subjects: Subjects;
+  readonly #keepaliveMs: number;
+  readonly #acceptMs: number;
+  readonly #index = new TreeIndex();
+  readonly #workers = new Map<string, { hb: Heartbeat; seen: number }>();
+  readonly #calls = new Set<Pending>();
+  #connected = true;
+  #closed = false;
+  readonly #createInbox: () => string;
+
+  private constructor(nc: NatsConnection, settings: NatsSettings, options: RemoteClientOptions, createInbox: () => string) {
+    this.#nc = nc;
+    this.#settings = settings;
+    this.#subjects = subjects(settings.deployment);
+    this.#keepaliveMs = options.keepaliveMs ?? 1000;
+    this.#acceptMs = options.acceptMs ?? 2000;
+    this.#createInbox = createInbox;
+    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#heartbeat(msg) });
+    void this.#watch();
+    this.ping();
+  }
+
+  static async open(settings: NatsSettings, options: RemoteClientOptions = {}): Promise<RemoteClient> {
+    const nats = await natsModule();
+    const nc = await connectNats(settings, `arium engine ${process.pid}`);
+    return new RemoteClient(nc, settings, options, () => nats.createInbox());
+  }
+
+  /** Asks every worker to announce itself now (a heartbeat), instead of at its next beat. */
+  ping(): void {
+    if (!this.#closed) this.#nc.publish(this.#subjects.ping);
+  }
+
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  /** Live workers: each heard from within three of its heartbeat intervals. */
+  workers(): WorkerInfo[] {
+    const now = Date.now();
+    const live: WorkerInfo[] = [];
+    for (const [id, { hb, seen }] of this.#workers) {
+      if (now - seen > 3 * hb.interval_ms) {
+        this.#workers.delete(id);
+        continue;
+      }
+      const { t: _, ...info } = hb;
+      live.push({ ...info, last_seen_ms: now - seen });
+    }
+    return live.sort((a, b) => (a.id < b.id ? -1 : 1));
+  }
+
+  status(): RemoteStatus {
+    return {
+      servers: this.#settings.servers,
+      deployment: this.#settings.deployment,
+      connected: this.#connected,
+      workers: this.workers(),
+      in_flight: this.#calls.size,
+    };
+  }
+
+  /** Publishes an event for outside observers (arium.json remote.events). */
+  publishEvent(event: unknown): void {
+    if (this.#connected && !this.#closed) this.#nc.publish(this.#subjects.events, encode({ t: 'event', event }));
+  }
+
+  /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
+  run(ctx: RunContext, runner: string): Promise<unknown> {
+    if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
+    if (!this.#connected) {
+      return Promise.reject(
+        transport(
+          'UNAVAILABLE',
+          `Not connected to the NATS server (${this.#settings.servers.join(', ')}); the engine is reconnecting, retry shortly`,
+          {
+            reason: 'disconnected',
+          },
+        ),
+      );
+    }
+    const toolsDir = ctx.tool.toolsDir;
+    if (!toolsDir || !ctx.tool.entryPath) return Promise.reject(new ToolFailure('execution', 'INTERNAL', `${ctx.tool.spec.id} has no entry file`));
+    let tree: Tree;
+    try {
+      tree = this.#index.tree(toolsDir);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return new Promise((resolve, reject) => {
+      const call: Pending = {
+        ctx,
+        id: randomUUID(),
+        runner,
+        tree,
+        resolve,
+        reject,
+        sub: null,
+        worker: null,
+        lastSeen: Date.now(),
+        watchdog: null,
+        done: false,
+        onAbort: null,
+      };
+      this.#calls.add(call);
+      const inbox = this.#createInbox();
+      call.sub = this.#nc.subscribe(inbox, { callback: (_error, msg) => this.#message(call, msg) });
+      const onAbort = () => {
+        this.#cancel(call);
+        this.#finish(call, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
+      };
+      call.onAbort = onAbort;
+      ctx.signal.addEventListener('abort', onAbort, { once: true });
+      call.watchdog = setInterval(() => {
+        // Any message of the worker counts; it sends one every keepaliveMs while the call runs. Until a
+        // worker accepts, the request's own timeout (acceptMs) applies instead.
+        if (call.worker !== null && Date.now() - call.lastSeen > 3 * this.#keepaliveMs) {
+          const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker';
+          this.#finish(
+            call,
+            transport(
+              'UNAVAILABLE',
+              `${who} stopped answering during the call (no message for ${3 * this.#keepaliveMs} ms); nothing it did was committed`,
+              {
+                reason: 'worker-lost',
+                ...(call.worker ? { worker: call.worker.id } : {}),
+              },
+            ),
+          );
+        }
+      }, this.#keepaliveMs);
+      call.watchdog.unref?.();
+      const message: CallMessage = {
+        t: 'call',
+        v: PROTOCOL,
+        id: call.id,
+        runner,
+        inbox,
+        tool: {
+          spec: ctx.tool.spec as unknown as Record<string, unknown>,
+          source: ctx.tool.source,
+          entry: relativeEntry(toolsDir, ctx.tool.entryPath as string),
+          tree: tree.hash,
+        },
+        input: ctx.input,
+        limits: ctx.limits as unknown as Record<string, number>,
+        run_id: ctx.runId,
+        trace_id: ctx.traceId,
+        keepalive_ms: this.#keepaliveMs,
+      };
+      this.#nc.request(this.#subjects.run(runner), encode(message), { timeout: this.#acceptMs }).then(
+        (reply) => {
+          const accepted = decode(reply.data);
+          const worker = accepted?.worker as { id?: unknown; host?: unknown } | undefined;
+          if (accepted?.t === 'refused') {
+            this.#finish(
+              call,
+              transport('UNAVAILABLE', `The worker that got the call of ${ctx.tool.spec.id} refused it (${String(accepted.reason)}); retry`, {
+                reason: 'refused',
+              }),
+            );
+            return;
+          }
+          if (accepted?.t !== 'accepted' || typeof worker?.id !== 'string') {
+            this.#finish(call, transport('UNAVAILABLE', `A worker answered the call of ${ctx.tool.spec.id} with something other than "accepted"`));
+            return;
+          }
+          call.worker ??= { id: worker.id, host: String(worker.host) };
+          call.lastSeen = Date.now();
+        },
+        (error: unknown) => {
+          const noResponders =
+            typeof (error as { isNoResponders?: () => boolean })?.isNoResponders === 'function' &&
+            (error as { isNoResponders: () => boolean }).isNoResponders();
+          this.#finish(
+            call,
+            noResponders
+              ? transport(
+                  'UNAVAILABLE',
+                  `No worker runs ${runner} in deployment "${this.#settings.deployment}"; start one with arium worker --nats … --runners ${runner}`,
+                  {
+                    reason: 'no-workers',
+                    runner,
+                  },
+                )
+              : transport('UNAVAILABLE', `No worker accepted the call within ${this.#acceptMs} ms (${String((error as Error)?.message ?? error)})`, {
+                  reason: 'not-accepted',
+                  runner,
+                }),
+          );
+        },
+      );
+    });
+  }
+
+  #message(call: Pending, msg: Msg): void {
+    if (call.done) {
+      // A late message of a call that ended (a timeout): dropped; a request gets told.
+      if (msg.reply) msg.respond(encode({ t: 'ended' }));
+      return;
+    }
+    call.lastSeen = Date.now();
+    const message = decode(msg.data);
+    if (!message) return;
+    switch (message.t) {
+      case 'alive':
+        return;
+      case 'tree':
+        msg.respond(encode({ t: 'tree', entries: call.tree.entries }));
+        return;
+      case 'blob':
+        this.#blob(call, msg, message);
+        return;
+      case 'vfs':
+        this.#vfs(call, msg, message);
+        return;
+      case 'done':
+        this.#done(call, message);
+        return;
+    }
+  }
+
+  #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const path = typeof message.sha === 'string' ? call.tree.paths.get(message.sha) : undefined;
+    if (path === undefined) {
+      msg.respond(encode({ t: 'blob', error: 'no such file in this call' }));
+      return;
+    }
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(path);
+    } catch (error) {
+      msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }));
+      return;
+    }
+    // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
+    const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
+    const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
+    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }));
+  }
+
+  /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
+  #vfs(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const op = message.op;
+    const args = Array.isArray(message.args) ? message.args.map(unpackBytes) : null;
+    if (!isVfsOp(op) || args === null) {
+      msg.respond(encode({ t: 'vfs', ok: false, error: { stage: 'execution', code: 'INVALID_INPUT', message: 'Unknown VFS operation' } }));
+      return;
+    }
+    try {
+      const value = runVfsOp(call.ctx.vfs, op, args);
+      msg.respond(encode({ t: 'vfs', ok: true, value: packBytes(value) }));
+    } catch (error) {
+      const failure =
+        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
+      msg.respond(
+        encode({
+          t: 'vfs',
+          ok: false,
+          error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
+        }),
+      );
+      // As locally: a denial ends the call here, whatever the worker reports later.
+      if (failure.code === 'INTERNAL' || endsCall(failure)) {
+        this.#cancel(call);
+        this.#finish(call, failure);
+      }
+    }
+  }
+
+  #done(call: Pending, message: Record<string, unknown>): void {
+    const ctx = call.ctx;
+    const worker = typeof message.worker === 'string' ? message.worker : null;
+    if (worker !== null && call.worker === null) call.worker = { id: worker, host: 'unknown' };
+    const logs = Array.isArray(message.logs) ? message.logs.slice(0, MAX_LOGS) : [];
+    for (const line of logs) {
+      const level = (line as { level?: unknown })?.level;
+      ctx.log(
+        (['log', 'info', 'warn', 'error', 'debug'].includes(level as string) ? level : 'log') as LogLine['level'],
+        String((line as { message?: unknown })?.message),
+      );
+    }
+    if (Array.isArray(message.intrusions)) {
+      for (const entry of message.intrusions.slice(0, 16)) {
+        if (Array.isArray(entry)) ctx.intrusion(String(entry[0]).slice(0, 300), String(entry[1]).slice(0, 500));
+      }
+    }
+    const meta = message.meta;
+    if (typeof meta === 'object' && meta !== null && !Array.isArray(meta)) {
+      // The worker adds what its runner reported; it cannot replace what the engine set.
+      for (const [key, value] of Object.entries(meta)) if (!Object.hasOwn(ctx.meta, key)) ctx.meta[key] = value;
+    }
+    if (message.ok === true) {
+      this.#finish(call, null, message.data);
+      return;
+    }
+    const error = (message.error ?? {}) as Record<string, unknown>;
+    const code = KNOWN_CODES.has(error.code as string) ? (error.code as ErrorCode) : 'INTERNAL';
+    const stage = STAGES.has(error.stage as string) ? (error.stage as Stage) : 'execution';
+    const details =
+      typeof error.details === 'object' && error.details !== null && !Array.isArray(error.details)
+        ? (error.details as Record<string, unknown>)
+        : undefined;
+    this.#finish(
+      call,
+      new ToolFailure(stage, code, String(error.message ?? 'The worker reported a failure without details'), {
+        ...(details ? { details } : {}),
+        ...(typeof error.stack === 'string' ? { toolStack: error.stack } : {}),
+      }),
+    );
+  }
+
+  #cancel(call: Pending): void {
+    if (call.worker && this.#connected && !this.#closed) this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }));
+  }
+
+  /** Ends a call once: its inbox closes (late messages are dropped) and the caller gets its answer. */
+  #finish(call: Pending, failure: ToolFailure | null, value?: unknown): void {
+    if (call.done) return;
+    call.done = true;
+    this.#calls.delete(call);
+    if (call.watchdog) clearInterval(call.watchdog);
+    if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
+    call.sub?.unsubscribe();
+    if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
+    if (failure) call.reject(failure);
+    else call.resolve(value);
+  }
+
+  #heartbeat(msg: Msg): void {
+    const hb = decode(msg.data) as Heartbeat | null;
+    if (hb?.t !== 'hb' || typeof hb.id !== 'string' || !Number.isFinite(hb.interval_ms)) return;
+    if (hb.leaving) this.#workers.delete(hb.id);
+    else this.#workers.set(hb.id, { hb, seen: Date.now() });
+  }
+
+  /** Connection changes: calls fail fast while the server is away, and workers announce themselves once it is back. */
+  async #watch(): Promise<void> {
+    for await (const status of this.#nc.status()) {
+      if (status.type === 'disconnect') {
+        this.#connected = false;
+        for (const call of [...this.#calls]) {
+          this.#finish(
+            call,
+            transport('UNAVAILABLE', 'The connection to the NATS server was lost during the call; nothing it did was committed', {
+              reason: 'disconnected',
+            }),
+          );
+        }
+      } else if (status.type === 'reconnect') {
+        this.#connected = true;
+        this.ping();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const call of [...this.#calls]) this.#finish(call, transport('UNAVAILABLE', 'The engine closed while the call ran on a worker'));
+    await this.#nc.close().catch(() => {});
+  }
+}
+
+function relativeEntry(toolsDir: string, entryPath: string): string {
+  return entryPath
+    .slice(toolsDir.length + 1)
+    .split('\\')
+    .join('/');
+}

@@ -1,0 +1,406 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { cpus, hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { ToolFailure } from '../../src/errors.js';
+import type { CallLimits } from '../../src/limits.js';
+import { type Permission, parsePermission } from '../../src/permissions.js';
+import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
+import type { Tool, ToolSpec } from '../../src/tool.js';
+import type { ToolVfs } from '../../src/tool-vfs.js';
+import { DEFAULT_CATALOG } from '../index.js';
+import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
+import { ToolCache } from './cache.js';
+import { connectNats } from './connect.js';
+import type { NatsSettings } from './settings.js';
+import {
+  type CallMessage,
+  decode,
+  encode,
+  type Heartbeat,
+  PROTOCOL,
+  packBytes,
+  type Subjects,
+  subjects,
+  type TreeEntry,
+  unpackBytes,
+  type WireFailure,
+} from './wire.js';
+
+/** The runners a worker can host: those whose tools are files it can be sent. */
+export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner'];
+
+export interface WorkerOptions {
+  settings: NatsSettings;
+  /** Runners to host (default both, js-runner and py-runner). */
+  runners?: readonly string[];
+  /** Calls run at once (default the number of CPUs). */
+  concurrency?: number;
+  /** Where received tool files are kept (default <tmp>/arium-worker-cache). */
+  cacheDir?: string;
+  /** How often it announces itself (default 2000 ms). */
+  heartbeatMs?: number;
+  /** Definitions to create the runners from, in place of the defaults of the same name (tests pass options). */
+  definitions?: readonly RunnerDefinition[];
+}
+
+export interface Worker {
+  readonly id: string;
+  readonly host: string;
+  heartbeat(): Heartbeat;
+  /** Takes no new calls, finishes those it has, then closes. */
+  drain(): Promise<void>;
+  /** Closes now: calls it runs fail on the engine's side (a transport error). */
+  close(): Promise<void>;
+}
+
+const VERSION: string = (() => {
+  try {
+    return JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')).version;
+  } catch {
+    try {
+      return JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version;
+    } catch {
+      return 'unknown';
+    }
+  }
+})();
+
+/** Starts a worker: it joins the queue group of each runner it hosts and serves calls until drained or closed. */
+export async function startWorker(options: WorkerOptions): Promise<Worker> {
+  const names = [...(options.runners ?? HOSTABLE_RUNNERS)];
+  for (const name of names) {
+    if (!HOSTABLE_RUNNERS.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${HOSTABLE_RUNNERS.join(' and ')}`);
+  }
+  const concurrency = options.concurrency ?? Math.max(1, cpus().length);
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1)
+    throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
+  const cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
+  const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
+  return new RemoteWorker(nc, options.settings, names, concurrency, cache, options.heartbeatMs ?? 2000, options.definitions ?? []);
+}
+
+interface Running {
+  readonly controller: AbortController;
+}
+
+class RemoteWorker implements Worker {
+  readonly id = randomUUID().slice(0, 12);
+  readonly host = hostname();
+  readonly #nc: NatsConnection;
+  readonly #subjects: Subjects;
+  readonly #names: string[];
+  readonly #runners = new Map<string, Runner>();
+  readonly #concurrency: number;
+  readonly #cache: ToolCache;
+  readonly #heartbeatMs: number;
+  readonly #calls = new Map<string, Running>();
+  readonly #tools = new Map<string, Tool>();
+  readonly #runSubs = new Map<string, Subscription>();
+  readonly #timer: NodeJS.Timeout;
+  #running = 0;
+  readonly #waiting: (() => void)[] = [];
+  #draining = false;
+  #closed = false;
+  #drained: Promise<void> | null = null;
+
+  constructor(
+    nc: NatsConnection,
+    settings: NatsSettings,
+    names: string[],
+    concurrency: number,
+    cache: ToolCache,
+    heartbeatMs: number,
+    definitions: readonly RunnerDefinition[],
+  ) {
+    this.#nc = nc;
+    this.#subjects = subjects(settings.deployment);
+    this.#names = names;
+    this.#concurrency = concurrency;
+    this.#cache = cache;
+    this.#heartbeatMs = heartbeatMs;
+    for (const name of names) {
+      const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
+      if (!definition) throw new Error(`no runner named ${name}`);
+      this.#runners.set(name, definition.create({ projectDir: cache.dir, config: {} }));
+    }
+    nc.subscribe(this.#subjects.ctl(this.id), { callback: (_error, msg) => this.#control(msg) });
+    nc.subscribe(this.#subjects.ping, { callback: () => this.#beat() });
+    this.#subscribe();
+    this.#timer = setInterval(() => this.#beat(), heartbeatMs);
+    this.#beat();
+  }
+
+  heartbeat(): Heartbeat {
+    return {
+      t: 'hb',
+      id: this.id,
+      host: this.host,
+      pid: process.pid,
+      runners: this.#names,
+      capacity: this.#concurrency,
+      in_flight: this.#calls.size,
+      versions: { arium: VERSION, node: process.versions.node, protocol: PROTOCOL },
+      interval_ms: this.#heartbeatMs,
+      draining: this.#draining,
+    };
+  }
+
+  #beat(extra: Partial<Heartbeat> = {}): void {
+    if (!this.#closed && !this.#nc.isClosed()) this.#nc.publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }));
+  }
+
+  /**
+   * Joins each runner's queue group, and leaves them when draining. A worker with all its slots busy
+   * stays in: a call it accepts waits for a slot (sending keepalives), since a message the server
+   * already routed to a subscription being dropped would be lost, and its caller would wait.
+   */
+  #subscribe(): void {
+    const open = !this.#draining && !this.#closed;
+    for (const name of this.#names) {
+      const sub = this.#runSubs.get(name);
+      if (open && !sub) {
+        this.#runSubs.set(
+          name,
+          this.#nc.subscribe(this.#subjects.run(name), { queue: this.#subjects.queue, callback: (_error, msg) => this.#accept(name, msg) }),
+        );
+      } else if (!open && sub) {
+        // Messages already on their way are still delivered, and refused (the engine says so at once).
+        void sub.drain();
+        this.#runSubs.delete(name);
+      }
+    }
+  }
+
+  #accept(runner: string, msg: Msg): void {
+    const call = decode(msg.data) as CallMessage | null;
+    if (
+      call?.t !== 'call' ||
+      call.v !== PROTOCOL ||
+      typeof call.id !== 'string' ||
+      typeof call.inbox !== 'string' ||
+      this.#draining ||
+      this.#closed
+    ) {
+      msg.respond(encode({ t: 'refused', reason: call?.v !== PROTOCOL ? `protocol ${PROTOCOL} only` : 'draining' }));
+      return;
+    }
+    msg.respond(encode({ t: 'accepted', worker: { id: this.id, host: this.host } }));
+    const running: Running = { controller: new AbortController() };
+    this.#calls.set(call.id, running);
+    void this.#run(runner, call, running).finally(() => {
+      this.#calls.delete(call.id);
+      if (this.#draining && this.#calls.size === 0) this.#onIdle?.();
+    });
+  }
+
+  #onIdle: (() => void) | null = null;
+
+  #control(msg: Msg): void {
+    const message = decode(msg.data);
+    if (message?.t === 'cancel' && typeof message.id === 'string') this.#calls.get(message.id)?.controller.abort();
+  }
+
+  async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
+    const inbox = call.inbox;
+    const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
+    const alive = setInterval(() => this.#nc.publish(inbox, encode({ t: 'alive' })), keepaliveMs);
+    const logs: { level: string; message: string }[] = [];
+    const intrusions: [string, string][] = [];
+    const meta: Record<string, unknown> = {};
+    const timeoutMs = Number(call.limits?.timeout_ms) || 30_000;
+    const signal = running.controller.signal;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const runner = this.#runners.get(runnerName) as Runner;
+      const tool = await this.#tool(call);
+      await this.#slot(signal);
+      try {
+        const ctx: RunContext = {
+          tool,
+          input: call.input,
+          limits: call.limits as unknown as CallLimits,
+          signal,
+          runId: String(call.run_id),
+          traceId: String(call.trace_id),
+          vfs: this.#forwardedVfs(inbox, signal) as unknown as ToolVfs,
+          history: null,
+          log: (level, message) => logs.push({ level, message }),
+          intrusion: (operation, reason) => intrusions.push([operation, reason]),
+          meta,
+        };
+        // The worker keeps the deadline too: a tool does not outlive its call here when the engine is gone.
+        const deadline = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            running.controller.abort();
+            reject(
+              new ToolFailure('execution', 'TIMEOUT', `${tool.spec.id} did not finish within ${timeoutMs} ms`, {
+                details: { timeout_ms: timeoutMs },
+              }),
+            );
+          }, timeoutMs);
+          signal.addEventListener('abort', () => reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call')), { once: true });
+        });
+        const data = await Promise.race([runner.run(ctx), deadline]);
+        this.#done(inbox, { ok: true, data, logs, intrusions, meta });
+      } finally {
+        this.#release();
+      }
+    } catch (error) {
+      this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
+    } finally {
+      clearTimeout(timer);
+      clearInterval(alive);
+    }
+  }
+
+  #done(inbox: string, body: Record<string, unknown>): void {
+    if (!this.#nc.isClosed()) this.#nc.publish(inbox, encode({ t: 'done', worker: this.id, ...body }));
+  }
+
+  async #slot(signal: AbortSignal): Promise<void> {
+    if (this.#running < this.#concurrency) {
+      this.#running++;
+      return;
+    }
+    await new Promise<void>((resolve, reject) => {
+      const go = () => {
+        signal.removeEventListener('abort', stop);
+        this.#running++;
+        resolve();
+      };
+      const stop = () => {
+        const at = this.#waiting.indexOf(go);
+        if (at !== -1) this.#waiting.splice(at, 1);
+        reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call before it started'));
+      };
+      this.#waiting.push(go);
+      signal.addEventListener('abort', stop, { once: true });
+    });
+  }
+
+  #release(): void {
+    this.#running--;
+    this.#waiting.shift()?.();
+  }
+
+  /** `ctx.vfs` for the local runner: every request goes back to the engine on the call's inbox, to be checked there. */
+  #forwardedVfs(inbox: string, signal: AbortSignal): ForwardedVfs {
+    return {
+      forwarded: true,
+      forward: async (op: VfsOp, args: readonly unknown[]) => {
+        if (signal.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
+        const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) });
+        if (reply.t === 'ended') throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
+        if (reply.ok === true) return unpackBytes(reply.value);
+        const error = (reply.error ?? {}) as WireFailure;
+        throw new ToolFailure(
+          error.stage === 'permission' ? 'permission' : 'execution',
+          (error.code ?? 'INTERNAL') as ToolFailure['code'],
+          String(error.message),
+          {
+            ...(error.details ? { details: error.details } : {}),
+          },
+        );
+      },
+    };
+  }
+
+  async #ask(inbox: string, message: Record<string, unknown>): Promise<Record<string, unknown>> {
+    try {
+      const reply = decode((await this.#nc.request(inbox, encode(message), { timeout: 30_000 })).data);
+      if (!reply) throw new Error('an answer that is not a message');
+      return reply;
+    } catch (error) {
+      throw new ToolFailure('transport', 'UNAVAILABLE', `The engine did not answer (${String((error as Error)?.message ?? error)})`);
+    }
+  }
+
+  /** The tool of a call, its files fetched from the engine unless this worker has them all. */
+  async #tool(call: CallMessage): Promise<Tool> {
+    const spec = call.tool.spec as unknown as ToolSpec;
+    const key = createHash('sha256').update(call.tool.tree).update(JSON.stringify(spec)).digest('hex');
+    const known = this.#tools.get(key);
+    if (known) return known;
+    if (!this.#cache.hasTree(call.tool.tree)) {
+      const answer = await this.#ask(call.inbox, { t: 'tree' });
+      const entries = (Array.isArray(answer.entries) ? answer.entries : []) as TreeEntry[];
+      for (const [, sha] of entries) {
+        if (!this.#cache.hasBlob(sha)) this.#cache.putBlob(sha, await this.#fetchBlob(call.inbox, sha));
+      }
+      this.#cache.putTree(call.tool.tree, entries);
+    }
+    const declared: Permission[] = [];
+    for (const text of Array.isArray(spec.permissions) ? spec.permissions : []) {
+      try {
+        declared.push(parsePermission(text));
+      } catch {
+        // The engine checked the definition; a permission it knows and this version does not is not one to act on.
+      }
+    }
+    const tool: Tool = {
+      spec,
+      source: String(call.tool.source),
+      entryPath: call.tool.entry ? join(this.#cache.treeDir(call.tool.tree), call.tool.entry) : null,
+      toolsDir: this.#cache.toolsDir,
+      declared,
+      validateInput: (() => null) as unknown as Tool['validateInput'],
+      validateOutput: null,
+      hash: key,
+    };
+    if (this.#tools.size >= 512) this.#tools.delete(this.#tools.keys().next().value as string);
+    this.#tools.set(key, tool);
+    return tool;
+  }
+
+  async #fetchBlob(inbox: string, sha: string): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    let got = 0;
+    for (;;) {
+      const answer = await this.#ask(inbox, { t: 'blob', sha, offset: got });
+      if (typeof answer.data !== 'string' || !Number.isSafeInteger(answer.size)) {
+        throw new ToolFailure('transport', 'UNAVAILABLE', `The engine could not send a tool file: ${String(answer.error ?? 'no data')}`);
+      }
+      const part = Buffer.from(answer.data, 'base64');
+      parts.push(part);
+      got += part.length;
+      if (got >= (answer.size as number) || part.length === 0) return Buffer.concat(parts);
+    }
+  }
+
+  drain(): Promise<void> {
+    this.#drained ??= (async () => {
+      this.#draining = true;
+      this.#subscribe();
+      this.#beat();
+      if (this.#calls.size > 0) await new Promise<void>((resolve) => (this.#onIdle = resolve));
+      await this.close();
+    })();
+    return this.#drained;
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#beat({ leaving: true });
+    this.#closed = true;
+    clearInterval(this.#timer);
+    for (const running of this.#calls.values()) running.controller.abort();
+    await this.#nc.flush().catch(() => {});
+    await this.#nc.close().catch(() => {});
+    await Promise.allSettled([...this.#runners.values()].map((r) => r.close()));
+  }
+}
+
+function wireFailure(error: unknown): WireFailure {
+  if (error instanceof ToolFailure) {
+    return {
+      stage: error.stage,
+      code: error.code,
+      message: error.message,
+      ...(error.details ? { details: error.details } : {}),
+      ...(error.toolStack ? { stack: error.toolStack } : {}),
+    };
+  }
+  return { stage: 'execution', code: 'INTERNAL', message: `The worker failed running the call: ${String((error as Error)?.message ?? error)}` };
+}

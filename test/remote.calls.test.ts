@@ -1,0 +1,103 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/index.js';
+import { type NatsServer, startNats } from './support/nats.js';
+import { definition, type TempProject, tempProject } from './support/project.js';
+import { remoteEngine, Workers } from './support/remote.js';
+
+let nats: NatsServer;
+const workers = new Workers();
+let project: TempProject;
+let engine: Engine | null = null;
+
+beforeAll(async () => {
+  nats = await startNats();
+});
+afterAll(async () => {
+  await nats.stop();
+});
+afterEach(async () => {
+  await engine?.close();
+  engine = null;
+  await workers.closeAll();
+  project?.remove();
+});
+
+const tools = {
+  'echo.json': definition({ id: 'echo', entry: 'echo.js' }),
+  'echo.js': 'export default async function run(input) { return { echoed: input, version: 1 }; }',
+  'copy.json': definition({ id: 'copy', entry: 'copy.js', permissions: ['exec.js', 'vfs.read:/**', 'vfs.write:/out/**'] }),
+  'copy.js': `export default async function run(input, ctx) {
+    const text = await ctx.vfs.read(input.from);
+    const bytes = await ctx.vfs.read(input.from, { encoding: 'bytes' });
+    await ctx.vfs.write('/out/copy.txt', text.toUpperCase());
+    await ctx.vfs.write('/out/raw.bin', bytes);
+    if (input.fail) throw new Error('failed after writing');
+    return { length: text.length, bytes: bytes.length, listed: (await ctx.vfs.list('/out')).entries.map((e) => e.name) };
+  }`,
+};
+
+describe('remote calls', () => {
+  it('run on a worker, read and write the engine’s VFS through its checks, and commit only on success', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    engine.vfs.write('/in/a.txt', 'hello');
+    const echoed = await engine.call('echo', { x: 1 });
+    expect(echoed).toMatchObject({ ok: true, data: { echoed: { x: 1 }, version: 1 } });
+    expect(echoed.meta).toMatchObject({ worker: { id: expect.any(String) } });
+
+    const failed = await engine.call('copy', { from: '/in/a.txt', fail: true });
+    expect(failed).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
+    expect(engine.vfs.exists('/out/copy.txt')).toBe(false);
+
+    const copied = await engine.call('copy', { from: '/in/a.txt' });
+    expect(copied).toMatchObject({ ok: true, data: { length: 5, bytes: 5, listed: ['copy.txt', 'raw.bin'] } });
+    expect(engine.vfs.read('/out/copy.txt').toString()).toBe('HELLO');
+    expect(engine.vfs.read('/out/raw.bin').toString()).toBe('hello');
+  });
+
+  it('are balanced across two workers, concurrent callers included', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    const a = await workers.start(nats.url);
+    const b = await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    const active = engine;
+    const results = await Promise.all(Array.from({ length: 24 }, (_, i) => active.call('echo', { i })));
+    const by = new Map<string, number>();
+    for (const r of results) {
+      expect(r.ok ? 'ok' : JSON.stringify(r.error)).toBe('ok');
+      const id = (r.meta as unknown as { worker: { id: string } }).worker.id;
+      by.set(id, (by.get(id) ?? 0) + 1);
+    }
+    expect([...by.keys()].sort()).toEqual([a.id, b.id].sort());
+  });
+
+  it('cannot read what the caller was not granted: DENIED comes back and nothing is written', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    engine.vfs.write('/secret/key.txt', 'k');
+    const denials: unknown[] = [];
+    engine.events.on('security', (e) => denials.push(e));
+    const r = await engine.call('copy', { from: '/secret/key.txt' }, { grants: ['exec.js', 'vfs.read:/in/**', 'vfs.write:/out/**'] });
+    expect(r).toMatchObject({ ok: false, error: { code: 'DENIED', stage: 'permission' } });
+    expect(engine.vfs.exists('/out/copy.txt')).toBe(false);
+    expect(denials).toEqual([expect.objectContaining({ permission: 'vfs.read', operation: 'read /secret/key.txt' })]);
+  });
+
+  it('run a tool edited on the engine’s machine in its new version on the next call', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    expect(await engine.call('echo', {})).toMatchObject({ ok: true, data: { version: 1 } });
+    project.write('echo.js', 'export default async function run(input) { return { echoed: input, version: 2 }; }');
+    expect(await engine.call('echo', {})).toMatchObject({ ok: true, data: { version: 2 } });
+  });
+
+  it('fail UNAVAILABLE at once when no worker runs the runner', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    engine = await remoteEngine(project, nats.url);
+    const r = await engine.call('echo', {});
+    expect(r).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', stage: 'transport', retryable: true, details: { reason: 'no-workers' } } });
+  });
+});
