@@ -162,6 +162,7 @@ export class Dispatcher {
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+          ...(meta.worker ? { worker: meta.worker } : {}),
         });
       }
       return { ok: true, data: output, meta };
@@ -192,6 +193,7 @@ export class Dispatcher {
           // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
           ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+          ...(meta.worker ? { worker: meta.worker } : {}),
         });
       }
       return { ok: false, error, meta };

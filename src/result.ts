@@ -8,6 +8,8 @@ export interface ResultMeta {
   duration_ms: number;
   /** Which runner executed the call, once it got that far. */
   runner?: string;
+  /** The remote worker that ran the call (remote runners only). */
+  worker?: { id: string; host: string };
   /** Lines the tool logged (JS and Python runners), bounded. */
   logs?: LogLine[];
   /** Extra facts a runner reports, e.g. the isolation in force. */

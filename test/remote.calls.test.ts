@@ -94,6 +94,40 @@ describe('remote calls', () => {
     expect(await engine.call('echo', {})).toMatchObject({ ok: true, data: { version: 2 } });
   });
 
+  it('show the worker in status, in the result and error events, and on the events subject when asked', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    const worker = await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url, { events: true });
+    const { connect } = await import('@nats-io/transport-node');
+    const observer = await connect({ servers: nats.url });
+    const published: string[] = [];
+    observer.subscribe('arium.test.events', {
+      callback: (_e, m) => {
+        published.push(JSON.parse(m.string()).event.type);
+      },
+    });
+    await observer.flush();
+    const seen: Array<{ type: string; worker?: { id: string } }> = [];
+    engine.events.on('result', (e) => seen.push(e));
+    engine.events.on('error', (e) => seen.push(e));
+    await engine.call('echo', {});
+    await engine.call('copy', { from: '/nowhere.txt' });
+    expect(seen.map((e) => [e.type, e.worker?.id])).toEqual([
+      ['ToolResultEvent', worker.id],
+      ['ToolErrorEvent', worker.id],
+    ]);
+    const status = await engine.status();
+    expect(status.remote).toMatchObject({ connected: true, deployment: 'test', in_flight: 0 });
+    expect(status.remote?.workers).toEqual([
+      expect.objectContaining({ id: worker.id, runners: ['js-runner', 'py-runner'], capacity: 4, in_flight: 0 }),
+    ]);
+    expect(status.runners['js-runner']).toMatchObject({ available: true, remote: { workers: 1, capacity: 4 } });
+    await observer.flush();
+    for (let i = 0; i < 100 && published.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(published).toEqual(['ToolInvocationEvent', 'ToolResultEvent', 'ToolInvocationEvent', 'ToolErrorEvent']);
+    await observer.close();
+  });
+
   it('fail UNAVAILABLE at once when no worker runs the runner', async () => {
     project = tempProject(tools, 'arium-remote-');
     engine = await remoteEngine(project, nats.url);

@@ -342,7 +342,7 @@ export class RemoteClient {
     for (const line of logs) {
       const level = (line as { level?: unknown })?.level;
       ctx.log(
-        (['log', 'info', 'warn', 'error', 'debug'].includes(level as string) ? level : 'log') as LogLine['level'],
+        (['log', 'info', 'warn', 'error', 'stdout', 'stderr'].includes(level as string) ? level : 'log') as LogLine['level'],
         String((line as { message?: unknown })?.message),
       );
     }
