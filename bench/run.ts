@@ -32,6 +32,7 @@ const suites: Array<[string, Bench | null]> = [
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['http', await optional('./http.js', 'benchHttp')],
+  ['remote', await optional('./remote.js', 'benchRemote')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),

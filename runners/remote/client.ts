@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { ERROR_CODES, type ErrorCode, type Stage, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
@@ -48,7 +48,6 @@ interface Pending {
   readonly tree: Tree;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
-  sub: Subscription | null;
   worker: { id: string; host: string } | null;
   lastSeen: number;
   watchdog: NodeJS.Timeout | null;
@@ -70,9 +69,11 @@ export class RemoteClient {
   readonly #index = new TreeIndex();
   readonly #workers = new Map<string, { hb: Heartbeat; seen: number }>();
   readonly #calls = new Set<Pending>();
+  /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
+  readonly #byInbox = new Map<string, Pending>();
+  readonly #inbox: string;
   #connected = true;
   #closed = false;
-  readonly #createInbox: () => string;
 
   private constructor(nc: NatsConnection, settings: NatsSettings, options: RemoteClientOptions, createInbox: () => string) {
     this.#nc = nc;
@@ -80,7 +81,10 @@ export class RemoteClient {
     this.#subjects = subjects(settings.deployment);
     this.#keepaliveMs = options.keepaliveMs ?? 1000;
     this.#acceptMs = options.acceptMs ?? 2000;
-    this.#createInbox = createInbox;
+    // One wildcard subscription for every call's inbox (one SUB for the engine's life, not a SUB and
+    // an UNSUB per call); an unknown or ended call's messages are dropped.
+    this.#inbox = createInbox();
+    nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
     nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#heartbeat(msg) });
     void this.#watch();
     this.ping();
@@ -161,7 +165,6 @@ export class RemoteClient {
         tree,
         resolve,
         reject,
-        sub: null,
         worker: null,
         lastSeen: Date.now(),
         watchdog: null,
@@ -169,8 +172,8 @@ export class RemoteClient {
         onAbort: null,
       };
       this.#calls.add(call);
-      const inbox = this.#createInbox();
-      call.sub = this.#nc.subscribe(inbox, { callback: (_error, msg) => this.#message(call, msg) });
+      const inbox = `${this.#inbox}.${call.id}`;
+      this.#byInbox.set(call.id, call);
       const onAbort = () => {
         this.#cancel(call);
         this.#finish(call, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
@@ -204,6 +207,7 @@ export class RemoteClient {
         inbox,
         tool: {
           spec: ctx.tool.spec as unknown as Record<string, unknown>,
+          hash: ctx.tool.hash,
           source: ctx.tool.source,
           entry: relativeEntry(toolsDir, ctx.tool.entryPath as string),
           tree: tree.hash,
@@ -257,6 +261,16 @@ export class RemoteClient {
         },
       );
     });
+  }
+
+  #routed(msg: Msg): void {
+    const call = this.#byInbox.get(msg.subject.slice(this.#inbox.length + 1));
+    if (call) {
+      this.#message(call, msg);
+      return;
+    }
+    // A late message of a call that ended (a timeout): dropped; a request gets told.
+    if (msg.reply) msg.respond(encode({ t: 'ended' }));
   }
 
   #message(call: Pending, msg: Msg): void {
@@ -387,7 +401,7 @@ export class RemoteClient {
     this.#calls.delete(call);
     if (call.watchdog) clearInterval(call.watchdog);
     if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
-    call.sub?.unsubscribe();
+    this.#byInbox.delete(call.id);
     if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
     if (failure) call.reject(failure);
     else call.resolve(value);

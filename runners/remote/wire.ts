@@ -61,7 +61,8 @@ export interface CallMessage {
   runner: string;
   /** The engine's inbox for this call. */
   inbox: string;
-  tool: { spec: Record<string, unknown>; source: string; entry: string | null; tree: string };
+  /** `hash`: the definition's content hash; `tree`: the tools folder's (see tree.ts). */
+  tool: { spec: Record<string, unknown>; hash: string; source: string; entry: string | null; tree: string };
   input: unknown;
   limits: Record<string, number>;
   run_id: string;

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { cpus, hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -320,7 +320,8 @@ class RemoteWorker implements Worker {
   /** The tool of a call, its files fetched from the engine unless this worker has them all. */
   async #tool(call: CallMessage): Promise<Tool> {
     const spec = call.tool.spec as unknown as ToolSpec;
-    const key = createHash('sha256').update(call.tool.tree).update(JSON.stringify(spec)).digest('hex');
+    // The definition's own hash names it; a worker that was sent a spec not matching it only fools itself.
+    const key = `${String(call.tool.hash)}:${call.tool.tree}`;
     const known = this.#tools.get(key);
     if (known) return known;
     if (!this.#cache.hasTree(call.tool.tree)) {

@@ -1,0 +1,74 @@
+// A nats-server on loopback for the remote-runner tests and benchmark (Debian installs it in /usr/sbin).
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createServer, Socket } from 'node:net';
+import { delimiter, join } from 'node:path';
+
+/** nats-server: on PATH, else Debian's /usr/sbin (not on every user's PATH). */
+export function natsServerPath(): string | null {
+  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin']) {
+    if (dir && existsSync(join(dir, 'nats-server'))) return join(dir, 'nats-server');
+  }
+  return null;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as { port: number }).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = new Socket();
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+    socket.connect(port, '127.0.0.1');
+  });
+}
+
+export interface NatsServer {
+  readonly port: number;
+  readonly url: string;
+  stop(): Promise<void>;
+  /** Starts it again on the same port (after stop). */
+  start(): Promise<void>;
+}
+
+/** A nats-server on loopback on a free port, with `--user/--pass` or `--auth` when given. */
+export async function startNats(auth: { user?: string; pass?: string; token?: string } = {}): Promise<NatsServer> {
+  const binary = natsServerPath();
+  if (!binary) throw new Error('nats-server is not installed (apt-get install nats-server)');
+  const port = await freePort();
+  const args = ['-a', '127.0.0.1', '-p', String(port)];
+  if (auth.user) args.push('--user', auth.user, '--pass', auth.pass ?? '');
+  if (auth.token) args.push('--auth', auth.token);
+  let child: ChildProcess | null = null;
+  const start = async () => {
+    child = spawn(binary, args, { stdio: 'ignore' });
+    for (let i = 0; i < 200; i++) {
+      if (await listening(port)) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`nats-server did not listen on ${port}`);
+  };
+  const stop = async () => {
+    const running = child;
+    child = null;
+    if (!running || running.exitCode !== null) return;
+    await new Promise<void>((resolve) => {
+      running.once('exit', () => resolve());
+      running.kill('SIGKILL');
+    });
+  };
+  await start();
+  return { port, url: `nats://127.0.0.1:${port}`, stop, start };
+}
