@@ -424,6 +424,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ((options.watch ?? true) && !options.readOnly) await registry.watch();
   } catch (error) {
     await registry.close();
+    await remote?.close();
     state.close();
     throw error;
   }

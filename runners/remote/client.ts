@@ -351,6 +351,8 @@ export class RemoteClient {
   #done(call: Pending, message: Record<string, unknown>): void {
     const ctx = call.ctx;
     const worker = typeof message.worker === 'string' ? message.worker : null;
+    // Only the worker that accepted the call ends it (the accept reply may still be on its way).
+    if (call.worker !== null && worker !== call.worker.id) return;
     if (worker !== null && call.worker === null) call.worker = { id: worker, host: 'unknown' };
     const logs = Array.isArray(message.logs) ? message.logs.slice(0, MAX_LOGS) : [];
     for (const line of logs) {

@@ -28,6 +28,9 @@ import {
   type WireFailure,
 } from './wire.js';
 
+/** How long a worker waits for the engine to send a tools tree or file. */
+const ASK_MS = 30_000;
+
 /** The runners a worker can host: those whose tools are files it can be sent. */
 export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner'];
 
@@ -224,7 +227,7 @@ class RemoteWorker implements Worker {
           signal,
           runId: String(call.run_id),
           traceId: String(call.trace_id),
-          vfs: this.#forwardedVfs(inbox, signal) as unknown as ToolVfs,
+          vfs: this.#forwardedVfs(inbox, signal, Date.now() + timeoutMs) as unknown as ToolVfs,
           history: null,
           log: (level, message) => logs.push({ level, message }),
           intrusion: (operation, reason) => intrusions.push([operation, reason]),
@@ -286,12 +289,13 @@ class RemoteWorker implements Worker {
   }
 
   /** `ctx.vfs` for the local runner: every request goes back to the engine on the call's inbox, to be checked there. */
-  #forwardedVfs(inbox: string, signal: AbortSignal): ForwardedVfs {
+  #forwardedVfs(inbox: string, signal: AbortSignal, deadline: number): ForwardedVfs {
     return {
       forwarded: true,
       forward: async (op: VfsOp, args: readonly unknown[]) => {
         if (signal.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
-        const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) });
+        // An engine that went away answers no more: the request waits no longer than the call may run.
+        const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) }, Math.max(1, deadline - Date.now()));
         if (reply.t === 'ended') throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
         if (reply.ok === true) return unpackBytes(reply.value);
         const error = (reply.error ?? {}) as WireFailure;
@@ -307,9 +311,9 @@ class RemoteWorker implements Worker {
     };
   }
 
-  async #ask(inbox: string, message: Record<string, unknown>): Promise<Record<string, unknown>> {
+  async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
     try {
-      const reply = decode((await this.#nc.request(inbox, encode(message), { timeout: 30_000 })).data);
+      const reply = decode((await this.#nc.request(inbox, encode(message), { timeout })).data);
       if (!reply) throw new Error('an answer that is not a message');
       return reply;
     } catch (error) {
