@@ -1,7 +1,8 @@
 // A nats-server on loopback for the remote-runner tests and benchmark (Debian installs it in /usr/sbin).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 
 /** nats-server: on PATH, else Debian's /usr/sbin (not on every user's PATH). */
@@ -43,14 +44,22 @@ export interface NatsServer {
   start(): Promise<void>;
 }
 
-/** A nats-server on loopback on a free port, with `--user/--pass` or `--auth` when given. */
-export async function startNats(auth: { user?: string; pass?: string; token?: string } = {}): Promise<NatsServer> {
+/** A nats-server on loopback on a free port, with `--user/--pass`, `--auth`, or a config file admitting one nkey user when given. */
+export async function startNats(
+  auth: { user?: string; pass?: string; token?: string; nkey?: string; tls?: { cert: string; key: string } } = {},
+): Promise<NatsServer> {
   const binary = natsServerPath();
   if (!binary) throw new Error('nats-server is not installed (apt-get install nats-server)');
   const port = await freePort();
   const args = ['-a', '127.0.0.1', '-p', String(port)];
   if (auth.user) args.push('--user', auth.user, '--pass', auth.pass ?? '');
   if (auth.token) args.push('--auth', auth.token);
+  if (auth.tls) args.push('--tls', '--tlscert', auth.tls.cert, '--tlskey', auth.tls.key);
+  if (auth.nkey) {
+    const file = join(mkdtempSync(join(tmpdir(), 'arium-nats-')), 'nkey.conf');
+    writeFileSync(file, `authorization { users = [ { nkey: "${auth.nkey}" } ] }\n`);
+    args.push('-c', file);
+  }
   let child: ChildProcess | null = null;
   const start = async () => {
     child = spawn(binary, args, { stdio: 'ignore' });

@@ -1,3 +1,7 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startWorker } from '../runners/remote/worker.js';
 import { createEngine, type Engine, EngineConfigError } from '../src/index.js';
@@ -6,6 +10,43 @@ import { definition, type TempProject, tempProject } from './support/project.js'
 import { remoteEngine, Workers } from './support/remote.js';
 
 const workers = new Workers();
+
+function hasOpenssl(): boolean {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A CA, a server certificate for 127.0.0.1 signed by it, and an unrelated CA. */
+function makeCertificates(): { dir: string; ca: string; cert: string; key: string; other: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'arium-tls-'));
+  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=arium-test-ca');
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'other.key', '-out', 'other.pem', '-days', '1', '-subj', '/CN=other-ca');
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=127.0.0.1');
+  writeFileSync(join(dir, 'ext.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  ssl(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.pem',
+    '-days',
+    '1',
+    '-extfile',
+    'ext.cnf',
+  );
+  return { dir, ca: join(dir, 'ca.pem'), cert: join(dir, 'server.pem'), key: join(dir, 'server.key'), other: join(dir, 'other.pem') };
+}
 let nats: NatsServer | null = null;
 let project: TempProject;
 const engines: Engine[] = [];
@@ -57,6 +98,38 @@ describe('access to remote workers', () => {
     await workers.start(nats.url, { settings: { servers: [nats.url], deployment: 'test', auth: { token: 't0ken' }, tls: null } });
     const engine = await engineOn(nats.url, { credentials: { token_file: 'token.txt' } });
     expect(await engine.call('echo', { b: 2 })).toMatchObject({ ok: true, data: { b: 2 } });
+  });
+
+  it('takes an nkey seed from a file, and refuses another user’s seed', async () => {
+    const { nkeys } = await import('@nats-io/transport-node');
+    const user = nkeys.createUser();
+    nats = await startNats({ nkey: user.getPublicKey() });
+    const seed = new TextDecoder().decode(user.getSeed());
+    const stranger = new TextDecoder().decode(nkeys.createUser().getSeed());
+    project = tempProject({ ...tools, '../user.nk': `${seed}\n`, '../stranger.nk': stranger, '../not-a-seed.nk': 'hello' }, 'arium-remote-');
+    await expect(engineOn(nats.url, { credentials: { nkey_seed_file: 'stranger.nk' } })).rejects.toThrow(/refused the credentials/);
+    await expect(engineOn(nats.url, { credentials: { nkey_seed_file: 'not-a-seed.nk' } })).rejects.toThrow(/does not hold a user nkey seed/);
+    await workers.start(nats.url, { settings: { servers: [nats.url], deployment: 'test', auth: { nkeySeed: user.getSeed() }, tls: null } });
+    const engine = await engineOn(nats.url, { credentials: { nkey_seed_file: 'user.nk' } });
+    expect(await engine.call('echo', { n: 3 })).toMatchObject({ ok: true, data: { n: 3 } });
+  });
+
+  it.runIf(hasOpenssl())('speaks TLS to a server that requires it, checking its certificate against tls.ca_file', async () => {
+    const certs = makeCertificates();
+    try {
+      nats = await startNats({ token: 'tls-token', tls: { cert: certs.cert, key: certs.key } });
+      project = tempProject(tools, 'arium-remote-');
+      const tls = { ca_file: certs.ca };
+      const settings = { servers: [nats.url], deployment: 'test', auth: { token: 'tls-token' } };
+      // Without the CA the server's certificate is not trusted: refused, not silently accepted.
+      await expect(startWorker({ settings: { ...settings, tls: { ca_file: certs.other } } })).rejects.toThrow(/Could not connect|certificate/i);
+      await workers.start(nats.url, { settings: { ...settings, tls } });
+      process.env.ARIUM_TEST_NATS_PASSWORD = 'tls-token';
+      const engine = await engineOn(nats.url, { credentials: { token_env: 'ARIUM_TEST_NATS_PASSWORD' }, tls: { ca_file: certs.ca } });
+      expect(await engine.call('echo', { tls: true })).toMatchObject({ ok: true, data: { tls: true } });
+    } finally {
+      rmSync(certs.dir, { recursive: true, force: true });
+    }
   });
 
   it.each([
