@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
 import type { Engine } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { definition, type TempProject, tempProject } from './support/project.js';
@@ -126,6 +127,27 @@ describe('remote calls', () => {
     for (let i = 0; i < 100 && published.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
     expect(published).toEqual(['ToolInvocationEvent', 'ToolResultEvent', 'ToolInvocationEvent', 'ToolErrorEvent']);
     await observer.close();
+  });
+
+  it('exchange only messages the protocol description admits', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    const log = checkProtocol(true) as ProtocolLog;
+    try {
+      await workers.start(nats.url);
+      engine = await remoteEngine(project, nats.url);
+      engine.vfs.write('/in/a.txt', 'hello');
+      expect(await engine.call('copy', { from: '/in/a.txt' })).toMatchObject({ ok: true });
+      expect(await engine.call('copy', { from: '/in/a.txt', fail: true })).toMatchObject({ ok: false });
+      expect(await engine.call('copy', { from: '/in/a.txt' }, { grants: ['exec.js', 'vfs.read:/none/**'] })).toMatchObject({
+        ok: false,
+        error: { code: 'DENIED' },
+      });
+    } finally {
+      checkProtocol(false);
+    }
+    expect(log.violations).toEqual([]);
+    for (const kind of ['call', 'tree', 'blob', 'vfs']) expect(log.seen[`remote.toWorker ${kind}`]).toBeGreaterThan(0);
+    for (const kind of ['accepted', 'tree', 'blob', 'vfs', 'done', 'hb']) expect(log.seen[`remote.fromWorker ${kind}`]).toBeGreaterThan(0);
   });
 
   it('fail UNAVAILABLE at once when no worker runs the runner', async () => {

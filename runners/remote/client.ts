@@ -132,7 +132,7 @@ export class RemoteClient {
 
   /** Publishes an event for outside observers (arium.json remote.events). */
   publishEvent(event: unknown): void {
-    if (this.#connected && !this.#closed) this.#nc.publish(this.#subjects.events, encode({ t: 'event', event }));
+    if (this.#connected && !this.#closed) this.#nc.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
   }
 
   /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
@@ -218,9 +218,9 @@ export class RemoteClient {
         trace_id: ctx.traceId,
         keepalive_ms: this.#keepaliveMs,
       };
-      this.#nc.request(this.#subjects.run(runner), encode(message), { timeout: this.#acceptMs }).then(
+      this.#nc.request(this.#subjects.run(runner), encode(message, 'remote.toWorker'), { timeout: this.#acceptMs }).then(
         (reply) => {
-          const accepted = decode(reply.data);
+          const accepted = decode(reply.data, 'remote.fromWorker');
           const worker = accepted?.worker as { id?: unknown; host?: unknown } | undefined;
           if (accepted?.t === 'refused') {
             this.#finish(
@@ -270,23 +270,23 @@ export class RemoteClient {
       return;
     }
     // A late message of a call that ended (a timeout): dropped; a request gets told.
-    if (msg.reply) msg.respond(encode({ t: 'ended' }));
+    if (msg.reply) msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
   }
 
   #message(call: Pending, msg: Msg): void {
     if (call.done) {
       // A late message of a call that ended (a timeout): dropped; a request gets told.
-      if (msg.reply) msg.respond(encode({ t: 'ended' }));
+      if (msg.reply) msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
       return;
     }
     call.lastSeen = Date.now();
-    const message = decode(msg.data);
+    const message = decode(msg.data, 'remote.fromWorker');
     if (!message) return;
     switch (message.t) {
       case 'alive':
         return;
       case 'tree':
-        msg.respond(encode({ t: 'tree', entries: call.tree.entries }));
+        msg.respond(encode({ t: 'tree', entries: call.tree.entries }, 'remote.toWorker'));
         return;
       case 'blob':
         this.#blob(call, msg, message);
@@ -303,20 +303,20 @@ export class RemoteClient {
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
     const path = typeof message.sha === 'string' ? call.tree.paths.get(message.sha) : undefined;
     if (path === undefined) {
-      msg.respond(encode({ t: 'blob', error: 'no such file in this call' }));
+      msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
       return;
     }
     let bytes: Buffer;
     try {
       bytes = readFileSync(path);
     } catch (error) {
-      msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }));
+      msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
       return;
     }
     // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
     const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
     const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
-    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }));
+    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
   }
 
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
@@ -324,21 +324,26 @@ export class RemoteClient {
     const op = message.op;
     const args = Array.isArray(message.args) ? message.args.map(unpackBytes) : null;
     if (!isVfsOp(op) || args === null) {
-      msg.respond(encode({ t: 'vfs', ok: false, error: { stage: 'execution', code: 'INVALID_INPUT', message: 'Unknown VFS operation' } }));
+      msg.respond(
+        encode({ t: 'vfs', ok: false, error: { stage: 'execution', code: 'INVALID_INPUT', message: 'Unknown VFS operation' } }, 'remote.toWorker'),
+      );
       return;
     }
     try {
       const value = runVfsOp(call.ctx.vfs, op, args);
-      msg.respond(encode({ t: 'vfs', ok: true, value: packBytes(value) }));
+      msg.respond(encode({ t: 'vfs', ok: true, value: packBytes(value) }, 'remote.toWorker'));
     } catch (error) {
       const failure =
         error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
       msg.respond(
-        encode({
-          t: 'vfs',
-          ok: false,
-          error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
-        }),
+        encode(
+          {
+            t: 'vfs',
+            ok: false,
+            error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
+          },
+          'remote.toWorker',
+        ),
       );
       // As locally: a denial ends the call here, whatever the worker reports later.
       if (failure.code === 'INTERNAL' || endsCall(failure)) {
@@ -393,7 +398,8 @@ export class RemoteClient {
   }
 
   #cancel(call: Pending): void {
-    if (call.worker && this.#connected && !this.#closed) this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }));
+    if (call.worker && this.#connected && !this.#closed)
+      this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }, 'remote.toWorker'));
   }
 
   /** Ends a call once: its inbox closes (late messages are dropped) and the caller gets its answer. */
@@ -410,7 +416,7 @@ export class RemoteClient {
   }
 
   #heartbeat(msg: Msg): void {
-    const hb = decode(msg.data) as Heartbeat | null;
+    const hb = decode(msg.data, 'remote.fromWorker') as Heartbeat | null;
     if (hb?.t !== 'hb' || typeof hb.id !== 'string' || !Number.isFinite(hb.interval_ms)) return;
     if (hb.leaving) this.#workers.delete(hb.id);
     else this.#workers.set(hb.id, { hb, seen: Date.now() });

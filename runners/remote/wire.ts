@@ -1,3 +1,5 @@
+import { type Channel, observe } from '../shared/protocol.js';
+
 /**
  * The messages between an engine and its workers, written down once (README "Remote runners (NATS)").
  * Every message is one JSON object with `t`; bytes travel as base64.
@@ -95,15 +97,22 @@ export interface DoneMessage {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-export function encode(message: unknown): Uint8Array {
+/** Engine → worker, or worker → engine: the channel the protocol check (runners/shared/protocol.ts) holds a message to. */
+export type Direction = Extract<Channel, 'remote.toWorker' | 'remote.fromWorker'>;
+
+/** The message as bytes; checked against protocol.schema.json when protocol checking is on. */
+export function encode(message: unknown, channel: Direction): Uint8Array {
+  observe(channel, message);
   return encoder.encode(JSON.stringify(message));
 }
 
-/** The message, or null when it is not a JSON object with a string `t` (it is dropped). */
-export function decode(data: Uint8Array): Record<string, unknown> | null {
+/** The message, or null when it is not a JSON object with a string `t` (it is dropped). Checked as `encode` does. */
+export function decode(data: Uint8Array, channel: Direction): Record<string, unknown> | null {
   try {
     const value = JSON.parse(decoder.decode(data));
-    return typeof value === 'object' && value !== null && !Array.isArray(value) && typeof value.t === 'string' ? value : null;
+    if (typeof value !== 'object' || value === null || Array.isArray(value) || typeof value.t !== 'string') return null;
+    observe(channel, value);
+    return value;
   } catch {
     return null;
   }

@@ -151,7 +151,7 @@ class RemoteWorker implements Worker {
   }
 
   #beat(extra: Partial<Heartbeat> = {}): void {
-    if (!this.#closed && !this.#nc.isClosed()) this.#nc.publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }));
+    if (!this.#closed && !this.#nc.isClosed()) this.#nc.publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
   }
 
   /**
@@ -177,7 +177,7 @@ class RemoteWorker implements Worker {
   }
 
   #accept(runner: string, msg: Msg): void {
-    const call = decode(msg.data) as CallMessage | null;
+    const call = decode(msg.data, 'remote.toWorker') as CallMessage | null;
     if (
       call?.t !== 'call' ||
       call.v !== PROTOCOL ||
@@ -186,10 +186,10 @@ class RemoteWorker implements Worker {
       this.#draining ||
       this.#closed
     ) {
-      msg.respond(encode({ t: 'refused', reason: call?.v !== PROTOCOL ? `protocol ${PROTOCOL} only` : 'draining' }));
+      msg.respond(encode({ t: 'refused', reason: call?.v !== PROTOCOL ? `protocol ${PROTOCOL} only` : 'draining' }, 'remote.fromWorker'));
       return;
     }
-    msg.respond(encode({ t: 'accepted', worker: { id: this.id, host: this.host } }));
+    msg.respond(encode({ t: 'accepted', worker: { id: this.id, host: this.host } }, 'remote.fromWorker'));
     const running: Running = { controller: new AbortController() };
     this.#calls.set(call.id, running);
     void this.#run(runner, call, running).finally(() => {
@@ -201,14 +201,14 @@ class RemoteWorker implements Worker {
   #onIdle: (() => void) | null = null;
 
   #control(msg: Msg): void {
-    const message = decode(msg.data);
+    const message = decode(msg.data, 'remote.toWorker');
     if (message?.t === 'cancel' && typeof message.id === 'string') this.#calls.get(message.id)?.controller.abort();
   }
 
   async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
     const inbox = call.inbox;
     const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
-    const alive = setInterval(() => this.#nc.publish(inbox, encode({ t: 'alive' })), keepaliveMs);
+    const alive = setInterval(() => this.#nc.publish(inbox, encode({ t: 'alive' }, 'remote.fromWorker')), keepaliveMs);
     const logs: { level: string; message: string }[] = [];
     const intrusions: [string, string][] = [];
     const meta: Record<string, unknown> = {};
@@ -259,7 +259,7 @@ class RemoteWorker implements Worker {
   }
 
   #done(inbox: string, body: Record<string, unknown>): void {
-    if (!this.#nc.isClosed()) this.#nc.publish(inbox, encode({ t: 'done', worker: this.id, ...body }));
+    if (!this.#nc.isClosed()) this.#nc.publish(inbox, encode({ t: 'done', worker: this.id, ...body }, 'remote.fromWorker'));
   }
 
   async #slot(signal: AbortSignal): Promise<void> {
@@ -313,7 +313,7 @@ class RemoteWorker implements Worker {
 
   async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
     try {
-      const reply = decode((await this.#nc.request(inbox, encode(message), { timeout })).data);
+      const reply = decode((await this.#nc.request(inbox, encode(message, 'remote.fromWorker'), { timeout })).data, 'remote.toWorker');
       if (!reply) throw new Error('an answer that is not a message');
       return reply;
     } catch (error) {
