@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
-import type { Engine } from '../src/index.js';
+import type { Engine, ToolResult } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { definition, type TempProject, tempProject } from './support/project.js';
 import { remoteEngine, Workers } from './support/remote.js';
@@ -148,6 +148,51 @@ describe('remote calls', () => {
     expect(log.violations).toEqual([]);
     for (const kind of ['call', 'tree', 'blob', 'vfs']) expect(log.seen[`remote.toWorker ${kind}`]).toBeGreaterThan(0);
     for (const kind of ['accepted', 'tree', 'blob', 'vfs', 'done', 'hb']) expect(log.seen[`remote.fromWorker ${kind}`]).toBeGreaterThan(0);
+  });
+
+  it('move files, inputs and outputs larger than one NATS message, in parts', async () => {
+    project = tempProject(
+      {
+        'big.json': definition({
+          id: 'big',
+          entry: 'big.js',
+          permissions: ['exec.js', 'vfs.read:/in/**', 'vfs.write:/out/**'],
+          limits: { output_bytes: 4 * 1024 * 1024 },
+        }),
+        'big.js': `export default async function run(input, ctx) {
+          const bytes = await ctx.vfs.read('/in/big.bin', { encoding: 'bytes' });
+          await ctx.vfs.write('/out/big.bin', bytes);
+          return { read: bytes.length, input: input.s.length, echo: input.s + input.s };
+        }`,
+      },
+      'arium-remote-',
+    );
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    const big = Buffer.alloc(3 * 1024 * 1024);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 7919) % 251;
+    engine.vfs.write('/in/big.bin', big);
+    // Just under the input limit (1 MiB of JSON): with the definition, the call message is over max_payload.
+    const s = 'ab'.repeat(523_500);
+    const log = checkProtocol(true) as ProtocolLog;
+    let r: ToolResult;
+    try {
+      r = await engine.call('big', { s });
+    } finally {
+      checkProtocol(false);
+    }
+    expect(log.violations).toEqual([]);
+    // The input, the read's answer (engine → worker), the write's request and the output (worker → engine) all went in parts.
+    expect(log.seen['remote.toWorker parts']).toBeGreaterThan(0);
+    expect(log.seen['remote.fromWorker part']).toBeGreaterThan(4);
+    expect(log.seen['remote.fromWorker put']).toBeGreaterThan(4);
+    expect(log.seen['remote.fromWorker large']).toBeGreaterThanOrEqual(2);
+    expect(r.ok ? { read: (r.data as { read: number }).read, input: (r.data as { input: number }).input } : r.error).toEqual({
+      read: big.length,
+      input: s.length,
+    });
+    expect((r as { data: { echo: string } }).data.echo).toBe(s + s);
+    expect(engine.vfs.read('/out/big.bin').equals(big)).toBe(true);
   });
 
   it('fail UNAVAILABLE at once when no worker runs the runner', async () => {

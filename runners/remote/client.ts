@@ -6,6 +6,7 @@ import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
 import { connectNats, natsModule } from './connect.js';
+import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import { type Tree, TreeIndex } from './tree.js';
 import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
@@ -53,6 +54,10 @@ interface Pending {
   watchdog: NodeJS.Timeout | null;
   done: boolean;
   onAbort: (() => void) | null;
+  /** Messages too large for one NATS message, kept for the worker to fetch part by part, by key. */
+  readonly downloads: Map<string, string[]>;
+  /** Parts of a large message the worker is sending, by key. */
+  readonly uploads: Map<string, string[]>;
 }
 
 /**
@@ -170,6 +175,8 @@ export class RemoteClient {
         watchdog: null,
         done: false,
         onAbort: null,
+        downloads: new Map(),
+        uploads: new Map(),
       };
       this.#calls.add(call);
       const inbox = `${this.#inbox}.${call.id}`;
@@ -218,7 +225,28 @@ export class RemoteClient {
         trace_id: ctx.traceId,
         keepalive_ms: this.#keepaliveMs,
       };
-      this.#nc.request(this.#subjects.run(runner), encode(message, 'remote.toWorker'), { timeout: this.#acceptMs }).then(
+      let payload = encode(message, 'remote.toWorker');
+      if (tooLarge(payload, this.#maxPayload)) {
+        // The input is what makes a call large: the worker fetches it from the call's inbox.
+        const input = new TextEncoder().encode(JSON.stringify(ctx.input));
+        call.downloads.set('input', split(input, this.#maxPayload));
+        payload = encode(
+          { ...message, input: null, input_parts: { key: 'input', count: call.downloads.get('input')?.length ?? 0 } },
+          'remote.toWorker',
+        );
+        if (tooLarge(payload, this.#maxPayload)) {
+          this.#finish(
+            call,
+            new ToolFailure(
+              'execution',
+              'MISCONFIGURED',
+              `The definition of ${ctx.tool.spec.id} is too large for the NATS server's max_payload (${this.#maxPayload} bytes)`,
+            ),
+          );
+          return;
+        }
+      }
+      this.#nc.request(this.#subjects.run(runner), payload, { timeout: this.#acceptMs }).then(
         (reply) => {
           const accepted = decode(reply.data, 'remote.fromWorker');
           const worker = accepted?.worker as { id?: unknown; host?: unknown } | undefined;
@@ -281,12 +309,37 @@ export class RemoteClient {
     }
     call.lastSeen = Date.now();
     const message = decode(msg.data, 'remote.fromWorker');
-    if (!message) return;
+    if (message) this.#handle(call, msg, message);
+  }
+
+  #handle(call: Pending, msg: Msg, message: Record<string, unknown>): void {
     switch (message.t) {
+      case 'part': {
+        const parts = call.downloads.get(String(message.key));
+        const index = Number(message.index);
+        msg.respond(encode({ t: 'part', data: parts?.[index] ?? '' }, 'remote.toWorker'));
+        if (parts && index === parts.length - 1) call.downloads.delete(String(message.key));
+        return;
+      }
+      case 'put': {
+        const key = String(message.key);
+        const parts = call.uploads.get(key) ?? [];
+        if (parts.length === 0) call.uploads.set(key, parts);
+        parts.push(String(message.data));
+        msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+        return;
+      }
+      case 'large': {
+        const key = String(message.key);
+        const whole = decode(joinParts(call.uploads.get(key) ?? []), 'remote.fromWorker');
+        call.uploads.delete(key);
+        if (whole && whole.t !== 'large') this.#handle(call, msg, whole);
+        return;
+      }
       case 'alive':
         return;
       case 'tree':
-        msg.respond(encode({ t: 'tree', entries: call.tree.entries }, 'remote.toWorker'));
+        this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
         return;
       case 'blob':
         this.#blob(call, msg, message);
@@ -298,6 +351,25 @@ export class RemoteClient {
         this.#done(call, message);
         return;
     }
+  }
+
+  /** Answers a request of the worker, in parts when the answer is larger than one NATS message. */
+  #reply(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const bytes = encode(message, 'remote.toWorker');
+    if (!tooLarge(bytes, this.#maxPayload)) {
+      msg.respond(bytes);
+      return;
+    }
+    const key = `d${++this.#keys}`;
+    const parts = split(bytes, this.#maxPayload);
+    call.downloads.set(key, parts);
+    msg.respond(encode({ t: 'parts', key, count: parts.length }, 'remote.toWorker'));
+  }
+
+  #keys = 0;
+
+  get #maxPayload(): number {
+    return this.#nc.info?.max_payload ?? 1_048_576;
   }
 
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
@@ -331,7 +403,7 @@ export class RemoteClient {
     }
     try {
       const value = runVfsOp(call.ctx.vfs, op, args);
-      msg.respond(encode({ t: 'vfs', ok: true, value: packBytes(value) }, 'remote.toWorker'));
+      this.#reply(call, msg, { t: 'vfs', ok: true, value: packBytes(value) });
     } catch (error) {
       const failure =
         error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });

@@ -13,6 +13,7 @@ import { DEFAULT_CATALOG } from '../index.js';
 import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
 import { ToolCache } from './cache.js';
 import { connectNats } from './connect.js';
+import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import {
   type CallMessage,
@@ -220,9 +221,13 @@ class RemoteWorker implements Worker {
       const tool = await this.#tool(call);
       await this.#slot(signal);
       try {
+        const parts = (call as { input_parts?: { key?: unknown; count?: unknown } }).input_parts;
+        const input = parts
+          ? JSON.parse(new TextDecoder().decode(await this.#fetchParts(inbox, String(parts.key), Number(parts.count), ASK_MS)))
+          : call.input;
         const ctx: RunContext = {
           tool,
-          input: call.input,
+          input,
           limits: call.limits as unknown as CallLimits,
           signal,
           runId: String(call.run_id),
@@ -246,21 +251,49 @@ class RemoteWorker implements Worker {
           signal.addEventListener('abort', () => reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call')), { once: true });
         });
         const data = await Promise.race([runner.run(ctx), deadline]);
-        this.#done(inbox, { ok: true, data, logs, intrusions, meta });
+        await this.#done(inbox, { ok: true, data, logs, intrusions, meta });
       } finally {
         this.#release();
       }
     } catch (error) {
-      this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
+      await this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
     } finally {
       clearTimeout(timer);
       clearInterval(alive);
     }
   }
 
-  #done(inbox: string, body: Record<string, unknown>): void {
-    if (!this.#nc.isClosed()) this.#nc.publish(inbox, encode({ t: 'done', worker: this.id, ...body }, 'remote.fromWorker'));
+  async #done(inbox: string, body: Record<string, unknown>): Promise<void> {
+    if (this.#nc.isClosed()) return;
+    const bytes = encode({ t: 'done', worker: this.id, ...body }, 'remote.fromWorker');
+    if (!tooLarge(bytes, this.#maxPayload)) {
+      this.#nc.publish(inbox, bytes);
+      return;
+    }
+    try {
+      this.#nc.publish(inbox, encode(await this.#upload(inbox, bytes, ASK_MS), 'remote.fromWorker'));
+    } catch (error) {
+      // The answer could not be sent whole: the engine gets the failure instead of waiting for it.
+      this.#nc.publish(
+        inbox,
+        encode({ t: 'done', worker: this.id, ok: false, error: wireFailure(error), logs: [], intrusions: [], meta: {} }, 'remote.fromWorker'),
+      );
+    }
   }
+
+  get #maxPayload(): number {
+    return this.#nc.info?.max_payload ?? 1_048_576;
+  }
+
+  /** Sends the parts of a message too large for one; returns the `large` message that stands for it. */
+  async #upload(inbox: string, bytes: Uint8Array, timeout: number): Promise<Record<string, unknown>> {
+    const key = `u${++this.#keys}`;
+    const parts = split(bytes, this.#maxPayload);
+    for (const [index, data] of parts.entries()) await this.#ask(inbox, { t: 'put', key, index, data }, timeout);
+    return { t: 'large', key, count: parts.length };
+  }
+
+  #keys = 0;
 
   async #slot(signal: AbortSignal): Promise<void> {
     if (this.#running < this.#concurrency) {
@@ -311,14 +344,33 @@ class RemoteWorker implements Worker {
     };
   }
 
+  /** A request to the engine on the call's inbox; either way, a message too large for one travels in parts. */
   async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
     try {
-      const reply = decode((await this.#nc.request(inbox, encode(message, 'remote.fromWorker'), { timeout })).data, 'remote.toWorker');
+      let bytes = encode(message, 'remote.fromWorker');
+      if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
+      const reply = decode((await this.#nc.request(inbox, bytes, { timeout })).data, 'remote.toWorker');
       if (!reply) throw new Error('an answer that is not a message');
-      return reply;
+      if (reply.t !== 'parts') return reply;
+      const whole = decode(await this.#fetchParts(inbox, String(reply.key), Number(reply.count), timeout), 'remote.toWorker');
+      if (!whole) throw new Error('an answer in parts that is not a message');
+      return whole;
     } catch (error) {
+      if (error instanceof ToolFailure) throw error;
       throw new ToolFailure('transport', 'UNAVAILABLE', `The engine did not answer (${String((error as Error)?.message ?? error)})`);
     }
+  }
+
+  async #fetchParts(inbox: string, key: string, count: number, timeout: number): Promise<Uint8Array> {
+    const parts: string[] = [];
+    for (let index = 0; index < count; index++) {
+      const reply = decode(
+        (await this.#nc.request(inbox, encode({ t: 'part', key, index }, 'remote.fromWorker'), { timeout })).data,
+        'remote.toWorker',
+      );
+      parts.push(String(reply?.data ?? ''));
+    }
+    return joinParts(parts);
   }
 
   /** The tool of a call, its files fetched from the engine unless this worker has them all. */
