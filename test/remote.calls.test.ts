@@ -73,6 +73,29 @@ describe('remote calls', () => {
     expect([...by.keys()].sort()).toEqual([a.id, b.id].sort());
   });
 
+  it('commit concurrent read-modify-writes one after another, as local calls do', async () => {
+    project = tempProject(
+      {
+        'bump.json': definition({ id: 'bump', entry: 'bump.js', permissions: ['exec.js', 'vfs.read:/n.txt', 'vfs.write:/n.txt'] }),
+        'bump.js': `export default async function run(input, ctx) {
+          const n = Number(await ctx.vfs.read('/n.txt'));
+          await ctx.vfs.write('/n.txt', String(n + 1));
+          return { was: n };
+        }`,
+      },
+      'arium-remote-',
+    );
+    await workers.start(nats.url);
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url, {}, { policy: { max_attempts: 20 } });
+    engine.vfs.write('/n.txt', '0');
+    const active = engine;
+    const results = await Promise.all(Array.from({ length: 12 }, () => active.call('bump', {})));
+    expect(results.filter((r) => !r.ok).map((r) => (r.ok ? null : r.error.code))).toEqual([]);
+    expect(engine.vfs.read('/n.txt').toString()).toBe('12');
+    expect(results.map((r) => (r.data as { was: number }).was).sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+  });
+
   it('cannot read what the caller was not granted: DENIED comes back and nothing is written', async () => {
     project = tempProject(tools, 'arium-remote-');
     await workers.start(nats.url);
