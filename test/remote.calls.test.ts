@@ -49,6 +49,8 @@ describe('remote calls', () => {
 
     const failed = await engine.call('copy', { from: '/in/a.txt', fail: true });
     expect(failed).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
+    // The stack names the tool's file as on the engine's machine, not by the worker's cache folder.
+    expect((failed as { error: { stack: string } }).error.stack).toMatch(/tools\/copy\.js:\d+/);
     expect(engine.vfs.exists('/out/copy.txt')).toBe(false);
 
     const copied = await engine.call('copy', { from: '/in/a.txt' });

@@ -256,7 +256,7 @@ class RemoteWorker implements Worker {
         this.#release();
       }
     } catch (error) {
-      await this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
+      await this.#done(inbox, { ok: false, error: asOnEngine(wireFailure(error)), logs: asOnEngine(logs), intrusions, meta });
     } finally {
       clearTimeout(timer);
       clearInterval(alive);
@@ -447,6 +447,15 @@ class RemoteWorker implements Worker {
     await this.#nc.close().catch(() => {});
     await Promise.allSettled([...this.#runners.values()].map((r) => r.close()));
   }
+}
+
+/**
+ * A failure or log lines with the tool's files named as on the engine (`tools/x.js`), not by where this
+ * worker keeps that version (`tools/t<tree hash>/x.js`). A tool's own view of its paths (its stack, read
+ * by its code) still shows the tree folder.
+ */
+function asOnEngine<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value).replace(/\btools\/t[0-9a-f]{32}\//g, 'tools/'));
 }
 
 function wireFailure(error: unknown): WireFailure {
