@@ -29,7 +29,7 @@ export interface RemoteStatus {
 export interface RemoteClientOptions {
   /** A worker says it is alive this often during a call; silence for three times this fails the call. Default 1000. */
   keepaliveMs?: number;
-  /** How long a worker has to accept a call. Default 2000. */
+  /** How long a worker has to send its first message about a call. Default 2000. */
   acceptMs?: number;
 }
 
@@ -188,20 +188,17 @@ export class RemoteClient {
       call.onAbort = onAbort;
       ctx.signal.addEventListener('abort', onAbort, { once: true });
       call.watchdog = setInterval(() => {
-        // Any message of the worker counts; it sends one every keepaliveMs while the call runs. Until a
-        // worker accepts, the request's own timeout (acceptMs) applies instead.
-        if (call.worker !== null && Date.now() - call.lastSeen > 3 * this.#keepaliveMs) {
-          const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker';
+        // Any message of the worker counts: it sends one soon after it takes the call and then every
+        // keepaliveMs. Until the first, the window is acceptMs (a busy worker may take a while to pick it up).
+        const silence = call.worker === null ? Math.max(this.#acceptMs, 3 * this.#keepaliveMs) : 3 * this.#keepaliveMs;
+        if (Date.now() - call.lastSeen > silence) {
+          const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker that took it';
           this.#finish(
             call,
-            transport(
-              'UNAVAILABLE',
-              `${who} stopped answering during the call (no message for ${3 * this.#keepaliveMs} ms); nothing it did was committed`,
-              {
-                reason: 'worker-lost',
-                ...(call.worker ? { worker: call.worker.id } : {}),
-              },
-            ),
+            transport('UNAVAILABLE', `${who} stopped answering during the call (no message for ${silence} ms); nothing it did was committed`, {
+              reason: 'worker-lost',
+              ...(call.worker ? { worker: call.worker.id } : {}),
+            }),
           );
         }
       }, this.#keepaliveMs);
@@ -246,48 +243,10 @@ export class RemoteClient {
           return;
         }
       }
-      this.#nc.request(this.#subjects.run(runner), payload, { timeout: this.#acceptMs }).then(
-        (reply) => {
-          const accepted = decode(reply.data, 'remote.fromWorker');
-          const worker = accepted?.worker as { id?: unknown; host?: unknown } | undefined;
-          if (accepted?.t === 'refused') {
-            this.#finish(
-              call,
-              transport('UNAVAILABLE', `The worker that got the call of ${ctx.tool.spec.id} refused it (${String(accepted.reason)}); retry`, {
-                reason: 'refused',
-              }),
-            );
-            return;
-          }
-          if (accepted?.t !== 'accepted' || typeof worker?.id !== 'string') {
-            this.#finish(call, transport('UNAVAILABLE', `A worker answered the call of ${ctx.tool.spec.id} with something other than "accepted"`));
-            return;
-          }
-          call.worker ??= { id: worker.id, host: String(worker.host) };
-          call.lastSeen = Date.now();
-        },
-        (error: unknown) => {
-          const noResponders =
-            typeof (error as { isNoResponders?: () => boolean })?.isNoResponders === 'function' &&
-            (error as { isNoResponders: () => boolean }).isNoResponders();
-          this.#finish(
-            call,
-            noResponders
-              ? transport(
-                  'UNAVAILABLE',
-                  `No worker runs ${runner} in deployment "${this.#settings.deployment}"; start one with arium worker --nats … --runners ${runner}`,
-                  {
-                    reason: 'no-workers',
-                    runner,
-                  },
-                )
-              : transport('UNAVAILABLE', `No worker accepted the call within ${this.#acceptMs} ms (${String((error as Error)?.message ?? error)})`, {
-                  reason: 'not-accepted',
-                  runner,
-                }),
-          );
-        },
-      );
+      // One message out: the call, with the call's inbox as its reply subject. Everything the worker
+      // sends comes there; so does the server's "no responders" when no worker is in the queue group.
+      call.lastSeen = Date.now();
+      this.#nc.publish(this.#subjects.run(runner), payload, { reply: inbox });
     });
   }
 
@@ -307,9 +266,21 @@ export class RemoteClient {
       if (msg.reply) msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
       return;
     }
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      this.#finish(
+        call,
+        transport(
+          'UNAVAILABLE',
+          `No worker runs ${call.runner} in deployment "${this.#settings.deployment}"; start one with arium worker --nats … --runners ${call.runner}`,
+          { reason: 'no-workers', runner: call.runner },
+        ),
+      );
+      return;
+    }
     call.lastSeen = Date.now();
     const message = decode(msg.data, 'remote.fromWorker');
-    if (message) this.#handle(call, msg, message);
+    // Messages name their worker; one naming another worker than the call's first is dropped.
+    if (message && this.#identify(call, message)) this.#handle(call, msg, message);
   }
 
   #handle(call: Pending, msg: Msg, message: Record<string, unknown>): void {
@@ -337,6 +308,14 @@ export class RemoteClient {
         return;
       }
       case 'alive':
+        return;
+      case 'refused':
+        this.#finish(
+          call,
+          transport('UNAVAILABLE', `The worker that got the call of ${call.ctx.tool.spec.id} refused it (${String(message.reason)}); retry`, {
+            reason: 'refused',
+          }),
+        );
         return;
       case 'tree':
         this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
@@ -427,10 +406,8 @@ export class RemoteClient {
 
   #done(call: Pending, message: Record<string, unknown>): void {
     const ctx = call.ctx;
-    const worker = typeof message.worker === 'string' ? message.worker : null;
-    // Only the worker that accepted the call ends it (the accept reply may still be on its way).
-    if (call.worker !== null && worker !== call.worker.id) return;
-    if (worker !== null && call.worker === null) call.worker = { id: worker, host: 'unknown' };
+    // Only the worker that took the call ends it.
+    if (!this.#identify(call, message)) return;
     const logs = Array.isArray(message.logs) ? message.logs.slice(0, MAX_LOGS) : [];
     for (const line of logs) {
       const level = (line as { level?: unknown })?.level;
@@ -467,6 +444,14 @@ export class RemoteClient {
         ...(typeof error.stack === 'string' ? { toolStack: error.stack } : {}),
       }),
     );
+  }
+
+  /** Learns which worker has the call from its first message; false for a message of another worker. */
+  #identify(call: Pending, message: Record<string, unknown>): boolean {
+    const id = typeof message.worker === 'string' ? message.worker : null;
+    if (id === null) return true;
+    if (call.worker === null) call.worker = { id, host: String(message.host ?? 'unknown') };
+    return id === call.worker.id;
   }
 
   #cancel(call: Pending): void {

@@ -82,7 +82,12 @@ export const REMOTE_CONFIG_SCHEMA = {
       maximum: 60000,
       description: 'a worker says it is alive this often during a call; 3 missed: transport error (default 1000)',
     },
-    accept_ms: { type: 'integer', minimum: 50, maximum: 60000, description: 'how long a worker has to accept a call (default 2000)' },
+    accept_ms: {
+      type: 'integer',
+      minimum: 50,
+      maximum: 60000,
+      description: 'how long the worker that took a call has to send its first message about it (default 2000)',
+    },
     events: { type: 'boolean', description: 'also publish every event on arium.<deployment>.events (default false)' },
   },
 } as const;

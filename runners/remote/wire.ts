@@ -4,8 +4,10 @@ import { type Channel, observe } from '../shared/protocol.js';
  * The messages between an engine and its workers, written down once (README "Remote runners (NATS)").
  * Every message is one JSON object with `t`; bytes travel as base64.
  *
- *   arium.<deployment>.run.<runner>   engine → a worker of the queue group: `call` (request; reply `accepted`)
- *   <call inbox of the engine>        worker → engine: `tree`, `blob`, `vfs` (requests), `alive`, `done`
+ *   arium.<deployment>.run.<runner>   engine → a worker of the queue group: `call`, with the call's inbox as
+ *                                     reply subject (the server answers there "no responders" when no worker is in)
+ *   <call inbox of the engine>        worker → engine: `tree`, `blob`, `vfs`, `part`, `put` (requests), `alive`,
+ *                                     `refused`, `large`, `done`
  *   arium.<deployment>.ctl.<worker>   engine → that worker: `cancel`
  *   arium.<deployment>.hb             worker → everyone: heartbeats
  *   arium.<deployment>.ping           engine → workers: announce yourselves now (a heartbeat)

@@ -179,18 +179,12 @@ class RemoteWorker implements Worker {
 
   #accept(runner: string, msg: Msg): void {
     const call = decode(msg.data, 'remote.toWorker') as CallMessage | null;
-    if (
-      call?.t !== 'call' ||
-      call.v !== PROTOCOL ||
-      typeof call.id !== 'string' ||
-      typeof call.inbox !== 'string' ||
-      this.#draining ||
-      this.#closed
-    ) {
-      msg.respond(encode({ t: 'refused', reason: call?.v !== PROTOCOL ? `protocol ${PROTOCOL} only` : 'draining' }, 'remote.fromWorker'));
+    if (call?.t !== 'call' || typeof call.id !== 'string' || typeof call.inbox !== 'string') return;
+    if (call.v !== PROTOCOL || this.#draining || this.#closed) {
+      const reason = call.v !== PROTOCOL ? `this worker speaks protocol ${PROTOCOL}` : 'draining';
+      this.#nc.publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
       return;
     }
-    msg.respond(encode({ t: 'accepted', worker: { id: this.id, host: this.host } }, 'remote.fromWorker'));
     const running: Running = { controller: new AbortController() };
     this.#calls.set(call.id, running);
     void this.#run(runner, call, running).finally(() => {
@@ -209,7 +203,10 @@ class RemoteWorker implements Worker {
   async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
     const inbox = call.inbox;
     const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
-    const alive = setInterval(() => this.#nc.publish(inbox, encode({ t: 'alive' }, 'remote.fromWorker')), keepaliveMs);
+    const beat = () => this.#nc.publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
+    // The first soon, so the engine learns who has a call that runs a while; a quick call sends only its done.
+    const first = setTimeout(beat, Math.min(keepaliveMs / 4, 50));
+    const alive = setInterval(beat, keepaliveMs);
     const logs: { level: string; message: string }[] = [];
     const intrusions: [string, string][] = [];
     const meta: Record<string, unknown> = {};
@@ -259,13 +256,14 @@ class RemoteWorker implements Worker {
       await this.#done(inbox, { ok: false, error: asOnEngine(wireFailure(error)), logs: asOnEngine(logs), intrusions, meta });
     } finally {
       clearTimeout(timer);
+      clearTimeout(first);
       clearInterval(alive);
     }
   }
 
   async #done(inbox: string, body: Record<string, unknown>): Promise<void> {
     if (this.#nc.isClosed()) return;
-    const bytes = encode({ t: 'done', worker: this.id, ...body }, 'remote.fromWorker');
+    const bytes = encode({ t: 'done', worker: this.id, host: this.host, ...body }, 'remote.fromWorker');
     if (!tooLarge(bytes, this.#maxPayload)) {
       this.#nc.publish(inbox, bytes);
       return;
@@ -347,7 +345,7 @@ class RemoteWorker implements Worker {
   /** A request to the engine on the call's inbox; either way, a message too large for one travels in parts. */
   async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
     try {
-      let bytes = encode(message, 'remote.fromWorker');
+      let bytes = encode({ ...message, worker: this.id, host: this.host }, 'remote.fromWorker');
       if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
       const reply = decode((await this.#nc.request(inbox, bytes, { timeout })).data, 'remote.toWorker');
       if (!reply) throw new Error('an answer that is not a message');
