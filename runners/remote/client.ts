@@ -1,21 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
-import { ERROR_CODES, type ErrorCode, type Stage, ToolFailure } from '../../src/errors.js';
-import type { LogLine } from '../../src/result.js';
+import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
 import { connectNats, natsModule } from './connect.js';
+import { LiveWorkers, type WorkerInfo } from './live-workers.js';
+import { outcomeOf } from './outcome.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import { type Tree, TreeIndex } from './tree.js';
 import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
-
-/** A worker as the engine last heard of it. */
-export interface WorkerInfo extends Omit<Heartbeat, 't'> {
-  /** Milliseconds since its last heartbeat. */
-  last_seen_ms: number;
-}
 
 export interface RemoteStatus {
   servers: string[];
@@ -32,11 +27,6 @@ export interface RemoteClientOptions {
   /** How long a worker has to send its first message about a call. Default 2000. */
   acceptMs?: number;
 }
-
-const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODES);
-const STAGES: ReadonlySet<string> = new Set(['validation', 'permission', 'execution', 'transport']);
-/** Log lines taken from a worker's answer (the dispatcher bounds them again). */
-const MAX_LOGS = 10_000;
 
 function transport(code: ErrorCode, message: string, details: Record<string, unknown> = {}): ToolFailure {
   return new ToolFailure('transport', code, message, { details });
@@ -72,7 +62,7 @@ export class RemoteClient {
   readonly #keepaliveMs: number;
   readonly #acceptMs: number;
   readonly #index = new TreeIndex();
-  readonly #workers = new Map<string, { hb: Heartbeat; seen: number }>();
+  readonly #workers = new LiveWorkers();
   readonly #calls = new Set<Pending>();
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
   readonly #byInbox = new Map<string, Pending>();
@@ -90,7 +80,7 @@ export class RemoteClient {
     // an UNSUB per call); an unknown or ended call's messages are dropped.
     this.#inbox = createInbox();
     nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
-    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#heartbeat(msg) });
+    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker') as Heartbeat | null) });
     void this.#watch();
     this.ping();
   }
@@ -112,17 +102,7 @@ export class RemoteClient {
 
   /** Live workers: each heard from within three of its heartbeat intervals. */
   workers(): WorkerInfo[] {
-    const now = Date.now();
-    const live: WorkerInfo[] = [];
-    for (const [id, { hb, seen }] of this.#workers) {
-      if (now - seen > 3 * hb.interval_ms) {
-        this.#workers.delete(id);
-        continue;
-      }
-      const { t: _, ...info } = hb;
-      live.push({ ...info, last_seen_ms: now - seen });
-    }
-    return live.sort((a, b) => (a.id < b.id ? -1 : 1));
+    return this.#workers.list();
   }
 
   status(): RemoteStatus {
@@ -405,45 +385,9 @@ export class RemoteClient {
   }
 
   #done(call: Pending, message: Record<string, unknown>): void {
-    const ctx = call.ctx;
-    // Only the worker that took the call ends it.
-    if (!this.#identify(call, message)) return;
-    const logs = Array.isArray(message.logs) ? message.logs.slice(0, MAX_LOGS) : [];
-    for (const line of logs) {
-      const level = (line as { level?: unknown })?.level;
-      ctx.log(
-        (['log', 'info', 'warn', 'error', 'stdout', 'stderr'].includes(level as string) ? level : 'log') as LogLine['level'],
-        String((line as { message?: unknown })?.message),
-      );
-    }
-    if (Array.isArray(message.intrusions)) {
-      for (const entry of message.intrusions.slice(0, 16)) {
-        if (Array.isArray(entry)) ctx.intrusion(String(entry[0]).slice(0, 300), String(entry[1]).slice(0, 500));
-      }
-    }
-    const meta = message.meta;
-    if (typeof meta === 'object' && meta !== null && !Array.isArray(meta)) {
-      // The worker adds what its runner reported; it cannot replace what the engine set.
-      for (const [key, value] of Object.entries(meta)) if (!Object.hasOwn(ctx.meta, key)) ctx.meta[key] = value;
-    }
-    if (message.ok === true) {
-      this.#finish(call, null, message.data);
-      return;
-    }
-    const error = (message.error ?? {}) as Record<string, unknown>;
-    const code = KNOWN_CODES.has(error.code as string) ? (error.code as ErrorCode) : 'INTERNAL';
-    const stage = STAGES.has(error.stage as string) ? (error.stage as Stage) : 'execution';
-    const details =
-      typeof error.details === 'object' && error.details !== null && !Array.isArray(error.details)
-        ? (error.details as Record<string, unknown>)
-        : undefined;
-    this.#finish(
-      call,
-      new ToolFailure(stage, code, String(error.message ?? 'The worker reported a failure without details'), {
-        ...(details ? { details } : {}),
-        ...(typeof error.stack === 'string' ? { toolStack: error.stack } : {}),
-      }),
-    );
+    const outcome = outcomeOf(call.ctx, message);
+    if ('failure' in outcome) this.#finish(call, outcome.failure);
+    else this.#finish(call, null, outcome.value);
   }
 
   /** Learns which worker has the call from its first message; false for a message of another worker. */
@@ -470,13 +414,6 @@ export class RemoteClient {
     if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
     if (failure) call.reject(failure);
     else call.resolve(value);
-  }
-
-  #heartbeat(msg: Msg): void {
-    const hb = decode(msg.data, 'remote.fromWorker') as Heartbeat | null;
-    if (hb?.t !== 'hb' || typeof hb.id !== 'string' || !Number.isFinite(hb.interval_ms)) return;
-    if (hb.leaving) this.#workers.delete(hb.id);
-    else this.#workers.set(hb.id, { hb, seen: Date.now() });
   }
 
   /** Connection changes: calls fail fast while the server is away, and workers announce themselves once it is back. */
