@@ -5,15 +5,14 @@ import { join } from 'node:path';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import { ToolFailure } from '../../src/errors.js';
 import type { CallLimits } from '../../src/limits.js';
-import { type Permission, parsePermission } from '../../src/permissions.js';
 import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
-import type { Tool, ToolSpec } from '../../src/tool.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
 import { DEFAULT_CATALOG } from '../index.js';
 import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
 import { ToolCache } from './cache.js';
 import { connectNats } from './connect.js';
 import { joinParts, split, tooLarge } from './parts.js';
+import { ReceivedTools } from './received-tools.js';
 import type { NatsSettings } from './settings.js';
 import {
   type CallMessage,
@@ -24,7 +23,6 @@ import {
   packBytes,
   type Subjects,
   subjects,
-  type TreeEntry,
   unpackBytes,
   type WireFailure,
 } from './wire.js';
@@ -97,10 +95,9 @@ class RemoteWorker implements Worker {
   readonly #names: string[];
   readonly #runners = new Map<string, Runner>();
   readonly #concurrency: number;
-  readonly #cache: ToolCache;
   readonly #heartbeatMs: number;
   readonly #calls = new Map<string, Running>();
-  readonly #tools = new Map<string, Tool>();
+  readonly #received: ReceivedTools;
   readonly #runSubs = new Map<string, Subscription>();
   readonly #timer: NodeJS.Timeout;
   #running = 0;
@@ -122,7 +119,7 @@ class RemoteWorker implements Worker {
     this.#subjects = subjects(settings.deployment);
     this.#names = names;
     this.#concurrency = concurrency;
-    this.#cache = cache;
+    this.#received = new ReceivedTools(cache);
     this.#heartbeatMs = heartbeatMs;
     for (const name of names) {
       const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
@@ -215,7 +212,7 @@ class RemoteWorker implements Worker {
     let timer: NodeJS.Timeout | undefined;
     try {
       const runner = this.#runners.get(runnerName) as Runner;
-      const tool = await this.#tool(call);
+      const tool = await this.#received.tool(call, (message) => this.#ask(inbox, message));
       await this.#slot(signal);
       try {
         const parts = (call as { input_parts?: { key?: unknown; count?: unknown } }).input_parts;
@@ -369,59 +366,6 @@ class RemoteWorker implements Worker {
       parts.push(String(reply?.data ?? ''));
     }
     return joinParts(parts);
-  }
-
-  /** The tool of a call, its files fetched from the engine unless this worker has them all. */
-  async #tool(call: CallMessage): Promise<Tool> {
-    const spec = call.tool.spec as unknown as ToolSpec;
-    // The definition's own hash names it; a worker that was sent a spec not matching it only fools itself.
-    const key = `${String(call.tool.hash)}:${call.tool.tree}`;
-    const known = this.#tools.get(key);
-    if (known) return known;
-    if (!this.#cache.hasTree(call.tool.tree)) {
-      const answer = await this.#ask(call.inbox, { t: 'tree' });
-      const entries = (Array.isArray(answer.entries) ? answer.entries : []) as TreeEntry[];
-      for (const [, sha] of entries) {
-        if (!this.#cache.hasBlob(sha)) this.#cache.putBlob(sha, await this.#fetchBlob(call.inbox, sha));
-      }
-      this.#cache.putTree(call.tool.tree, entries);
-    }
-    const declared: Permission[] = [];
-    for (const text of Array.isArray(spec.permissions) ? spec.permissions : []) {
-      try {
-        declared.push(parsePermission(text));
-      } catch {
-        // The engine checked the definition; a permission it knows and this version does not is not one to act on.
-      }
-    }
-    const tool: Tool = {
-      spec,
-      source: String(call.tool.source),
-      entryPath: call.tool.entry ? join(this.#cache.treeDir(call.tool.tree), call.tool.entry) : null,
-      toolsDir: this.#cache.toolsDir,
-      declared,
-      validateInput: (() => null) as unknown as Tool['validateInput'],
-      validateOutput: null,
-      hash: key,
-    };
-    if (this.#tools.size >= 512) this.#tools.delete(this.#tools.keys().next().value as string);
-    this.#tools.set(key, tool);
-    return tool;
-  }
-
-  async #fetchBlob(inbox: string, sha: string): Promise<Buffer> {
-    const parts: Buffer[] = [];
-    let got = 0;
-    for (;;) {
-      const answer = await this.#ask(inbox, { t: 'blob', sha, offset: got });
-      if (typeof answer.data !== 'string' || !Number.isSafeInteger(answer.size)) {
-        throw new ToolFailure('transport', 'UNAVAILABLE', `The engine could not send a tool file: ${String(answer.error ?? 'no data')}`);
-      }
-      const part = Buffer.from(answer.data, 'base64');
-      parts.push(part);
-      got += part.length;
-      if (got >= (answer.size as number) || part.length === 0) return Buffer.concat(parts);
-    }
   }
 
   drain(): Promise<void> {
