@@ -138,13 +138,17 @@ describe('a remote worker', () => {
     expect(await liveWorkers(e)).toEqual([]);
   });
 
-  it('keeps working across a server restart: calls fail fast while it is down and succeed after', async () => {
+  it('keeps working across a server restart: calls in flight and new ones fail fast while it is down, and succeed after', async () => {
     project = tempProject(tools, 'arium-remote-');
     await workers.start(nats.url);
     engine = await remoteEngine(project, nats.url);
     const e = engine;
     expect(await e.call('wait', { ms: 1 })).toMatchObject({ ok: true });
+    const running = e.call('wait', { ms: 10_000 });
+    await until('the call to start', async () => (await e.status()).remote?.workers.some((w) => w.in_flight > 0));
     await nats.stop();
+    // The call in flight fails as soon as the connection is lost, not at its deadline.
+    expect(await running).toMatchObject({ ok: false, error: { stage: 'transport', code: 'UNAVAILABLE', details: { reason: 'disconnected' } } });
     await until('the engine to notice', async () => (await e.status()).remote?.connected === false);
     const down = await e.call('wait', { ms: 1 });
     expect(down).toMatchObject({ ok: false, error: { stage: 'transport', code: 'UNAVAILABLE', details: { reason: 'disconnected' } } });
