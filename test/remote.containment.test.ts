@@ -64,6 +64,8 @@ describe('hostile tools on a remote worker', () => {
     ['deny', { swallow: true }],
     ['timeouts', { kind: 'cpu-loop' }],
     ['timeouts', { kind: 'awaiting-host' }],
+    ['memory', { kind: 'resizable-array-buffers' }],
+    ['memory', { kind: 'wasm-no-maximum' }],
   ])('JS %s %j: the same outcome as locally', async (id, input) => {
     const [here, there] = await Promise.all([local.call(id, input), remote.call(id, input)]);
     expect(there.meta).toHaveProperty('worker');
