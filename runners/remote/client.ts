@@ -117,7 +117,12 @@ export class RemoteClient {
 
   /** Publishes an event for outside observers (arium.json remote.events). */
   publishEvent(event: unknown): void {
-    if (this.#connected && !this.#closed) this.#nc.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
+    if (!this.#connected || this.#closed) return;
+    try {
+      this.#nc.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
+    } catch {
+      // Observers miss an event while the connection closes; the engine's own listeners and audit log do not.
+    }
   }
 
   /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
@@ -226,7 +231,15 @@ export class RemoteClient {
       // One message out: the call, with the call's inbox as its reply subject. Everything the worker
       // sends comes there; so does the server's "no responders" when no worker is in the queue group.
       call.lastSeen = Date.now();
-      this.#nc.publish(this.#subjects.run(runner), payload, { reply: inbox });
+      try {
+        this.#nc.publish(this.#subjects.run(runner), payload, { reply: inbox });
+      } catch (error) {
+        // A connection closing under the call: a result, like every other failure to reach a worker.
+        this.#finish(
+          call,
+          transport('UNAVAILABLE', `The call could not be sent: ${String((error as Error)?.message ?? error)}`, { reason: 'disconnected' }),
+        );
+      }
     });
   }
 
@@ -399,8 +412,12 @@ export class RemoteClient {
   }
 
   #cancel(call: Pending): void {
-    if (call.worker && this.#connected && !this.#closed)
+    if (!call.worker || !this.#connected || this.#closed) return;
+    try {
       this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }, 'remote.toWorker'));
+    } catch {
+      // Closing: the worker's own deadline stops the tool.
+    }
   }
 
   /** Ends a call once: its inbox closes (late messages are dropped) and the caller gets its answer. */

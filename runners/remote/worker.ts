@@ -149,7 +149,7 @@ class RemoteWorker implements Worker {
   }
 
   #beat(extra: Partial<Heartbeat> = {}): void {
-    if (!this.#closed && !this.#nc.isClosed()) this.#nc.publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
+    if (!this.#closed) this.#publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
   }
 
   /**
@@ -179,7 +179,7 @@ class RemoteWorker implements Worker {
     if (call?.t !== 'call' || typeof call.id !== 'string' || typeof call.inbox !== 'string') return;
     if (call.v !== PROTOCOL || this.#draining || this.#closed) {
       const reason = call.v !== PROTOCOL ? `this worker speaks protocol ${PROTOCOL}` : 'draining';
-      this.#nc.publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
+      this.#publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
       return;
     }
     const running: Running = { controller: new AbortController() };
@@ -200,7 +200,7 @@ class RemoteWorker implements Worker {
   async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
     const inbox = call.inbox;
     const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
-    const beat = () => this.#nc.publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
+    const beat = () => this.#publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
     // The first soon, so the engine learns who has a call that runs a while; a quick call sends only its done.
     const first = setTimeout(beat, Math.min(keepaliveMs / 4, 50));
     const alive = setInterval(beat, keepaliveMs);
@@ -262,17 +262,27 @@ class RemoteWorker implements Worker {
     if (this.#nc.isClosed()) return;
     const bytes = encode({ t: 'done', worker: this.id, host: this.host, ...body }, 'remote.fromWorker');
     if (!tooLarge(bytes, this.#maxPayload)) {
-      this.#nc.publish(inbox, bytes);
+      this.#publish(inbox, bytes);
       return;
     }
     try {
-      this.#nc.publish(inbox, encode(await this.#upload(inbox, bytes, ASK_MS), 'remote.fromWorker'));
+      this.#publish(inbox, encode(await this.#upload(inbox, bytes, ASK_MS), 'remote.fromWorker'));
     } catch (error) {
       // The answer could not be sent whole: the engine gets the failure instead of waiting for it.
-      this.#nc.publish(
+      this.#publish(
         inbox,
         encode({ t: 'done', worker: this.id, ok: false, error: wireFailure(error), logs: [], intrusions: [], meta: {} }, 'remote.fromWorker'),
       );
+    }
+  }
+
+  /** Publishes unless the connection is closed (a worker closing under its calls must not throw from a timer). */
+  #publish(subject: string, bytes: Uint8Array): void {
+    if (this.#nc.isClosed()) return;
+    try {
+      this.#nc.publish(subject, bytes);
+    } catch {
+      // Closed or draining meanwhile: the engine notices the silence.
     }
   }
 
