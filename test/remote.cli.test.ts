@@ -128,3 +128,32 @@ describe('remote.tools', () => {
     }
   });
 });
+
+describe('a worker’s own machine settings', () => {
+  it('runs Python tools on its own interpreter; a configured one that is missing fails MISCONFIGURED', async () => {
+    const project = tempProject(
+      {
+        'py.json': definition({ id: 'py.echo', runner: 'py-runner', entry: 'echo.py', permissions: ['exec.py'] }),
+        'echo.py': 'def run(input, ctx):\n    return {"got": input}\n',
+      },
+      'arium-remote-',
+    );
+    const open = await startNats();
+    try {
+      const good = await workers.start(open.url, { runners: ['py-runner'], deployment: 'good' });
+      await workers.start(open.url, { runners: ['py-runner'], deployment: 'bad', runnerConfig: { python: '/nonexistent/bin/python3' } });
+      const engines = await Promise.all(['good', 'bad'].map((deployment) => remoteEngine(project, open.url, { deployment, runners: ['py-runner'] })));
+      try {
+        const [ok, missing] = await Promise.all(engines.map((e) => e.call('py.echo', { a: 1 })));
+        expect(ok).toMatchObject({ ok: true, data: { got: { a: 1 } }, meta: { worker: { id: good.id } } });
+        expect(missing).toMatchObject({ ok: false, error: { code: 'MISCONFIGURED' } });
+      } finally {
+        await Promise.all(engines.map((e) => e.close()));
+      }
+    } finally {
+      await workers.closeAll();
+      await open.stop();
+      project.remove();
+    }
+  });
+});

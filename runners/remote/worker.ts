@@ -45,6 +45,8 @@ export interface WorkerOptions {
   heartbeatMs?: number;
   /** Definitions to create the runners from, in place of the defaults of the same name (tests pass options). */
   definitions?: readonly RunnerDefinition[];
+  /** What the runners read of a project's arium.json, for this machine: e.g. `python`, the interpreter of py-runner. */
+  runnerConfig?: Readonly<Record<string, unknown>>;
 }
 
 export interface Worker {
@@ -80,7 +82,16 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
   const cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
   const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
-  return new RemoteWorker(nc, options.settings, names, concurrency, cache, options.heartbeatMs ?? 2000, options.definitions ?? []);
+  return new RemoteWorker(
+    nc,
+    options.settings,
+    names,
+    concurrency,
+    cache,
+    options.heartbeatMs ?? 2000,
+    options.definitions ?? [],
+    options.runnerConfig ?? {},
+  );
 }
 
 interface Running {
@@ -114,6 +125,7 @@ class RemoteWorker implements Worker {
     cache: ToolCache,
     heartbeatMs: number,
     definitions: readonly RunnerDefinition[],
+    runnerConfig: Readonly<Record<string, unknown>>,
   ) {
     this.#nc = nc;
     this.#subjects = subjects(settings.deployment);
@@ -124,7 +136,7 @@ class RemoteWorker implements Worker {
     for (const name of names) {
       const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
       if (!definition) throw new Error(`no runner named ${name}`);
-      this.#runners.set(name, definition.create({ projectDir: cache.dir, config: {} }));
+      this.#runners.set(name, definition.create({ projectDir: cache.dir, config: runnerConfig }));
     }
     nc.subscribe(this.#subjects.ctl(this.id), { callback: (_error, msg) => this.#control(msg) });
     nc.subscribe(this.#subjects.ping, { callback: () => this.#beat() });

@@ -52,6 +52,7 @@ async function run(ctx: Context): Promise<number> {
   const concurrency = int(ctx.parsed, 'concurrency');
   const heartbeatMs = int(ctx.parsed, 'heartbeat-ms', 20);
   const cache = str(ctx.parsed, 'cache');
+  const python = str(ctx.parsed, 'python');
   let worker: Awaited<ReturnType<typeof startWorker>>;
   try {
     worker = await startWorker({
@@ -60,6 +61,7 @@ async function run(ctx: Context): Promise<number> {
       ...(concurrency ? { concurrency } : {}),
       ...(heartbeatMs ? { heartbeatMs } : {}),
       ...(cache ? { cacheDir: resolve(ctx.io.cwd, cache) } : {}),
+      ...(python ? { runnerConfig: { python: resolve(ctx.io.cwd, python) } } : {}),
     });
   } catch (error) {
     if (error instanceof RemoteConfigError) throw new HostError(error.message);
@@ -97,6 +99,7 @@ export const workerSpec: CommandSpec = {
     concurrency: { value: true, arg: '<n>', help: 'calls run at once (default the number of CPUs)' },
     cache: { value: true, arg: '<dir>', help: 'where received tool files are kept (default <tmp>/arium-worker-cache)' },
     'heartbeat-ms': { value: true, arg: '<ms>', help: 'how often it announces itself (default 2000)' },
+    python: { value: true, arg: '<path>', help: 'the Python interpreter for Python tools (default python3 on PATH)' },
     user: { value: true, arg: '<name>', help: 'NATS user; the password comes from $ARIUM_NATS_PASSWORD or --password-env' },
     'password-env': { value: true, arg: '<var>', help: 'environment variable holding the password' },
     'password-file': { value: true, arg: '<path>', help: 'file holding the password' },
