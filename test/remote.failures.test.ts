@@ -140,7 +140,8 @@ describe('a remote worker', () => {
 
   it('keeps working across a server restart: calls in flight and new ones fail fast while it is down, and succeed after', async () => {
     project = tempProject(tools, 'arium-remote-');
-    await workers.start(nats.url);
+    const seen: string[] = [];
+    await workers.start(nats.url, { onConnection: (event) => seen.push(event) });
     engine = await remoteEngine(project, nats.url);
     const e = engine;
     expect(await e.call('wait', { ms: 1 })).toMatchObject({ ok: true });
@@ -158,6 +159,8 @@ describe('a remote worker', () => {
       return r.ok ? r : null;
     });
     expect(back).toMatchObject({ ok: true, data: { slept: 1 } });
+    // The worker reconnected by itself too, and said so.
+    expect(seen.slice(0, 2)).toEqual(['disconnected', 'reconnected']);
   });
 
   it('drops the late answer of a call the engine timed out, and commits nothing of it', async () => {

@@ -47,6 +47,8 @@ export interface WorkerOptions {
   definitions?: readonly RunnerDefinition[];
   /** What the runners read of a project's arium.json, for this machine: e.g. `python`, the interpreter of py-runner. */
   runnerConfig?: Readonly<Record<string, unknown>>;
+  /** Told when the connection to the server is lost and when it is back (arium worker prints it). */
+  onConnection?: (event: 'disconnected' | 'reconnected', server: string) => void;
 }
 
 export interface Worker {
@@ -82,6 +84,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
   const cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
   const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
+  const onConnection = options.onConnection;
+  if (onConnection) {
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === 'disconnect') onConnection('disconnected', String(status.server));
+        else if (status.type === 'reconnect') onConnection('reconnected', String(status.server));
+      }
+    })();
+  }
   return new RemoteWorker(
     nc,
     options.settings,

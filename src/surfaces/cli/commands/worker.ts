@@ -62,6 +62,12 @@ async function run(ctx: Context): Promise<number> {
       ...(heartbeatMs ? { heartbeatMs } : {}),
       ...(cache ? { cacheDir: resolve(ctx.io.cwd, cache) } : {}),
       ...(python ? { runnerConfig: { python: resolve(ctx.io.cwd, python) } } : {}),
+      onConnection: (event, server) =>
+        ctx.io.stderr.write(
+          event === 'disconnected'
+            ? `arium: worker lost the NATS server ${server}; reconnecting (its running calls fail on their engines)\n`
+            : `arium: worker reconnected to ${server}\n`,
+        ),
     });
   } catch (error) {
     if (error instanceof RemoteConfigError) throw new HostError(error.message);
