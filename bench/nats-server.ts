@@ -1,6 +1,6 @@
 // A nats-server on loopback for the remote-runner tests and benchmark (Debian installs it in /usr/sbin).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -55,19 +55,21 @@ export async function startNats(
   if (auth.user) args.push('--user', auth.user, '--pass', auth.pass ?? '');
   if (auth.token) args.push('--auth', auth.token);
   if (auth.tls) args.push('--tls', '--tlscert', auth.tls.cert, '--tlskey', auth.tls.key);
-  if (auth.nkey) {
-    const file = join(mkdtempSync(join(tmpdir(), 'arium-nats-')), 'nkey.conf');
-    writeFileSync(file, `authorization { users = [ { nkey: "${auth.nkey}" } ] }\n`);
-    args.push('-c', file);
-  }
   let child: ChildProcess | null = null;
   const start = async () => {
-    child = spawn(binary, args, { stdio: 'ignore' });
-    for (let i = 0; i < 200; i++) {
-      if (await listening(port)) return;
-      await new Promise((r) => setTimeout(r, 25));
+    // The nkey config is written for each start and removed once the server has read it (it listens).
+    const config = auth.nkey ? mkdtempSync(join(tmpdir(), 'arium-nats-')) : null;
+    if (config) writeFileSync(join(config, 'nkey.conf'), `authorization { users = [ { nkey: "${auth.nkey}" } ] }\n`);
+    child = spawn(binary, config ? [...args, '-c', join(config, 'nkey.conf')] : args, { stdio: 'ignore' });
+    try {
+      for (let i = 0; i < 200; i++) {
+        if (await listening(port)) return;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      throw new Error(`nats-server did not listen on ${port}`);
+    } finally {
+      if (config) rmSync(config, { recursive: true, force: true });
     }
-    throw new Error(`nats-server did not listen on ${port}`);
   };
   const stop = async () => {
     const running = child;
