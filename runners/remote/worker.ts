@@ -82,8 +82,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const concurrency = options.concurrency ?? Math.max(1, cpus().length);
   if (!Number.isSafeInteger(concurrency) || concurrency < 1)
     throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
-  const cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
   const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
+  // Made once connected: a worker the server refuses leaves no folder behind.
+  let cache: ToolCache;
+  try {
+    cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
+  } catch (error) {
+    await nc.close();
+    throw new Error(`The worker's cache folder cannot be made: ${(error as Error).message}`, { cause: error });
+  }
   const onConnection = options.onConnection;
   if (onConnection) {
     void (async () => {
