@@ -34,6 +34,7 @@ const suites: Array<[string, Bench | null]> = [
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],
   ['shell', await optional('./shell.js', 'benchShell')],
+  ['remote', await optional('./remote.js', 'benchRemote')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),

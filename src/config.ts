@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from '../runners/remote/settings.js';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
@@ -40,6 +41,8 @@ export interface ProjectConfig {
   approvals?: ApprovalsConfig;
   /** Secrets tools may use by reference, by source (README, Secrets). */
   secrets?: Record<string, { env: string } | { file: string }>;
+  /** Runners or tools that run on workers over NATS, and how to reach the server (README "Remote runners"). */
+  remote?: RemoteConfig;
 }
 
 const SURFACE_PROFILE_SCHEMA = {
@@ -151,6 +154,7 @@ const ENGINE_CONFIG_SCHEMA = {
     },
     approvals: APPROVALS_SCHEMA,
     secrets: SECRETS_SCHEMA,
+    remote: REMOTE_CONFIG_SCHEMA,
   },
 } as const;
 

@@ -283,6 +283,7 @@ export class Dispatcher {
           attempts: runs.count,
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
           ...parentRun,
+          ...(meta.worker ? { worker: meta.worker } : {}),
         });
       }
       return { ok: true, data: output, meta };
@@ -317,6 +318,7 @@ export class Dispatcher {
           ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
           ...parentRun,
+          ...(meta.worker ? { worker: meta.worker } : {}),
         });
       }
       return { ok: false, error, meta };

@@ -1,6 +1,8 @@
 import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { runnerCatalog } from '../runners/index.js';
+import type { RemoteClient, RemoteStatus } from '../runners/remote/client.js';
+import type { RemoteConfig } from '../runners/remote/settings.js';
 import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';
 import { ApprovalRuleError, ApprovalRules, type ApprovalsConfig } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
@@ -112,6 +114,8 @@ export interface EngineOptions {
    * name: the value itself, or `{ env }` / `{ file }` as there. Values are read once, at start.
    */
   secrets?: Record<string, string | { env: string } | { file: string }>;
+  /** Tools that run on workers over NATS, in place of arium.json's `remote` (`false`: none, whatever it says). */
+  remote?: RemoteConfig | false;
 }
 
 export interface EngineStatus {
@@ -121,6 +125,8 @@ export interface EngineStatus {
   /** Calls whose VFS transaction is open (running, or waiting to commit). */
   transactions: number;
   runners: Record<string, RunnerStatus>;
+  /** The NATS connection and the live workers, when some tools run remotely. */
+  remote?: RemoteStatus;
 }
 
 /** A start-up error: bad options or a missing project. Calls themselves never throw. */
@@ -440,6 +446,21 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runners.set(definition.name, runner as Runner);
   }
 
+  let remote: RemoteClient | null = null;
+  const remoteConfig = options.remote === undefined ? config.remote : options.remote || undefined;
+  if (remoteConfig) {
+    // Loaded only here: the NATS client costs every engine that does not use it its import.
+    const { openRemote } = await import('../runners/remote/setup.js');
+    try {
+      remote = await openRemote(remoteConfig, runners, bus, projectDir);
+    } catch (error) {
+      await Promise.allSettled([...runners.values()].map((r) => r.close()));
+      state.close();
+      await audit?.close();
+      throw new EngineConfigError((error as Error).message, 'arium.json remote');
+    }
+  }
+
   const realProject = realpathSync(projectDir);
   const warmUp = options.warmUp ?? true;
   const registry = new Registry({
@@ -468,6 +489,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ((options.watch ?? true) && !options.readOnly) await registry.watch();
   } catch (error) {
     await registry.close();
+    await remote?.close();
     state.close();
     throw error;
   }
@@ -510,7 +532,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
       for (const [name, runner] of runners) statuses[name] = await runner.status();
-      return { project, tools: registry.list().length, problems: registry.problems().length, transactions: state.open, runners: statuses };
+      return {
+        project,
+        tools: registry.list().length,
+        problems: registry.problems().length,
+        transactions: state.open,
+        runners: statuses,
+        ...(remote ? { remote: remote.status() } : {}),
+      };
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
     snapshots: () => [...state.snapshots],
@@ -538,6 +567,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         approvalGate.close();
         await registry.close();
         await Promise.allSettled([...runners.values()].map((r) => r.close()));
+        await remote?.close();
         state.close();
         await audit?.close();
       })();

@@ -43,6 +43,8 @@ export interface ToolResultEvent extends BaseEvent {
   attempts: number;
   /** Lines the tool logged (bounded by the policy's `log_bytes`), when it logged any. */
   logs?: LogLine[];
+  /** The remote worker that ran the call (remote runners only). */
+  worker?: { id: string; host: string };
 }
 
 export interface ToolErrorEvent extends BaseEvent {
@@ -58,6 +60,8 @@ export interface ToolErrorEvent extends BaseEvent {
   input?: unknown;
   /** Lines the tool logged before it failed, when it logged any. */
   logs?: LogLine[];
+  /** The remote worker that had the call, once one accepted it (remote runners only). */
+  worker?: { id: string; host: string };
 }
 
 export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {

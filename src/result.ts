@@ -10,6 +10,8 @@ export interface ResultMeta {
   runner?: string;
   /** The capability the caller asked for, when it asked for one instead of an id (`tool` is the id chosen). */
   capability?: string;
+  /** The remote worker that ran the call (remote runners only). */
+  worker?: { id: string; host: string };
   /** Lines the tool logged (JS and Python runners), bounded. */
   logs?: LogLine[];
   /** Extra facts a runner reports, e.g. the isolation in force. */

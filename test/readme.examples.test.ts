@@ -79,6 +79,11 @@ const NOT_RUN: Array<[lang: string, first: RegExp, why: string]> = [
     'installs from the network with a placeholder URL; test/package.install.test.ts installs the packed package instead',
   ],
   ['', /^src\/\s+the engine's core:/, 'a folder listing, not code'],
+  [
+    'sh',
+    /^# machine A \(10\.0\.0\.5\): a NATS server/,
+    'two machines and a NATS server reachable between them; test/remote.*.test.ts run the same setup on loopback',
+  ],
 ];
 
 let project = 0;

@@ -5,7 +5,7 @@ import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { observe } from '../shared/protocol.js';
-import { SupervisedCalls, serveVfs, tail } from '../shared/supervision.js';
+import { SupervisedCalls, serveVfs, tail, type VfsAnswer } from '../shared/supervision.js';
 import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
@@ -350,6 +350,11 @@ export class SandboxProcess {
     const answer = serveVfs(this.#calls, message.id, message.op, args, (failure) =>
       this.#send({ t: 'abort', id: message.id, code: failure.code, message: failure.message }),
     );
+    if (answer instanceof Promise) void answer.then((settled) => this.#reply(message, settled));
+    else this.#reply(message, answer);
+  }
+
+  #reply(message: Extract<FromWorker, { t: 'vfs' }>, answer: VfsAnswer): void {
     const { id, rid } = message;
     if (!answer.ok) {
       this.#send({ t: 'reply', id, rid, ok: false, error: answer.error });

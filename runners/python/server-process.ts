@@ -3,7 +3,7 @@ import type { Readable, Writable } from 'node:stream';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { checking, observe, reported } from '../shared/protocol.js';
-import { type CallEntry, SupervisedCalls, serveVfs, tail } from '../shared/supervision.js';
+import { type CallEntry, SupervisedCalls, serveVfs, tail, type VfsAnswer } from '../shared/supervision.js';
 import { uncaughtVfsCode } from '../shared/vfs-ops.js';
 
 /**
@@ -275,6 +275,11 @@ export class ServerProcess {
       frame.args[1] = new Uint8Array(blob.buffer, blob.byteOffset, blob.length);
     // A failure that ends the call also ends its process: the tool must not catch a denial and go on.
     const answer = serveVfs(this.#calls, id, frame.op, frame.args, () => this.#send({ t: 'kill', id }));
+    if (answer instanceof Promise) void answer.then((settled) => this.#reply(id, seq, settled));
+    else this.#reply(id, seq, answer);
+  }
+
+  #reply(id: number, seq: unknown, answer: VfsAnswer): void {
     if (answer.ok) {
       const value = answer.value;
       this.#send({ t: 'vfs-reply', id, seq, ok: true, value: value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value });

@@ -6,7 +6,15 @@ import { compileSchema, summarize, type Validator } from '../../src/validation.j
  * runners/shared/protocol.schema.json. Off unless turned on (tests do): a check costs a schema
  * validation per message, and the hosts already treat what comes back as untrusted data.
  */
-export type Channel = 'js.toWorker' | 'js.fromWorker' | 'py.toServer' | 'py.fromServer' | 'py.toChild' | 'py.fromChild';
+export type Channel =
+  | 'js.toWorker'
+  | 'js.fromWorker'
+  | 'py.toServer'
+  | 'py.fromServer'
+  | 'py.toChild'
+  | 'py.fromChild'
+  | 'remote.toWorker'
+  | 'remote.fromWorker';
 
 export interface ProtocolLog {
   /** Messages checked, by channel and `t`. */

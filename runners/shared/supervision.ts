@@ -1,6 +1,6 @@
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
-import { endsCall, isVfsOp, runVfsOp, toWire, type WireError } from './vfs-ops.js';
+import { endsCall, isForwarded, isVfsOp, runVfsOp, toWire, type WireError } from './vfs-ops.js';
 
 /**
  * What both sandbox processes (the JS one, the Python fork server) need to supervise the calls they
@@ -130,23 +130,45 @@ export type VfsAnswer = { ok: true; value: unknown } | { ok: false; error: WireE
 /**
  * Runs one `ctx.vfs` request of a call on its permission-checked view. A failure that must end the
  * call (a denial, an engine fault: a tool must not catch one and go on) is settled at once and
- * `stop` asks the sandbox to stop the tool; the tool still gets the error as its answer.
+ * `stop` asks the sandbox to stop the tool; the tool still gets the error as its answer. The answer is
+ * a promise when the view is served by another process (a remote runner's worker forwards each request
+ * to the engine that owns the VFS); hosts then answer when it settles, matched by the request's id.
  */
-export function serveVfs(calls: SupervisedCalls, id: number, op: unknown, args: unknown, stop: (failure: ToolFailure) => void): VfsAnswer {
+export function serveVfs(
+  calls: SupervisedCalls,
+  id: number,
+  op: unknown,
+  args: unknown,
+  stop: (failure: ToolFailure) => void,
+): VfsAnswer | Promise<VfsAnswer> {
   const entry = calls.get(id);
   if (!entry || entry.settled) return { ok: false, error: { code: 'CANCELLED', message: 'The call has ended' }, failure: null };
   if (!isVfsOp(op) || !Array.isArray(args)) return { ok: false, error: { code: 'INVALID_INPUT', message: 'Unknown VFS operation' }, failure: null };
+  const vfs: unknown = entry.ctx.vfs;
+  if (isForwarded(vfs)) {
+    return vfs.forward(op, args).then(
+      (value): VfsAnswer => ({ ok: true, value }),
+      (error) => failed(calls, id, op, error, stop),
+    );
+  }
   try {
     return { ok: true, value: runVfsOp(entry.ctx.vfs, op, args) };
   } catch (error) {
-    const failure =
-      error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
-    if (failure.code === 'INTERNAL' || endsCall(failure)) {
+    return failed(calls, id, op, error, stop);
+  }
+}
+
+function failed(calls: SupervisedCalls, id: number, op: string, error: unknown, stop: (failure: ToolFailure) => void): VfsAnswer {
+  const failure =
+    error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
+  if (failure.code === 'INTERNAL' || endsCall(failure)) {
+    const entry = calls.get(id);
+    if (entry && !entry.settled) {
       calls.settle(id, failure);
       stop(failure);
     }
-    return { ok: false, error: toWire(failure), failure };
   }
+  return { ok: false, error: toWire(failure), failure };
 }
 
 /** After a failed start, the failure calls get at once for a while, instead of one start per call. */

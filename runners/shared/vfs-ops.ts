@@ -105,6 +105,20 @@ export function runVfsOp(vfs: ToolVfs, op: VfsOp, args: readonly unknown[]): unk
   }
 }
 
+/**
+ * A `ctx.vfs` served by another process: a remote runner's worker hands its local runner a view whose
+ * every request goes back to the engine that owns the VFS, to be checked there by `runVfsOp` on the
+ * call's ToolVfs. Failures come back as ToolFailure, as from a local view.
+ */
+export interface ForwardedVfs {
+  readonly forwarded: true;
+  forward(op: VfsOp, args: readonly unknown[]): Promise<unknown>;
+}
+
+export function isForwarded(vfs: unknown): vfs is ForwardedVfs {
+  return typeof vfs === 'object' && vfs !== null && (vfs as Partial<ForwardedVfs>).forwarded === true;
+}
+
 export function isVfsOp(op: unknown): op is VfsOp {
   return typeof op === 'string' && OPS.has(op);
 }

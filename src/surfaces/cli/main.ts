@@ -14,6 +14,8 @@ import { schemaSpec } from './commands/schema.js';
 import { serveSpec } from './commands/serve.js';
 import { toolsSpec } from './commands/tools.js';
 import { exportSpec, importSpec } from './commands/transfer.js';
+import { workerSpec } from './commands/worker.js';
+import { workersSpec } from './commands/workers.js';
 import { type Context, makeContext } from './context.js';
 import { type CliIo, EXIT } from './io.js';
 
@@ -39,6 +41,8 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     gcSpec,
     importSpec,
     exportSpec,
+    workerSpec,
+    workersSpec,
   ].map((c) => [c.name, c]),
 );
 

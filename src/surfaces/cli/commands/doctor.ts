@@ -12,6 +12,30 @@ import { type Check, checkNode } from '../probes.js';
 
 /** A runner's status() may wait on a sandbox process; doctor reports a hang instead of hanging. */
 const STATUS_TIMEOUT_MS = 15_000;
+const REMOTE_LISTEN_MS = 300;
+
+/** Whether the NATS server is reached and some worker is live, when the project runs tools remotely. */
+function remoteCheck(status: EngineStatus | null): Check[] {
+  const remote = status?.remote;
+  if (!remote) return [];
+  const where = `${remote.servers.join(', ')} (deployment "${remote.deployment}")`;
+  if (!remote.connected)
+    return [
+      { name: 'remote workers', ok: false, detail: `not connected to ${where}`, fix: 'start the NATS server, or fix remote.nats in arium.json' },
+    ];
+  if (remote.workers.length === 0) {
+    return [
+      {
+        name: 'remote workers',
+        ok: false,
+        detail: `none live on ${where}`,
+        fix: `arium worker --nats ${remote.servers[0]} --deployment ${remote.deployment}`,
+      },
+    ];
+  }
+  const load = remote.workers.map((w) => `${w.id}@${w.host} ${w.in_flight}/${w.capacity}`).join(', ');
+  return [{ name: 'remote workers', ok: true, detail: `${remote.workers.length} on ${where}: ${load}` }];
+}
 
 export interface DoctorReport {
   /** Every check passed. */
@@ -56,6 +80,8 @@ async function projectStatus(ctx: Context): Promise<{ check: Check; engine: Engi
     return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, config: {} };
   }
   try {
+    // Workers answer the engine's ping within milliseconds; give them a moment before asking who is there.
+    if (engine.config.remote) await new Promise((resolve) => setTimeout(resolve, REMOTE_LISTEN_MS));
     const status = await withTimeout(engine.status(), STATUS_TIMEOUT_MS, 'engine.status()');
     const problems = status.problems ? `, ${status.problems} definition problems (arium tools)` : '';
     return { check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` }, engine: status, config: { ...engine.config } };
@@ -76,7 +102,7 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   } catch {
     // No such project: its own check says so.
   }
-  const checks = [checkNode(), project.check, ...dependencies, ...probes.flat()];
+  const checks = [checkNode(), project.check, ...remoteCheck(project.engine), ...dependencies, ...probes.flat()];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine, projects: await workspaceDependencies(ctx.workspace) };
 }
 

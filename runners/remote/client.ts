@@ -1,0 +1,469 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Msg, NatsConnection } from '@nats-io/transport-node';
+import { type ErrorCode, ToolFailure } from '../../src/errors.js';
+import type { RunContext } from '../../src/runner.js';
+import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
+import { connectNats, natsModule } from './connect.js';
+import { LiveWorkers, type WorkerInfo } from './live-workers.js';
+import { outcomeOf } from './outcome.js';
+import { joinParts, split, tooLarge } from './parts.js';
+import type { NatsSettings } from './settings.js';
+import { type Tree, TreeIndex } from './tree.js';
+import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
+
+export interface RemoteStatus {
+  servers: string[];
+  deployment: string;
+  connected: boolean;
+  workers: WorkerInfo[];
+  /** Remote calls this engine is waiting on. */
+  in_flight: number;
+}
+
+export interface RemoteClientOptions {
+  /** A worker says it is alive this often during a call; silence for three times this fails the call. Default 1000. */
+  keepaliveMs?: number;
+  /** How long a worker has to send its first message about a call. Default 2000. */
+  acceptMs?: number;
+}
+
+function transport(code: ErrorCode, message: string, details: Record<string, unknown> = {}): ToolFailure {
+  return new ToolFailure('transport', code, message, { details });
+}
+
+interface Pending {
+  readonly ctx: RunContext;
+  readonly id: string;
+  readonly runner: string;
+  readonly tree: Tree;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+  worker: { id: string; host: string } | null;
+  lastSeen: number;
+  watchdog: NodeJS.Timeout | null;
+  done: boolean;
+  onAbort: (() => void) | null;
+  /** Messages too large for one NATS message, kept for the worker to fetch part by part, by key. */
+  readonly downloads: Map<string, string[]>;
+  /** Parts of a large message the worker is sending, by key. */
+  readonly uploads: Map<string, string[]>;
+}
+
+/**
+ * The engine's side of remote runners: one NATS connection, the live workers (from their heartbeats)
+ * and the calls sent to them. A call's `ctx.vfs` requests come back on its own inbox and run here, on
+ * the call's ToolVfs, exactly as a local sandbox's requests do.
+ */
+export class RemoteClient {
+  readonly #nc: NatsConnection;
+  readonly #settings: NatsSettings;
+  readonly #subjects: Subjects;
+  readonly #keepaliveMs: number;
+  readonly #acceptMs: number;
+  readonly #index = new TreeIndex();
+  readonly #workers = new LiveWorkers();
+  readonly #calls = new Set<Pending>();
+  /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
+  readonly #byInbox = new Map<string, Pending>();
+  readonly #inbox: string;
+  #connected = true;
+  #closed = false;
+
+  private constructor(nc: NatsConnection, settings: NatsSettings, options: RemoteClientOptions, createInbox: () => string) {
+    this.#nc = nc;
+    this.#settings = settings;
+    this.#subjects = subjects(settings.deployment);
+    this.#keepaliveMs = options.keepaliveMs ?? 1000;
+    this.#acceptMs = options.acceptMs ?? 2000;
+    // One wildcard subscription for every call's inbox (one SUB for the engine's life, not a SUB and
+    // an UNSUB per call); an unknown or ended call's messages are dropped.
+    this.#inbox = createInbox();
+    nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
+    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker') as Heartbeat | null) });
+    void this.#watch();
+    this.ping();
+  }
+
+  static async open(settings: NatsSettings, options: RemoteClientOptions = {}): Promise<RemoteClient> {
+    const nats = await natsModule();
+    const nc = await connectNats(settings, `arium engine ${process.pid}`);
+    return new RemoteClient(nc, settings, options, () => nats.createInbox());
+  }
+
+  /** Asks every worker to announce itself now (a heartbeat), instead of at its next beat. */
+  ping(): void {
+    if (!this.#closed) this.#nc.publish(this.#subjects.ping);
+  }
+
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  /** Live workers: each heard from within three of its heartbeat intervals. */
+  workers(): WorkerInfo[] {
+    return this.#workers.list();
+  }
+
+  status(): RemoteStatus {
+    return {
+      servers: this.#settings.servers,
+      deployment: this.#settings.deployment,
+      connected: this.#connected,
+      workers: this.workers(),
+      in_flight: this.#calls.size,
+    };
+  }
+
+  /** Publishes an event for outside observers (arium.json remote.events). */
+  publishEvent(event: unknown): void {
+    if (!this.#connected || this.#closed) return;
+    try {
+      this.#nc.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
+    } catch {
+      // Observers miss an event while the connection closes; the engine's own listeners and audit log do not.
+    }
+  }
+
+  /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
+  run(ctx: RunContext, runner: string): Promise<unknown> {
+    if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
+    if (!this.#connected) {
+      return Promise.reject(
+        transport(
+          'UNAVAILABLE',
+          `Not connected to the NATS server (${this.#settings.servers.join(', ')}); the engine is reconnecting, retry shortly`,
+          {
+            reason: 'disconnected',
+          },
+        ),
+      );
+    }
+    const toolsDir = ctx.tool.toolsDir;
+    if (!toolsDir || !ctx.tool.entryPath) return Promise.reject(new ToolFailure('execution', 'INTERNAL', `${ctx.tool.spec.id} has no entry file`));
+    let tree: Tree;
+    try {
+      tree = this.#index.tree(toolsDir);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return new Promise((resolve, reject) => {
+      const call: Pending = {
+        ctx,
+        id: randomUUID(),
+        runner,
+        tree,
+        resolve,
+        reject,
+        worker: null,
+        lastSeen: Date.now(),
+        watchdog: null,
+        done: false,
+        onAbort: null,
+        downloads: new Map(),
+        uploads: new Map(),
+      };
+      this.#calls.add(call);
+      const inbox = `${this.#inbox}.${call.id}`;
+      this.#byInbox.set(call.id, call);
+      const onAbort = () => {
+        this.#cancel(call);
+        this.#finish(call, new ToolFailure('execution', 'CANCELLED', 'The call was stopped by the engine'));
+      };
+      call.onAbort = onAbort;
+      ctx.signal.addEventListener('abort', onAbort, { once: true });
+      call.watchdog = setInterval(() => {
+        // Any message of the worker counts: it sends one soon after it takes the call and then every
+        // keepaliveMs. Until the first, the window is acceptMs (a busy worker may take a while to pick it up).
+        const silence = call.worker === null ? Math.max(this.#acceptMs, 3 * this.#keepaliveMs) : 3 * this.#keepaliveMs;
+        if (Date.now() - call.lastSeen > silence) {
+          const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker that took it';
+          this.#finish(
+            call,
+            transport('UNAVAILABLE', `${who} stopped answering during the call (no message for ${silence} ms); nothing it did was committed`, {
+              reason: 'worker-lost',
+              ...(call.worker ? { worker: call.worker.id } : {}),
+            }),
+          );
+        }
+      }, this.#keepaliveMs);
+      call.watchdog.unref?.();
+      const message: CallMessage = {
+        t: 'call',
+        v: PROTOCOL,
+        id: call.id,
+        runner,
+        inbox,
+        tool: {
+          spec: ctx.tool.spec as unknown as Record<string, unknown>,
+          hash: ctx.tool.hash,
+          source: ctx.tool.source,
+          entry: relativeEntry(toolsDir, ctx.tool.entryPath as string),
+          tree: tree.hash,
+        },
+        input: ctx.input,
+        limits: ctx.limits as unknown as Record<string, number>,
+        run_id: ctx.runId,
+        trace_id: ctx.traceId,
+        keepalive_ms: this.#keepaliveMs,
+      };
+      let payload = encode(message, 'remote.toWorker');
+      if (tooLarge(payload, this.#maxPayload)) {
+        // The input is what makes a call large: the worker fetches it from the call's inbox.
+        const input = new TextEncoder().encode(JSON.stringify(ctx.input));
+        call.downloads.set('input', split(input, this.#maxPayload));
+        payload = encode(
+          { ...message, input: null, input_parts: { key: 'input', count: call.downloads.get('input')?.length ?? 0 } },
+          'remote.toWorker',
+        );
+        if (tooLarge(payload, this.#maxPayload)) {
+          this.#finish(
+            call,
+            new ToolFailure(
+              'execution',
+              'MISCONFIGURED',
+              `The definition of ${ctx.tool.spec.id} is too large for the NATS server's max_payload (${this.#maxPayload} bytes)`,
+            ),
+          );
+          return;
+        }
+      }
+      // One message out: the call, with the call's inbox as its reply subject. Everything the worker
+      // sends comes there; so does the server's "no responders" when no worker is in the queue group.
+      call.lastSeen = Date.now();
+      try {
+        this.#nc.publish(this.#subjects.run(runner), payload, { reply: inbox });
+      } catch (error) {
+        // A connection closing under the call: a result, like every other failure to reach a worker.
+        this.#finish(
+          call,
+          transport('UNAVAILABLE', `The call could not be sent: ${String((error as Error)?.message ?? error)}`, { reason: 'disconnected' }),
+        );
+      }
+    });
+  }
+
+  #routed(msg: Msg): void {
+    const call = this.#byInbox.get(msg.subject.slice(this.#inbox.length + 1));
+    if (call) {
+      this.#message(call, msg);
+      return;
+    }
+    // A late message of a call that ended (a timeout): dropped; a request gets told.
+    if (msg.reply) msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+  }
+
+  #message(call: Pending, msg: Msg): void {
+    if (call.done) {
+      // A late message of a call that ended (a timeout): dropped; a request gets told.
+      if (msg.reply) msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+      return;
+    }
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      this.#finish(
+        call,
+        transport(
+          'UNAVAILABLE',
+          `No worker runs ${call.runner} in deployment "${this.#settings.deployment}"; start one with arium worker --nats … --runners ${call.runner}`,
+          { reason: 'no-workers', runner: call.runner },
+        ),
+      );
+      return;
+    }
+    call.lastSeen = Date.now();
+    const message = decode(msg.data, 'remote.fromWorker');
+    // Messages name their worker; one naming another worker than the call's first is dropped.
+    if (message && this.#identify(call, message)) this.#handle(call, msg, message);
+  }
+
+  #handle(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    switch (message.t) {
+      case 'part': {
+        const parts = call.downloads.get(String(message.key));
+        const index = Number(message.index);
+        msg.respond(encode({ t: 'part', data: parts?.[index] ?? '' }, 'remote.toWorker'));
+        if (parts && index === parts.length - 1) call.downloads.delete(String(message.key));
+        return;
+      }
+      case 'put': {
+        const key = String(message.key);
+        const parts = call.uploads.get(key) ?? [];
+        if (parts.length === 0) call.uploads.set(key, parts);
+        parts.push(String(message.data));
+        msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+        return;
+      }
+      case 'large': {
+        const key = String(message.key);
+        const whole = decode(joinParts(call.uploads.get(key) ?? []), 'remote.fromWorker');
+        call.uploads.delete(key);
+        if (whole && whole.t !== 'large') this.#handle(call, msg, whole);
+        return;
+      }
+      case 'alive':
+        return;
+      case 'refused':
+        this.#finish(
+          call,
+          transport('UNAVAILABLE', `The worker that got the call of ${call.ctx.tool.spec.id} refused it (${String(message.reason)}); retry`, {
+            reason: 'refused',
+          }),
+        );
+        return;
+      case 'tree':
+        this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
+        return;
+      case 'blob':
+        this.#blob(call, msg, message);
+        return;
+      case 'vfs':
+        this.#vfs(call, msg, message);
+        return;
+      case 'done':
+        this.#done(call, message);
+        return;
+    }
+  }
+
+  /** Answers a request of the worker, in parts when the answer is larger than one NATS message. */
+  #reply(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const bytes = encode(message, 'remote.toWorker');
+    if (!tooLarge(bytes, this.#maxPayload)) {
+      msg.respond(bytes);
+      return;
+    }
+    const key = `d${++this.#keys}`;
+    const parts = split(bytes, this.#maxPayload);
+    call.downloads.set(key, parts);
+    msg.respond(encode({ t: 'parts', key, count: parts.length }, 'remote.toWorker'));
+  }
+
+  #keys = 0;
+
+  get #maxPayload(): number {
+    return this.#nc.info?.max_payload ?? 1_048_576;
+  }
+
+  #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const path = typeof message.sha === 'string' ? call.tree.paths.get(message.sha) : undefined;
+    if (path === undefined) {
+      msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
+      return;
+    }
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(path);
+    } catch (error) {
+      msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
+      return;
+    }
+    // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
+    const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
+    const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
+    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
+  }
+
+  /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
+  #vfs(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    const op = message.op;
+    const args = Array.isArray(message.args) ? message.args.map(unpackBytes) : null;
+    if (!isVfsOp(op) || args === null) {
+      msg.respond(
+        encode({ t: 'vfs', ok: false, error: { stage: 'execution', code: 'INVALID_INPUT', message: 'Unknown VFS operation' } }, 'remote.toWorker'),
+      );
+      return;
+    }
+    try {
+      const value = runVfsOp(call.ctx.vfs, op, args);
+      this.#reply(call, msg, { t: 'vfs', ok: true, value: packBytes(value) });
+    } catch (error) {
+      const failure =
+        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
+      msg.respond(
+        encode(
+          {
+            t: 'vfs',
+            ok: false,
+            error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
+          },
+          'remote.toWorker',
+        ),
+      );
+      // As locally: a denial ends the call here, whatever the worker reports later.
+      if (failure.code === 'INTERNAL' || endsCall(failure)) {
+        this.#cancel(call);
+        this.#finish(call, failure);
+      }
+    }
+  }
+
+  #done(call: Pending, message: Record<string, unknown>): void {
+    const outcome = outcomeOf(call.ctx, message);
+    if ('failure' in outcome) this.#finish(call, outcome.failure);
+    else this.#finish(call, null, outcome.value);
+  }
+
+  /** Learns which worker has the call from its first message; false for a message of another worker. */
+  #identify(call: Pending, message: Record<string, unknown>): boolean {
+    const id = typeof message.worker === 'string' ? message.worker : null;
+    if (id === null) return true;
+    if (call.worker === null) call.worker = { id, host: String(message.host ?? 'unknown') };
+    return id === call.worker.id;
+  }
+
+  #cancel(call: Pending): void {
+    if (!call.worker || !this.#connected || this.#closed) return;
+    try {
+      this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }, 'remote.toWorker'));
+    } catch {
+      // Closing: the worker's own deadline stops the tool.
+    }
+  }
+
+  /** Ends a call once: its inbox closes (late messages are dropped) and the caller gets its answer. */
+  #finish(call: Pending, failure: ToolFailure | null, value?: unknown): void {
+    if (call.done) return;
+    call.done = true;
+    this.#calls.delete(call);
+    if (call.watchdog) clearInterval(call.watchdog);
+    if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
+    this.#byInbox.delete(call.id);
+    if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
+    if (failure) call.reject(failure);
+    else call.resolve(value);
+  }
+
+  /** Connection changes: calls fail fast while the server is away, and workers announce themselves once it is back. */
+  async #watch(): Promise<void> {
+    for await (const status of this.#nc.status()) {
+      if (status.type === 'disconnect') {
+        this.#connected = false;
+        for (const call of [...this.#calls]) {
+          this.#finish(
+            call,
+            transport('UNAVAILABLE', 'The connection to the NATS server was lost during the call; nothing it did was committed', {
+              reason: 'disconnected',
+            }),
+          );
+        }
+      } else if (status.type === 'reconnect') {
+        this.#connected = true;
+        this.ping();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const call of [...this.#calls]) this.#finish(call, transport('UNAVAILABLE', 'The engine closed while the call ran on a worker'));
+    await this.#nc.close().catch(() => {});
+  }
+}
+
+function relativeEntry(toolsDir: string, entryPath: string): string {
+  return entryPath
+    .slice(toolsDir.length + 1)
+    .split('\\')
+    .join('/');
+}

@@ -1,0 +1,41 @@
+import type { EventBus } from '../../src/events.js';
+import type { Runner } from '../../src/runner.js';
+import { RemoteClient } from './client.js';
+import { RoutedRunner, toolPattern } from './routing.js';
+import { engineSettings, type RemoteConfig, RemoteConfigError } from './settings.js';
+import { HOSTABLE_RUNNERS } from './worker.js';
+
+/**
+ * The engine's remote runners, from arium.json's `remote`: connects to NATS and puts a RoutedRunner
+ * in place of each runner some of whose tools run on workers. Loaded only when `remote` is set.
+ */
+export async function openRemote(
+  config: RemoteConfig,
+  runners: Map<string, Runner>,
+  bus: EventBus,
+  projectDir: string,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): Promise<RemoteClient> {
+  const names = config.runners ?? [];
+  for (const name of names) {
+    if (!HOSTABLE_RUNNERS.includes(name)) {
+      throw new RemoteConfigError(`arium.json remote.runners: "${name}" cannot run remotely; workers host ${HOSTABLE_RUNNERS.join(' and ')}`);
+    }
+  }
+  if (names.length === 0 && (config.tools ?? []).length === 0) {
+    throw new RemoteConfigError('arium.json remote: name the runners (remote.runners) or tools (remote.tools) that run on workers');
+  }
+  const settings = engineSettings(config, env, projectDir);
+  const client = await RemoteClient.open(settings, {
+    ...(config.keepalive_ms ? { keepaliveMs: config.keepalive_ms } : {}),
+    ...(config.accept_ms ? { acceptMs: config.accept_ms } : {}),
+  });
+  const patterns = (config.tools ?? []).map(toolPattern);
+  for (const name of HOSTABLE_RUNNERS) {
+    const local = runners.get(name);
+    if (!local || (!names.includes(name) && patterns.length === 0)) continue;
+    runners.set(name, new RoutedRunner(local, client, names.includes(name), patterns));
+  }
+  if (config.events === true) bus.addSink((event) => client.publishEvent(event));
+  return client;
+}

@@ -1,0 +1,74 @@
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative, sep } from 'node:path';
+import { ToolFailure } from '../../src/errors.js';
+import type { TreeEntry } from './wire.js';
+
+/** A tools folder shipped to workers is held to these (a remote call of a larger folder fails MISCONFIGURED). */
+export const MAX_TREE_FILES = 5_000;
+export const MAX_TREE_BYTES = 64 * 1024 * 1024;
+
+/** The tools folder as a worker gets it: each file by content hash, and the hash of the whole. */
+export interface Tree {
+  hash: string;
+  entries: TreeEntry[];
+  /** Absolute path of a file by its sha256, for a worker that asks for it. */
+  paths: Map<string, string>;
+}
+
+interface Known {
+  mtimeMs: number;
+  size: number;
+  ino: number;
+  sha: string;
+}
+
+/**
+ * The engine's side of content addressing: a tools folder listed with the sha256 of each file, hashed
+ * again only when its size, mtime or inode changed. Listed at each remote call, so a tool edited on
+ * the engine's machine runs in its new version on the next call; dot-entries and node_modules stay
+ * home (packages are not shipped).
+ */
+export class TreeIndex {
+  readonly #known = new Map<string, Known>();
+
+  tree(toolsDir: string): Tree {
+    const entries: TreeEntry[] = [];
+    const paths = new Map<string, string>();
+    const seen = new Set<string>();
+    let bytes = 0;
+    const walk = (dir: string) => {
+      for (const dirent of readdirSync(dir, { withFileTypes: true })) {
+        if (dirent.name.startsWith('.') || dirent.name === 'node_modules') continue;
+        const path = join(dir, dirent.name);
+        if (dirent.isDirectory()) {
+          walk(path);
+          continue;
+        }
+        if (!dirent.isFile()) continue;
+        const stat = statSync(path);
+        let known = this.#known.get(path);
+        if (!known || known.mtimeMs !== stat.mtimeMs || known.size !== stat.size || known.ino !== stat.ino) {
+          known = { mtimeMs: stat.mtimeMs, size: stat.size, ino: stat.ino, sha: createHash('sha256').update(readFileSync(path)).digest('hex') };
+          this.#known.set(path, known);
+        }
+        seen.add(path);
+        bytes += stat.size;
+        if (entries.length >= MAX_TREE_FILES || bytes > MAX_TREE_BYTES) {
+          throw new ToolFailure(
+            'execution',
+            'MISCONFIGURED',
+            `The tools folder is too large to run remotely (more than ${MAX_TREE_FILES} files or ${MAX_TREE_BYTES / 1048576} MB); move data out of it`,
+          );
+        }
+        entries.push([relative(toolsDir, path).split(sep).join('/'), known.sha, stat.size]);
+        paths.set(known.sha, path);
+      }
+    };
+    walk(toolsDir);
+    for (const path of this.#known.keys()) if (!seen.has(path) && path.startsWith(toolsDir)) this.#known.delete(path);
+    entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');
+    return { hash, entries, paths };
+  }
+}

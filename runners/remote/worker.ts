@@ -1,0 +1,454 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { cpus, hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { ToolFailure } from '../../src/errors.js';
+import type { CallLimits } from '../../src/limits.js';
+import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
+import type { ToolVfs } from '../../src/tool-vfs.js';
+import { DEFAULT_CATALOG } from '../index.js';
+import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
+import { ToolCache } from './cache.js';
+import { connectNats } from './connect.js';
+import { joinParts, split, tooLarge } from './parts.js';
+import { ReceivedTools } from './received-tools.js';
+import type { NatsSettings } from './settings.js';
+import {
+  type CallMessage,
+  decode,
+  encode,
+  type Heartbeat,
+  PROTOCOL,
+  packBytes,
+  type Subjects,
+  subjects,
+  unpackBytes,
+  type WireFailure,
+} from './wire.js';
+
+/** How long a worker waits for the engine to send a tools tree or file. */
+const ASK_MS = 30_000;
+
+/** The runners a worker can host: those whose tools are files it can be sent. */
+export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner'];
+
+export interface WorkerOptions {
+  settings: NatsSettings;
+  /** Runners to host (default both, js-runner and py-runner). */
+  runners?: readonly string[];
+  /** Calls run at once (default the number of CPUs). */
+  concurrency?: number;
+  /** Where received tool files are kept (default <tmp>/arium-worker-cache). */
+  cacheDir?: string;
+  /** How often it announces itself (default 2000 ms). */
+  heartbeatMs?: number;
+  /** Definitions to create the runners from, in place of the defaults of the same name (tests pass options). */
+  definitions?: readonly RunnerDefinition[];
+  /** What the runners read of a project's arium.json, for this machine: e.g. `python`, the interpreter of py-runner. */
+  runnerConfig?: Readonly<Record<string, unknown>>;
+  /** Told when the connection to the server is lost and when it is back (arium worker prints it). */
+  onConnection?: (event: 'disconnected' | 'reconnected', server: string) => void;
+}
+
+export interface Worker {
+  readonly id: string;
+  readonly host: string;
+  heartbeat(): Heartbeat;
+  /** Takes no new calls, finishes those it has, then closes. */
+  drain(): Promise<void>;
+  /** Closes now: calls it runs fail on the engine's side (a transport error). */
+  close(): Promise<void>;
+}
+
+const VERSION: string = (() => {
+  try {
+    return JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')).version;
+  } catch {
+    try {
+      return JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version;
+    } catch {
+      return 'unknown';
+    }
+  }
+})();
+
+/** Starts a worker: it joins the queue group of each runner it hosts and serves calls until drained or closed. */
+export async function startWorker(options: WorkerOptions): Promise<Worker> {
+  const names = [...(options.runners ?? HOSTABLE_RUNNERS)];
+  for (const name of names) {
+    if (!HOSTABLE_RUNNERS.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${HOSTABLE_RUNNERS.join(' and ')}`);
+  }
+  const concurrency = options.concurrency ?? Math.max(1, cpus().length);
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1)
+    throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
+  const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
+  // Made once connected: a worker the server refuses leaves no folder behind.
+  let cache: ToolCache;
+  try {
+    cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
+  } catch (error) {
+    await nc.close();
+    throw new Error(`The worker's cache folder cannot be made: ${(error as Error).message}`, { cause: error });
+  }
+  const onConnection = options.onConnection;
+  if (onConnection) {
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === 'disconnect') onConnection('disconnected', String(status.server));
+        else if (status.type === 'reconnect') onConnection('reconnected', String(status.server));
+      }
+    })();
+  }
+  return new RemoteWorker(
+    nc,
+    options.settings,
+    names,
+    concurrency,
+    cache,
+    options.heartbeatMs ?? 2000,
+    options.definitions ?? [],
+    options.runnerConfig ?? {},
+  );
+}
+
+interface Running {
+  readonly controller: AbortController;
+}
+
+class RemoteWorker implements Worker {
+  readonly id = randomUUID().slice(0, 12);
+  readonly host = hostname();
+  readonly #nc: NatsConnection;
+  readonly #subjects: Subjects;
+  readonly #names: string[];
+  readonly #runners = new Map<string, Runner>();
+  readonly #concurrency: number;
+  readonly #heartbeatMs: number;
+  readonly #calls = new Map<string, Running>();
+  readonly #received: ReceivedTools;
+  readonly #runSubs = new Map<string, Subscription>();
+  readonly #timer: NodeJS.Timeout;
+  #running = 0;
+  readonly #waiting: (() => void)[] = [];
+  #draining = false;
+  #closed = false;
+  #drained: Promise<void> | null = null;
+
+  constructor(
+    nc: NatsConnection,
+    settings: NatsSettings,
+    names: string[],
+    concurrency: number,
+    cache: ToolCache,
+    heartbeatMs: number,
+    definitions: readonly RunnerDefinition[],
+    runnerConfig: Readonly<Record<string, unknown>>,
+  ) {
+    this.#nc = nc;
+    this.#subjects = subjects(settings.deployment);
+    this.#names = names;
+    this.#concurrency = concurrency;
+    this.#received = new ReceivedTools(cache);
+    this.#heartbeatMs = heartbeatMs;
+    for (const name of names) {
+      const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
+      if (!definition) throw new Error(`no runner named ${name}`);
+      this.#runners.set(name, definition.create({ projectDir: cache.dir, config: runnerConfig }));
+    }
+    nc.subscribe(this.#subjects.ctl(this.id), { callback: (_error, msg) => this.#control(msg) });
+    nc.subscribe(this.#subjects.ping, { callback: () => this.#beat() });
+    this.#subscribe();
+    this.#timer = setInterval(() => this.#beat(), heartbeatMs);
+    this.#beat();
+  }
+
+  heartbeat(): Heartbeat {
+    return {
+      t: 'hb',
+      id: this.id,
+      host: this.host,
+      pid: process.pid,
+      runners: this.#names,
+      capacity: this.#concurrency,
+      in_flight: this.#calls.size,
+      versions: { arium: VERSION, node: process.versions.node, protocol: PROTOCOL },
+      interval_ms: this.#heartbeatMs,
+      draining: this.#draining,
+    };
+  }
+
+  #beat(extra: Partial<Heartbeat> = {}): void {
+    if (!this.#closed) this.#publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
+  }
+
+  /**
+   * Joins each runner's queue group, and leaves them when draining. A worker with all its slots busy
+   * stays in: a call it accepts waits for a slot (sending keepalives), since a message the server
+   * already routed to a subscription being dropped would be lost, and its caller would wait.
+   */
+  #subscribe(): void {
+    const open = !this.#draining && !this.#closed;
+    for (const name of this.#names) {
+      const sub = this.#runSubs.get(name);
+      if (open && !sub) {
+        this.#runSubs.set(
+          name,
+          this.#nc.subscribe(this.#subjects.run(name), { queue: this.#subjects.queue, callback: (_error, msg) => this.#accept(name, msg) }),
+        );
+      } else if (!open && sub) {
+        // Messages already on their way are still delivered, and refused (the engine says so at once).
+        void sub.drain();
+        this.#runSubs.delete(name);
+      }
+    }
+  }
+
+  #accept(runner: string, msg: Msg): void {
+    const call = decode(msg.data, 'remote.toWorker') as CallMessage | null;
+    if (call?.t !== 'call' || typeof call.id !== 'string' || typeof call.inbox !== 'string') return;
+    if (call.v !== PROTOCOL || this.#draining || this.#closed) {
+      const reason = call.v !== PROTOCOL ? `this worker speaks protocol ${PROTOCOL}` : 'draining';
+      this.#publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
+      return;
+    }
+    const running: Running = { controller: new AbortController() };
+    this.#calls.set(call.id, running);
+    void this.#run(runner, call, running).finally(() => {
+      this.#calls.delete(call.id);
+      if (this.#draining && this.#calls.size === 0) this.#onIdle?.();
+    });
+  }
+
+  #onIdle: (() => void) | null = null;
+
+  #control(msg: Msg): void {
+    const message = decode(msg.data, 'remote.toWorker');
+    if (message?.t === 'cancel' && typeof message.id === 'string') this.#calls.get(message.id)?.controller.abort();
+  }
+
+  async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
+    const inbox = call.inbox;
+    const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
+    const beat = () => this.#publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
+    // The first soon, so the engine learns who has a call that runs a while; a quick call sends only its done.
+    const first = setTimeout(beat, Math.min(keepaliveMs / 4, 50));
+    const alive = setInterval(beat, keepaliveMs);
+    const logs: { level: string; message: string }[] = [];
+    const intrusions: [string, string][] = [];
+    const meta: Record<string, unknown> = {};
+    const timeoutMs = Number(call.limits?.timeout_ms) || 30_000;
+    const signal = running.controller.signal;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const runner = this.#runners.get(runnerName) as Runner;
+      const tool = await this.#received.tool(call, (message) => this.#ask(inbox, message));
+      await this.#slot(signal);
+      try {
+        const parts = (call as { input_parts?: { key?: unknown; count?: unknown } }).input_parts;
+        const input = parts
+          ? JSON.parse(new TextDecoder().decode(await this.#fetchParts(inbox, String(parts.key), Number(parts.count), ASK_MS)))
+          : call.input;
+        const ctx: RunContext = {
+          tool,
+          input,
+          limits: call.limits as unknown as CallLimits,
+          signal,
+          runId: String(call.run_id),
+          traceId: String(call.trace_id),
+          vfs: this.#forwardedVfs(inbox, signal, Date.now() + timeoutMs) as unknown as ToolVfs,
+          history: null,
+          log: (level, message) => logs.push({ level, message }),
+          intrusion: (operation, reason) => intrusions.push([operation, reason]),
+          meta,
+        };
+        // The worker keeps the deadline too: a tool does not outlive its call here when the engine is gone.
+        const deadline = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            running.controller.abort();
+            reject(
+              new ToolFailure('execution', 'TIMEOUT', `${tool.spec.id} did not finish within ${timeoutMs} ms`, {
+                details: { timeout_ms: timeoutMs },
+              }),
+            );
+          }, timeoutMs);
+          signal.addEventListener('abort', () => reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call')), { once: true });
+        });
+        const data = await Promise.race([runner.run(ctx), deadline]);
+        await this.#done(inbox, { ok: true, data, logs, intrusions, meta });
+      } finally {
+        this.#release();
+      }
+    } catch (error) {
+      await this.#done(inbox, { ok: false, error: asOnEngine(wireFailure(error)), logs: asOnEngine(logs), intrusions, meta });
+    } finally {
+      clearTimeout(timer);
+      clearTimeout(first);
+      clearInterval(alive);
+    }
+  }
+
+  async #done(inbox: string, body: Record<string, unknown>): Promise<void> {
+    if (this.#nc.isClosed()) return;
+    const bytes = encode({ t: 'done', worker: this.id, host: this.host, ...body }, 'remote.fromWorker');
+    if (!tooLarge(bytes, this.#maxPayload)) {
+      this.#publish(inbox, bytes);
+      return;
+    }
+    try {
+      this.#publish(inbox, encode(await this.#upload(inbox, bytes, ASK_MS), 'remote.fromWorker'));
+    } catch (error) {
+      // The answer could not be sent whole: the engine gets the failure instead of waiting for it.
+      this.#publish(
+        inbox,
+        encode({ t: 'done', worker: this.id, ok: false, error: wireFailure(error), logs: [], intrusions: [], meta: {} }, 'remote.fromWorker'),
+      );
+    }
+  }
+
+  /** Publishes unless the connection is closed (a worker closing under its calls must not throw from a timer). */
+  #publish(subject: string, bytes: Uint8Array): void {
+    if (this.#nc.isClosed()) return;
+    try {
+      this.#nc.publish(subject, bytes);
+    } catch {
+      // Closed or draining meanwhile: the engine notices the silence.
+    }
+  }
+
+  get #maxPayload(): number {
+    return this.#nc.info?.max_payload ?? 1_048_576;
+  }
+
+  /** Sends the parts of a message too large for one; returns the `large` message that stands for it. */
+  async #upload(inbox: string, bytes: Uint8Array, timeout: number): Promise<Record<string, unknown>> {
+    const key = `u${++this.#keys}`;
+    const parts = split(bytes, this.#maxPayload);
+    for (const [index, data] of parts.entries()) await this.#ask(inbox, { t: 'put', key, index, data }, timeout);
+    return { t: 'large', key, count: parts.length };
+  }
+
+  #keys = 0;
+
+  async #slot(signal: AbortSignal): Promise<void> {
+    if (this.#running < this.#concurrency) {
+      this.#running++;
+      return;
+    }
+    await new Promise<void>((resolve, reject) => {
+      const go = () => {
+        signal.removeEventListener('abort', stop);
+        this.#running++;
+        resolve();
+      };
+      const stop = () => {
+        const at = this.#waiting.indexOf(go);
+        if (at !== -1) this.#waiting.splice(at, 1);
+        reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call before it started'));
+      };
+      this.#waiting.push(go);
+      signal.addEventListener('abort', stop, { once: true });
+    });
+  }
+
+  #release(): void {
+    this.#running--;
+    this.#waiting.shift()?.();
+  }
+
+  /** `ctx.vfs` for the local runner: every request goes back to the engine on the call's inbox, to be checked there. */
+  #forwardedVfs(inbox: string, signal: AbortSignal, deadline: number): ForwardedVfs {
+    return {
+      forwarded: true,
+      forward: async (op: VfsOp, args: readonly unknown[]) => {
+        if (signal.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
+        // An engine that went away answers no more: the request waits no longer than the call may run.
+        const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) }, Math.max(1, deadline - Date.now()));
+        if (reply.t === 'ended') throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
+        if (reply.ok === true) return unpackBytes(reply.value);
+        const error = (reply.error ?? {}) as WireFailure;
+        throw new ToolFailure(
+          error.stage === 'permission' ? 'permission' : 'execution',
+          (error.code ?? 'INTERNAL') as ToolFailure['code'],
+          String(error.message),
+          {
+            ...(error.details ? { details: error.details } : {}),
+          },
+        );
+      },
+    };
+  }
+
+  /** A request to the engine on the call's inbox; either way, a message too large for one travels in parts. */
+  async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
+    try {
+      let bytes = encode({ ...message, worker: this.id, host: this.host }, 'remote.fromWorker');
+      if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
+      const reply = decode((await this.#nc.request(inbox, bytes, { timeout })).data, 'remote.toWorker');
+      if (!reply) throw new Error('an answer that is not a message');
+      if (reply.t !== 'parts') return reply;
+      const whole = decode(await this.#fetchParts(inbox, String(reply.key), Number(reply.count), timeout), 'remote.toWorker');
+      if (!whole) throw new Error('an answer in parts that is not a message');
+      return whole;
+    } catch (error) {
+      if (error instanceof ToolFailure) throw error;
+      throw new ToolFailure('transport', 'UNAVAILABLE', `The engine did not answer (${String((error as Error)?.message ?? error)})`);
+    }
+  }
+
+  async #fetchParts(inbox: string, key: string, count: number, timeout: number): Promise<Uint8Array> {
+    const parts: string[] = [];
+    for (let index = 0; index < count; index++) {
+      const reply = decode(
+        (await this.#nc.request(inbox, encode({ t: 'part', key, index }, 'remote.fromWorker'), { timeout })).data,
+        'remote.toWorker',
+      );
+      parts.push(String(reply?.data ?? ''));
+    }
+    return joinParts(parts);
+  }
+
+  drain(): Promise<void> {
+    this.#drained ??= (async () => {
+      this.#draining = true;
+      this.#subscribe();
+      this.#beat();
+      if (this.#calls.size > 0) await new Promise<void>((resolve) => (this.#onIdle = resolve));
+      await this.close();
+    })();
+    return this.#drained;
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#beat({ leaving: true });
+    this.#closed = true;
+    clearInterval(this.#timer);
+    for (const running of this.#calls.values()) running.controller.abort();
+    await this.#nc.flush().catch(() => {});
+    await this.#nc.close().catch(() => {});
+    await Promise.allSettled([...this.#runners.values()].map((r) => r.close()));
+  }
+}
+
+/**
+ * A failure or log lines with the tool's files named as on the engine (`tools/x.js`), not by where this
+ * worker keeps that version (`tools/t<tree hash>/x.js`). A tool's own view of its paths (its stack, read
+ * by its code) still shows the tree folder.
+ */
+function asOnEngine<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value).replace(/\btools\/t[0-9a-f]{32}\//g, 'tools/'));
+}
+
+function wireFailure(error: unknown): WireFailure {
+  if (error instanceof ToolFailure) {
+    return {
+      stage: error.stage,
+      code: error.code,
+      message: error.message,
+      ...(error.details ? { details: error.details } : {}),
+      ...(error.toolStack ? { stack: error.toolStack } : {}),
+    };
+  }
+  return { stage: 'execution', code: 'INTERNAL', message: `The worker failed running the call: ${String((error as Error)?.message ?? error)}` };
+}

@@ -1,0 +1,104 @@
+// A compromised worker: a NATS client in the queue group that speaks the protocol itself. What the
+// threat model says it cannot do, it is made to try here.
+import type { NatsConnection } from '@nats-io/transport-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/index.js';
+import { type NatsServer, startNats } from './support/nats.js';
+import { definition, type TempProject, tempProject } from './support/project.js';
+import { remoteEngine } from './support/remote.js';
+
+let nats: NatsServer;
+let rogue: NatsConnection;
+let project: TempProject;
+let engine: Engine | null = null;
+
+beforeAll(async () => {
+  nats = await startNats();
+});
+afterAll(async () => {
+  await nats.stop();
+});
+afterEach(async () => {
+  await engine?.close();
+  engine = null;
+  await rogue?.close();
+  project?.remove();
+});
+
+const tools = {
+  'note.json': definition({ id: 'note', entry: 'note.js', permissions: ['exec.js', 'vfs.read:/public/**', 'vfs.write:/out/**'] }),
+  'note.js': 'export default async function run() { return { ok: 1 }; }',
+};
+
+const json = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+
+/** Joins the queue group as a worker would, and does `act` with each call it gets. */
+async function rogueWorker(
+  act: (call: Record<string, unknown>, ask: (m: unknown) => Promise<Record<string, unknown>>) => Promise<void>,
+): Promise<void> {
+  const { connect } = await import('@nats-io/transport-node');
+  rogue = await connect({ servers: nats.url });
+  rogue.subscribe('arium.test.run.js-runner', {
+    queue: 'arium.test.workers',
+    callback: (_e, msg) => {
+      const call = JSON.parse(msg.string()) as Record<string, unknown>;
+      const inbox = String(call.inbox);
+      const ask = async (m: unknown) =>
+        JSON.parse((await rogue.request(inbox, json({ worker: 'rogue', ...(m as object) }), { timeout: 2000 })).string());
+      void act(call, ask);
+    },
+  });
+  await rogue.flush();
+}
+
+describe('a compromised worker', () => {
+  it('cannot read or write outside the call’s grants, nor commit after a denial by claiming success', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    const answers: Record<string, unknown>[] = [];
+    await rogueWorker(async (call, ask) => {
+      answers.push(await ask({ t: 'vfs', op: 'read', args: ['/secret/key.txt'] }));
+      answers.push(await ask({ t: 'vfs', op: 'write', args: ['/etc-like/owned.txt', 'x'] }));
+      answers.push(await ask({ t: 'vfs', op: 'read', args: ['/../../etc/passwd'] }));
+      rogue.publish(
+        String(call.inbox),
+        json({ t: 'done', worker: 'rogue', host: 'h', ok: true, data: { forged: true }, logs: [], intrusions: [], meta: {} }),
+      );
+    });
+    engine = await remoteEngine(project, nats.url);
+    engine.vfs.write('/secret/key.txt', 'k');
+    const denials: string[] = [];
+    engine.events.on('security', (e) => denials.push(String(e.operation)));
+    const r = await engine.call('note', {});
+    expect(r).toMatchObject({ ok: false, error: { code: 'DENIED', stage: 'permission' } });
+    expect(denials[0]).toBe('read /secret/key.txt');
+    // After the denial the call is over: the later requests are told so, and nothing was written.
+    for (let i = 0; i < 100 && answers.length < 3; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(answers[0]).toMatchObject({ ok: false, error: { code: 'DENIED' } });
+    expect(answers.slice(1)).toEqual([{ t: 'ended' }, { t: 'ended' }]);
+    expect(engine.vfs.exists('/etc-like/owned.txt')).toBe(false);
+  });
+
+  it('can lie about the output, which the engine still checks; its meta cannot replace the engine’s', async () => {
+    project = tempProject(
+      {
+        ...tools,
+        'typed.json': definition({
+          id: 'typed',
+          entry: 'note.js',
+          output_schema: { type: 'object', required: ['n'], properties: { n: { type: 'integer' } } },
+        }),
+      },
+      'arium-remote-',
+    );
+    await rogueWorker(async (call) => {
+      const meta = { run_id: 'forged', runner: 'forged', extra: 'added' };
+      const data = (call.tool as { spec: { id: string } }).spec.id === 'typed' ? { n: 'not a number' } : { lie: true };
+      rogue.publish(String(call.inbox), json({ t: 'done', worker: 'rogue', host: 'h', ok: true, data, logs: [], intrusions: [], meta }));
+    });
+    engine = await remoteEngine(project, nats.url);
+    const lie = await engine.call('note', {});
+    expect(lie).toMatchObject({ ok: true, data: { lie: true }, meta: { runner: 'js-runner', extra: 'added', worker: { id: 'rogue' } } });
+    expect(lie.meta.run_id).not.toBe('forged');
+    expect(await engine.call('typed', {})).toMatchObject({ ok: false, error: { code: 'INVALID_OUTPUT' } });
+  });
+});
