@@ -5,9 +5,13 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, EngineEvent, ToolResult } from '../src/index.js';
 import { createGateway } from '../src/surfaces/http/gateway.js';
+import { createMcpServer } from '../src/surfaces/mcp/server.js';
 import { runCli } from './cli.helpers.js';
 import { definition, FakeRunner, openEngine, recordEvents, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
@@ -189,6 +193,51 @@ describe('capabilities on the surfaces', () => {
     } finally {
       await gateway.close();
     }
+  });
+
+  it('MCP: a tools/call name that is no offered tool but a capability runs its one provider', async () => {
+    await withEngine(['exec.js', 'vfs.write'], async (engine) => {
+      const { server, detach } = createMcpServer(engine, { profile: { tools: ['sum.*', 'other.tool'] } });
+      const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+      await server.connect(serverSide);
+      const client = new Client({ name: 'capabilities-test', version: '1.0.0' });
+      await client.connect(clientSide);
+      try {
+        const ok = (await client.callTool({ name: 'translate', arguments: {} })) as CallToolResult;
+        expect(ok.isError).toBeFalsy();
+        expect(ok.structuredContent).toEqual({ by: 'other.tool', timeout: 1234 });
+        expect(ok._meta?.['arium/tool']).toBe('other.tool');
+        const ambiguous = (await client.callTool({ name: 'summarize', arguments: {} })) as CallToolResult;
+        expect(ambiguous.isError).toBe(true);
+        expect(JSON.stringify(ambiguous.content)).toContain('AMBIGUOUS');
+        // An id always wins, and a name that is neither is unknown.
+        expect(((await client.callTool({ name: 'sum.plain', arguments: {} })) as CallToolResult).structuredContent).toEqual({ by: 'sum.plain' });
+        const unknown = (await client.callTool({ name: 'fly', arguments: {} })) as CallToolResult;
+        expect(JSON.stringify(unknown.content)).toContain('UNKNOWN_TOOL');
+      } finally {
+        await client.close();
+        detach();
+      }
+    });
+  });
+
+  it('MCP: the profile’s tool list bounds the choice', async () => {
+    await withEngine(['exec.js', 'vfs.write'], async (engine) => {
+      const { server, detach } = createMcpServer(engine, { profile: { tools: ['sum.writer'] } });
+      const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+      await server.connect(serverSide);
+      const client = new Client({ name: 'capabilities-test', version: '1.0.0' });
+      await client.connect(clientSide);
+      try {
+        const r = (await client.callTool({ name: 'summarize', arguments: {} })) as CallToolResult;
+        expect(r.structuredContent).toEqual({ by: 'sum.writer' });
+        const hidden = (await client.callTool({ name: 'translate', arguments: {} })) as CallToolResult;
+        expect(JSON.stringify(hidden.content)).toContain('UNKNOWN_TOOL');
+      } finally {
+        await client.close();
+        detach();
+      }
+    });
   });
 
   it('CLI: arium call --capability <name> [input]', async () => {

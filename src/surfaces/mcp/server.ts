@@ -105,7 +105,11 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     const id = request.params.name;
-    if (!visible(id) || !engine.tool(id)) {
+    // A name that is no offered tool's id may be a capability: the one offered tool that provides it
+    // and that these grants may call runs (AMBIGUOUS when several do). An id always wins.
+    const offered = visible(id) && engine.tool(id) !== undefined;
+    const capability = !offered && engine.tools().some((tool) => visible(tool.id) && tool.provides?.includes(id));
+    if (!offered && !capability) {
       // A tool the profile hides is as unknown as one that does not exist: nothing tells them apart.
       return errorResult({
         type: 'ToolError',
@@ -147,9 +151,10 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         });
     };
     try {
-      const call = engine.call(id, request.params.arguments ?? {}, {
+      const call = engine.call(capability ? { capability: id } : id, request.params.arguments ?? {}, {
         signal: extra.signal,
         caller,
+        ...(capability ? { offered: visible } : {}),
         onApproval,
         ...(grants ? { grants } : {}),
       });
@@ -161,7 +166,9 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       if (timer) clearInterval(timer);
     }
     for (const line of result.meta.logs ?? []) {
-      await server.sendLoggingMessage({ level: LOG_LEVELS[line.level] ?? 'info', logger: id, data: line.message }, extra.sessionId).catch(() => {});
+      await server
+        .sendLoggingMessage({ level: LOG_LEVELS[line.level] ?? 'info', logger: result.meta.tool, data: line.message }, extra.sessionId)
+        .catch(() => {});
     }
     if (!result.ok) return errorResult(result.error);
     const data = result.data;
@@ -170,7 +177,12 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     return {
       content: [{ type: 'text', text }],
       ...(structured ? { structuredContent: data as Record<string, unknown> } : {}),
-      _meta: { 'arium/run_id': result.meta.run_id, 'arium/trace_id': result.meta.trace_id, 'arium/duration_ms': result.meta.duration_ms },
+      _meta: {
+        'arium/run_id': result.meta.run_id,
+        'arium/trace_id': result.meta.trace_id,
+        'arium/duration_ms': result.meta.duration_ms,
+        ...(capability ? { 'arium/tool': result.meta.tool } : {}),
+      },
     };
   });
 
