@@ -364,6 +364,33 @@ describe('macro load problems', () => {
     expect(engine?.tools().some((t) => t.id === 'm.bad')).toBe(false);
   });
 
+  it('reports a placeholder whose declared type the called tool never takes there', async () => {
+    const typed = {
+      type: 'object',
+      properties: { n: { type: 'integer' }, s: { type: 'string' }, list: { type: 'array', items: { type: 'boolean' } } },
+    };
+    const problems = await problemsOf({
+      'typed.json': macro({
+        id: 'm.typed',
+        schema: typed,
+        steps: [{ tool: 'fs.write', input: { path: { $from: '/input/n' }, content: { $from: '/input/s' } } }],
+      }),
+      'item.json': macro({ id: 'm.item', schema: typed, steps: [{ tool: 'fs.read', input: { path: { $from: '/input/list/0' } } }] }),
+      'fine.json': macro({
+        id: 'm.fine',
+        schema: typed,
+        steps: [{ tool: 'fs.write', input: { path: { $from: '/input/s' }, content: { $from: '/input/s' } } }],
+      }),
+      'loose.json': macro({ id: 'm.loose', steps: [{ tool: 'fs.write', input: { path: { $from: '/input/anything' }, content: 'x' } }] }),
+    });
+    expect(problems.map((p) => [p.id, p.at])).toEqual([
+      ['m.item', '/steps/0/input/path'],
+      ['m.typed', '/steps/0/input/path'],
+    ]);
+    expect(problems.find((p) => p.id === 'm.typed')?.message).toContain('"/input/n" is integer, but fs.write wants string here');
+    expect(problems.find((p) => p.id === 'm.item')?.message).toContain('is boolean');
+  });
+
   it('accepts placeholders wherever the called schema is satisfiable', async () => {
     const problems = await problemsOf({
       'ok.json': macro({ id: 'm.ok', steps: [{ tool: 'fs.write', input: { path: { $from: '/input/p' }, content: { $from: '/input/c' } } }] }),

@@ -39,6 +39,7 @@ export function linkMacro(macro: Tool, lookup: LinkLookup): LinkProblem[] {
       });
     }
     problems.push(...checkShape(step.input ?? {}, target, `${at}/input`));
+    problems.push(...checkTypes(macro, index, target, lookup));
   }
   if (macro.spec.output !== undefined) {
     for (const ref of placeholders(macro.spec.output, '/output')) problems.push(...checkReference(ref.from, ref.at, steps.length));
@@ -115,4 +116,60 @@ function checkShape(template: unknown, target: Tool, at: string): LinkProblem[] 
   if (real.length === 0) return [];
   const first = real[0] as Violation;
   return [{ at: `${at}${first.pointer}`, message: `the input for ${target.spec.id} cannot match its schema: ${summarize(real)}` }];
+}
+
+/**
+ * Placeholders whose value has a declared type (the macro's input schema for `/input/…`, a step
+ * tool's output_schema for `/steps/<n>/output/…`) that the called tool's schema declares another type
+ * for at the same place: such a step can never succeed. Only plain schemas are walked (properties,
+ * items, prefixItems); anything else leaves the type unknown and unchecked.
+ */
+function checkTypes(macro: Tool, index: number, target: Tool, lookup: LinkLookup): LinkProblem[] {
+  const steps = macro.spec.steps ?? [];
+  const base = `/steps/${index}/input`;
+  const problems: LinkProblem[] = [];
+  for (const ref of placeholders(steps[index]?.input ?? {}, base)) {
+    if (typeof ref.from !== 'string') continue;
+    const [root, n, field, ...rest] = tokens(ref.from);
+    let given: string[] | null = null;
+    if (root === 'input') given = typesAt(macro.spec.schema, tokens(ref.from).slice(1));
+    else if (root === 'steps' && field === 'output' && Number(n) < index) {
+      const source = steps[Number(n)];
+      const tool = source ? lookup(source.tool) : undefined;
+      given = tool?.spec.output_schema ? typesAt(tool.spec.output_schema, rest) : null;
+      // A step skipped by its condition has the output null.
+      if (given && source?.when !== undefined && rest.length === 0) given = [...given, 'null'];
+    }
+    const wanted = typesAt(target.spec.schema, tokens(ref.at.slice(base.length)));
+    if (
+      !given ||
+      !wanted ||
+      given.some((t) => wanted.includes(t) || (t === 'integer' && wanted.includes('number')) || (t === 'number' && wanted.includes('integer')))
+    )
+      continue;
+    problems.push({
+      at: ref.at,
+      message: `"${ref.from}" is ${given.join(' or ')}, but ${target.spec.id} wants ${wanted.join(' or ')} here: this step could never run`,
+    });
+  }
+  return problems;
+}
+
+/** The JSON types a plain schema allows at `path` (object keys and array indexes), or null when unknown. */
+function typesAt(schema: unknown, path: readonly string[]): string[] | null {
+  let node = schema as Record<string, unknown> | undefined;
+  for (const token of path) {
+    if (!node || typeof node !== 'object') return null;
+    const props = node.properties as Record<string, unknown> | undefined;
+    if (props && Object.hasOwn(props, token)) node = props[token] as Record<string, unknown>;
+    else if (/^(0|[1-9][0-9]*)$/.test(token) && Array.isArray(node.prefixItems) && Number(token) < node.prefixItems.length)
+      node = node.prefixItems[Number(token)] as Record<string, unknown>;
+    else if (/^(0|[1-9][0-9]*)$/.test(token) && node.items && typeof node.items === 'object' && !Array.isArray(node.items))
+      node = node.items as Record<string, unknown>;
+    else return null;
+  }
+  if (!node || typeof node !== 'object') return null;
+  if (typeof node.type === 'string') return [node.type];
+  if (Array.isArray(node.type) && node.type.every((t) => typeof t === 'string')) return node.type as string[];
+  return null;
 }
