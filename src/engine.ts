@@ -508,6 +508,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
+  if (scrubber.active) state.scrub = (text) => scrubber.text(text);
   const hostVfs = new HostVfs(state);
 
   let closed: Promise<void> | null = null;

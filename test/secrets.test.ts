@@ -222,6 +222,18 @@ describe('refusals', () => {
   });
 });
 
+describe('snapshot metadata', () => {
+  it('a label or message holding a secret value is kept scrubbed', async () => {
+    const info = await engine.snapshot({ label: `tag-${VALUE}`, message: `made with ${Buffer.from(VALUE).toString('base64')}` });
+    expect(info.label).toBe('tag-[secret:github]');
+    expect(info.message).toBe('made with [secret:github]');
+    expectClean(engine.snapshots());
+    const viaTool = data(await engine.call('vfs.snapshot', { label: 'v1', message: `by ${VALUE}` }));
+    expectClean(viaTool);
+    expectClean(engine.snapshots());
+  });
+});
+
 describe('secrets and macros', () => {
   const macro = (id: string, steps: unknown[]) =>
     JSON.stringify({ id, description: `macro ${id}`, runner: 'macro', schema: { type: 'object' }, steps });

@@ -82,6 +82,8 @@ export class VfsState {
   readonly objects: Objects;
   /** Keeps what each committed call changed, when someone looks at calls (`EngineOptions.changeLog`). */
   changeLog: ChangeLog | null = null;
+  /** Replaces the project's secret values in text the state keeps (snapshot labels and messages); set by the engine. */
+  scrub: (text: string) => string = (text) => text;
   readonly #index = new TreeIndex();
   #journal: JournalPort | null = null;
   readonly #checkpointBytes: number;
@@ -367,8 +369,13 @@ export class VfsState {
    * that adds many objects or bytes (the first one of a big tree) syncs its objects in place instead,
    * so the journal does not hold the tree twice.
    */
-  snapshot(options: { label?: string; message?: string } = {}): SnapshotInfo {
+  snapshot(given: { label?: string; message?: string } = {}): SnapshotInfo {
     this.assertWritable('A snapshot');
+    // Labels and messages are kept for good and shown everywhere: a secret's value never goes in.
+    const options = {
+      ...(given.label !== undefined ? { label: this.scrub(given.label) } : {}),
+      ...(given.message !== undefined ? { message: this.scrub(given.message) } : {}),
+    };
     const root = this.#index.write(this.vfs, this.objects);
     const stats = this.vfs.usage();
     const dirs = stats.dirs;
