@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ApprovalAnswer, ApprovalGate, PendingApproval } from './approvals/gate.js';
+import { isCapabilityRequest, routeCapability } from './capabilities.js';
 import type { Limiter } from './concurrency.js';
 import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
@@ -10,6 +11,7 @@ import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
 import type { ResultMeta, ToolResult } from './result.js';
 import type { Runner, StepCaller } from './runner.js';
+import { hasSecretReference, withSecrets } from './secrets/references.js';
 import type { Scrubber } from './secrets/scrub.js';
 import type { ResolvedSecret } from './secrets/sources.js';
 import type { RunnerName, Tool } from './tool.js';
@@ -45,13 +47,7 @@ export interface CallOptions {
   onApproval?: (pending: PendingApproval) => void;
 }
 
-/** What a caller names instead of a tool id: any tool that provides this capability and that it may call. */
-export interface CapabilityRequest {
-  capability: string;
-}
-
-/** A tool id, or a capability to route by. */
-export type CallTarget = string | CapabilityRequest;
+export type { CallTarget, CapabilityRequest } from './capabilities.js';
 
 export interface DispatcherDeps {
   registry: Registry;
@@ -83,19 +79,6 @@ const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function toolLabel(id: unknown): string {
   if (isCapabilityRequest(id)) return `capability:${toolLabel(id.capability)}`;
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
-}
-
-/** Whether a JSON value holds a `{"$secret": …}` object anywhere (a walk without copying). */
-function hasSecretReference(value: unknown, depth: number): boolean {
-  if (value === null || typeof value !== 'object' || depth > 64) return false;
-  if (Array.isArray(value)) return value.some((item) => hasSecretReference(item, depth + 1));
-  if (Object.hasOwn(value, '$secret')) return true;
-  for (const key in value) if (hasSecretReference((value as Record<string, unknown>)[key], depth + 1)) return true;
-  return false;
-}
-
-function isCapabilityRequest(id: unknown): id is { capability: unknown } {
-  return typeof id === 'object' && id !== null && !Array.isArray(id) && Object.hasOwn(id, 'capability');
 }
 
 /**
@@ -139,7 +122,7 @@ export class Dispatcher {
       // A capability is resolved first, so every event, policy and audit line names the tool that runs.
       let routed: Tool | null = null;
       if (isCapabilityRequest(id)) {
-        routed = this.#route(id.capability, opts);
+        routed = routeCapability(this.#d.registry, id.capability, this.#grantsFor(opts.grants), opts.offered);
         meta.capability = id.capability as string;
         label = routed.spec.id;
         meta.tool = label;
@@ -185,7 +168,9 @@ export class Dispatcher {
             { details: { tool: tool.spec.id } },
           );
         }
-        copy = this.#withSecrets(copy, tool, opts, runId, meta.trace_id);
+        copy = withSecrets(copy, tool, this.#grantsFor(opts.grants), this.#d.secrets, (permission, operation, reason) =>
+          this.#security(runId, meta.trace_id, tool.spec.id, permission, operation, reason),
+        );
         stage = 'validation';
       }
       const violations = tool.validateInput(copy);
@@ -345,83 +330,6 @@ export class Dispatcher {
       const options: CallOptions = { timeout_ms: left, signal: scope.signal, caller: `macro:${self.chain.at(-1)}` };
       return this.call(step.tool, step.input, options, { ...scope, ...self });
     };
-  }
-
-  /**
-   * The input with each `{"$secret": NAME}` replaced by the secret's value. The tool must declare
-   * `secret.read:NAME` (or `secret.read`) and the caller must be granted it; an unknown secret is
-   * refused the same way, so a caller learns nothing of which names exist from the answer.
-   */
-  #withSecrets(input: unknown, tool: Tool, opts: CallOptions, runId: string, traceId: string): unknown {
-    const grants = this.#grantsFor(opts.grants);
-    const covers = (scopes: readonly { name: string; scope: string | null }[], name: string) =>
-      scopes.some((p) => p.name === 'secret.read' && (p.scope === null || p.scope === name));
-    const replace = (value: unknown, depth: number): unknown => {
-      if (value === null || typeof value !== 'object' || depth > 64) return value;
-      if (Array.isArray(value)) return value.map((item) => replace(item, depth + 1));
-      const record = value as Record<string, unknown>;
-      const keys = Object.keys(record);
-      if (keys.length === 1 && keys[0] === '$secret') {
-        const name = record.$secret;
-        if (typeof name !== 'string') {
-          throw new ToolFailure('validation', 'INVALID_INPUT', '{"$secret": …} must name a secret with a string, e.g. {"$secret": "github"}', {
-            details: { option: '$secret' },
-          });
-        }
-        const permission = `secret.read:${name.slice(0, 64)}`;
-        const deny = (why: string) => {
-          this.#security(runId, traceId, tool.spec.id, permission, `use secret ${name.slice(0, 64)}`, why);
-          return new ToolFailure('permission', 'DENIED', `Permission denied: secret "${name.slice(0, 64)}" for ${tool.spec.id}: ${why}`, {
-            details: { secret: name.slice(0, 64), permission },
-          });
-        };
-        if (!covers(tool.declared, name)) throw deny(`the tool does not declare "${permission}"`);
-        if (!covers(grants.permissions, name)) throw deny(`the caller was not granted "${permission}"`);
-        const found = this.#d.secrets.get(name);
-        if (!found) throw deny('no such secret is configured for this project (arium.json "secrets")');
-        if (!found.ok) throw new ToolFailure('execution', 'MISCONFIGURED', found.problem, { details: { secret: name } });
-        return found.value;
-      }
-      const out: Record<string, unknown> = {};
-      for (const key of keys) out[key] = replace(record[key], depth + 1);
-      return out;
-    };
-    return replace(input, 0);
-  }
-
-  /** The one tool providing `capability` that this caller may call (declared permissions granted, offered). */
-  #route(capability: unknown, opts: CallOptions): Tool {
-    if (typeof capability !== 'string' || capability.length === 0 || capability.length > 128) {
-      throw new ToolFailure(
-        'validation',
-        'INVALID_INPUT',
-        'A capability must be a non-empty string of at most 128 characters, e.g. { capability: "summarize" }',
-        {
-          details: { option: 'capability' },
-        },
-      );
-    }
-    const grants = this.#grantsFor(opts.grants);
-    const providers = this.#d.registry.list().filter((tool) => tool.spec.provides?.includes(capability));
-    const eligible = providers.filter((tool) => grants.missing(tool.declared) === null && (opts.offered?.(tool.spec.id) ?? true));
-    if (eligible.length === 1) return eligible[0] as Tool;
-    const ids = eligible.map((tool) => tool.spec.id);
-    if (eligible.length > 1) {
-      throw new ToolFailure(
-        'validation',
-        'AMBIGUOUS',
-        `Capability "${capability}" is provided by ${ids.length} tools this caller may call: ${ids.join(', ')}. Call one of them by id.`,
-        { details: { capability, candidates: ids } },
-      );
-    }
-    const others = providers.length;
-    const why =
-      others === 0
-        ? 'no tool declares it in "provides"'
-        : `${others} tool(s) provide it, but this caller is not granted what they need or they are not offered here`;
-    throw new ToolFailure('validation', 'UNKNOWN_TOOL', `No tool this caller may call provides capability "${capability}": ${why}.`, {
-      details: { capability, suggestions: [] },
-    });
   }
 
   #lookup(id: unknown): Tool {
