@@ -185,7 +185,7 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await detail.getByRole('button', { name: 'Open diff' }).click();
     const dialog = page.getByRole('dialog');
     await dialog.locator('.d2h-code-line-ctn').first().waitFor();
-    await expect(diffLines(page, 'dialog')).resolves.toEqual({ added: ['Hello', 'world'], removed: [] });
+    await expect.poll(() => diffLines(page, 'dialog'), { timeout: 15_000 }).toEqual({ added: ['Hello', 'world'], removed: [] });
     await page.keyboard.press('Escape');
     await dialog.waitFor({ state: 'detached' });
 
@@ -253,9 +253,13 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     const file = page.locator('.diff-file[data-path="/notes/plan.md"]');
     await file.locator('.d2h-code-line-ctn').first().waitFor();
     await expect(file.locator('.counts').textContent()).resolves.toBe('+2 −1');
-    await expect(diffLines(page, '.diff-file[data-path="/notes/plan.md"]')).resolves.toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+    await expect
+      .poll(() => diffLines(page, '.diff-file[data-path="/notes/plan.md"]'), { timeout: 15_000 })
+      .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
     await page.getByRole('button', { name: 'Unified' }).click();
-    await expect(diffLines(page, '.diff-file[data-path="/notes/plan.md"]')).resolves.toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+    await expect
+      .poll(() => diffLines(page, '.diff-file[data-path="/notes/plan.md"]'), { timeout: 15_000 })
+      .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
     await page.getByRole('button', { name: 'Side by side' }).click();
     await page.screenshot({ path: join(OUT, 'diff.png') });
 
