@@ -234,7 +234,12 @@ describe('the host', () => {
     }
     for (const result of await Promise.all(others)) expect(result.ok).toBe(true);
     const outcomes = await Promise.all(attacks);
-    expect(outcomes.map((r) => (r.ok ? 'ok' : r.error.code))).toEqual(['TIMEOUT', 'TIMEOUT', 'TIMEOUT']);
+    const codes = outcomes.map((r) => (r.ok ? 'ok' : r.error.code));
+    // The microtask flood keeps one more promise alive per turn: on Node 24, with 40 other calls
+    // sharing the machine, its heap passed memory_mb before the 1.5 s deadline once in CI (MEMORY_LIMIT).
+    // Either ends it inside its sandbox; what this test is about is that the others were served.
+    expect([codes[0], codes[2]]).toEqual(['TIMEOUT', 'TIMEOUT']);
+    expect(['TIMEOUT', 'MEMORY_LIMIT']).toContain(codes[1]);
     // Every benign call finished before the first hostile one gave up.
     expect(order.indexOf('hostile')).toBe(40);
   });
