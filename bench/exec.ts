@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { programRoot } from '../runners/builtin/exec/sandbox.js';
 import { hostLayout, namespaceArgs } from '../runners/shared/bwrap.js';
 import { createEngine, DEFAULT_GRANTS, type Engine } from '../src/index.js';
+import { spawnTimes } from './measure.js';
 import { median, percentile } from './stats.js';
 
 /**
@@ -24,16 +25,6 @@ function realPython(): string | null {
   } catch {
     return null;
   }
-}
-
-function spawnTimes(command: string, args: string[], n: number): number[] {
-  const times: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    execFileSync(command, args, { env: {}, stdio: ['ignore', 'pipe', 'pipe'] });
-    times.push(performance.now() - t0);
-  }
-  return times;
 }
 
 async function open(allow: string[]): Promise<{ engine: Engine; done(): Promise<void> }> {

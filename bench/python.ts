@@ -8,6 +8,7 @@ import { PythonRunner } from '../runners/python/index.js';
 import { findInterpreter, harnessDir } from '../runners/python/interpreter.js';
 import { bwrapCommand, bwrapProblem } from '../runners/python/isolation.js';
 import { createEngine, type Engine } from '../src/index.js';
+import { spawnTimes } from './measure.js';
 import { machineCpu, median, percentile } from './stats.js';
 
 /**
@@ -46,16 +47,6 @@ async function sustained(engine: Engine, n: number, inFlight: number): Promise<n
   };
   await Promise.all(Array.from({ length: inFlight }, worker));
   return n / ((performance.now() - start) / 1000);
-}
-
-function spawnTimes(command: string, args: string[], n: number): number[] {
-  const times: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    execFileSync(command, args, { env: {}, stdio: ['ignore', 'pipe', 'pipe'] });
-    times.push(performance.now() - t0);
-  }
-  return times;
 }
 
 async function engineFigures(isolation: 'bubblewrap' | 'rlimits'): Promise<Record<string, unknown>> {

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { createEngine, type Engine } from '../src/index.js';
+import { createEngine } from '../src/index.js';
+import { awaitNs, fsWriteMedianUs } from './measure.js';
 import { median, percentile } from './stats.js';
 
 const run = promisify(execFile);
@@ -35,31 +36,6 @@ function fileText(i: number): string {
   }
   if (i % 10 === 0) lines.splice(5, 0, `here is the ${PATTERN} in file ${i}`);
   return `${lines.join('\n')}\n`;
-}
-
-/** A bare `await`, in ns: what promise hooks, once on, make every await of the process pay. */
-async function awaitNs(): Promise<number> {
-  // The median of batches: a collection of the garbage an earlier measure left falls in one batch only.
-  const n = 200_000;
-  const batches: number[] = [];
-  for (let b = 0; b < 11; b++) {
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) await null;
-    batches.push(((performance.now() - t0) * 1e6) / n);
-  }
-  return Math.round(median(batches));
-}
-
-async function writeMedianUs(engine: Engine, count: number): Promise<number> {
-  const content = `${'x'.repeat(1023)}\n`;
-  const times: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const t0 = performance.now();
-    const r = await engine.call('fs.write', { path: '/bench/w.txt', content });
-    times.push(performance.now() - t0);
-    if (!r.ok) throw new Error(`fs.write failed: ${r.error.message}`);
-  }
-  return Math.round(median(times) * 100_000) / 100;
 }
 
 export async function benchShell(): Promise<Record<string, unknown>> {
@@ -98,8 +74,8 @@ export async function benchShell(): Promise<Record<string, unknown>> {
     };
 
     // Warm-up of the engine's write path, then its figure before any shell call.
-    await writeMedianUs(engine, WRITES);
-    const writeBefore = await writeMedianUs(engine, WRITES);
+    await fsWriteMedianUs(engine, WRITES);
+    const writeBefore = await fsWriteMedianUs(engine, WRITES);
     const awaitBefore = await awaitNs();
 
     // The first shell call starts the worker thread and loads just-bash in it.
@@ -126,7 +102,7 @@ export async function benchShell(): Promise<Record<string, unknown>> {
       if (!r.ok || (r.data as { stdout: string }).stdout !== 'hi\n') throw new Error('shell.run echo failed');
     }
 
-    const writeAfter = await writeMedianUs(engine, WRITES);
+    const writeAfter = await fsWriteMedianUs(engine, WRITES);
     const awaitAfter = await awaitNs();
     const control = await inProcessControl();
     const ms = (v: number) => Math.round(v * 100) / 100;
