@@ -47,6 +47,12 @@ export interface Tool {
   readonly entryPath: string | null;
   /** Absolute host path of the tools folder the entry must stay inside. */
   readonly toolsDir: string | null;
+  /**
+   * A worker's tools: the folder below `toolsDir` holding this version of the project's tools folder
+   * (one name, e.g. `t<tree hash>`). The tool's own imports and the file names it is shown start there,
+   * as they start at `toolsDir` on the engine's machine.
+   */
+  readonly root?: string;
   readonly declared: readonly Permission[];
   readonly validateInput: Validator;
   readonly validateOutput: Validator | null;

@@ -1,6 +1,5 @@
 // The same attacks from the JS and Python containment fixtures, run locally and on a remote worker:
 // the outcome must be the same (a worker's sandbox is the local one; the VFS checks stay with the engine).
-// Not 'own-stack': on a worker a tool's files sit in tools/t<tree hash>/, and its stack names them so.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine, type ToolResult } from '../src/index.js';
 import { JS_FIXTURES } from './support/js-engine.js';

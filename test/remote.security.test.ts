@@ -1,5 +1,8 @@
 // A compromised worker: a NATS client in the queue group that speaks the protocol itself. What the
 // threat model says it cannot do, it is made to try here.
+import { createHash } from 'node:crypto';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/index.js';
@@ -100,5 +103,30 @@ describe('a compromised worker', () => {
     expect(lie).toMatchObject({ ok: true, data: { lie: true }, meta: { runner: 'js-runner', extra: 'added', worker: { id: 'rogue' } } });
     expect(lie.meta.run_id).not.toBe('forged');
     expect(await engine.call('typed', {})).toMatchObject({ ok: false, error: { code: 'INVALID_OUTPUT' } });
+  });
+
+  it('is sent the tools folder’s files and the links that stay inside it, never what a link out of it points to', async () => {
+    project = tempProject({ ...tools, 'lib/shared.js': 'export const x = 1;\n' }, 'arium-remote-');
+    const secret = 'a host file next to the tools folder\n';
+    writeFileSync(join(project.dir, 'secret.txt'), secret);
+    symlinkSync(join(project.dir, 'secret.txt'), join(project.tools, 'leak.txt'));
+    symlinkSync('lib/shared.js', join(project.tools, 'alias.js'));
+    symlinkSync('..', join(project.tools, 'lib', 'up'));
+    mkdirSync(join(project.tools, 'loop'));
+    symlinkSync('..', join(project.tools, 'loop', 'again'));
+    const asked: Record<string, unknown>[] = [];
+    await rogueWorker(async (call, ask) => {
+      asked.push(await ask({ t: 'tree' }));
+      asked.push(await ask({ t: 'blob', sha: createHash('sha256').update(secret).digest('hex'), offset: 0 }));
+      asked.push(await ask({ t: 'blob', sha: createHash('sha256').update('export const x = 1;\n').digest('hex'), offset: 0 }));
+      rogue.publish(String(call.inbox), json({ t: 'done', worker: 'rogue', host: 'h', ok: true, data: {}, logs: [], intrusions: [], meta: {} }));
+    });
+    engine = await remoteEngine(project, nats.url);
+    expect(await engine.call('note', {})).toMatchObject({ ok: true });
+    const paths = ((asked[0]?.entries ?? []) as [string, string, number][]).map(([path]) => path);
+    expect(paths).toEqual(['alias.js', 'lib/shared.js', 'note.js', 'note.json']);
+    expect(asked[1]).toMatchObject({ error: expect.any(String) });
+    expect(asked[1]).not.toHaveProperty('data');
+    expect(Buffer.from(String(asked[2]?.data), 'base64').toString()).toBe('export const x = 1;\n');
   });
 });

@@ -1,4 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
@@ -56,7 +57,8 @@ function answerSize(payload: unknown): number {
 
 export function toolRef(tool: Tool): ToolRef {
   if (!tool.entryPath || !tool.toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no entry file`);
-  return { entry: tool.entryPath, root: tool.toolsDir };
+  // A worker's tool: its imports stay inside its own version of the tools folder, not any it was sent.
+  return { entry: tool.entryPath, root: tool.root ? join(tool.toolsDir, tool.root) : tool.toolsDir };
 }
 
 /** isolated-vm could not be loaded in the sandbox process (not built for this Node, or broken): a setup problem. */

@@ -132,7 +132,7 @@ export class PythonRunner implements Runner {
     }
     const server = await this.#server(tool, await this.#environment(tool));
     ctx.meta.isolation = isolation.mode;
-    return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024);
+    return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024, tool.root);
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {

@@ -150,13 +150,16 @@ export class ServerProcess {
     return this.#stderr.trim().split('\n').pop() ?? '';
   }
 
-  call(ctx: RunContext, entry: string, logBytes: number): Promise<unknown> {
+  /** `entry` relative to the tools folder; `root`, the folder below it the tool's version sits in (a worker's). */
+  call(ctx: RunContext, entry: string, logBytes: number, root?: string): Promise<unknown> {
     return this.#calls.open(ctx, { vfsFailures: new Map() }, (id) => {
-      const module = entry.replace(/\.py$/, '').replace(/[^A-Za-z0-9_]/g, '_');
+      const own = root && entry.startsWith(`${root}/`) ? entry.slice(root.length + 1) : entry;
+      const module = own.replace(/\.py$/, '').replace(/[^A-Za-z0-9_]/g, '_');
       this.#send({
         t: 'call',
         id,
         entry,
+        ...(root ? { root } : {}),
         module,
         input: ctx.input,
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },

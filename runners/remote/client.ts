@@ -147,6 +147,15 @@ export class RemoteClient {
     } catch (error) {
       return Promise.reject(error);
     }
+    const entry = relativeEntry(toolsDir, ctx.tool.entryPath);
+    if (!tree.entries.some(([path]) => path === entry)) {
+      // Replaced since it loaded (by a FIFO, a link, a folder) or gone: a worker is sent regular files only.
+      return Promise.reject(
+        new ToolFailure('execution', 'TOOL_ERROR', `${entry} is not a regular file in the tools folder, so no worker can be sent it`, {
+          details: { phase: 'load', file: `tools/${entry}` },
+        }),
+      );
+    }
     return new Promise((resolve, reject) => {
       const call: Pending = {
         ctx,
@@ -198,7 +207,7 @@ export class RemoteClient {
           spec: ctx.tool.spec as unknown as Record<string, unknown>,
           hash: ctx.tool.hash,
           source: ctx.tool.source,
-          entry: relativeEntry(toolsDir, ctx.tool.entryPath as string),
+          entry,
           tree: tree.hash,
         },
         input: ctx.input,

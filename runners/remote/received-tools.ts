@@ -1,4 +1,4 @@
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import { type Permission, parsePermission } from '../../src/permissions.js';
 import type { Tool, ToolSpec } from '../../src/tool.js';
@@ -50,7 +50,10 @@ export class ReceivedTools {
       spec,
       source: String(call.tool.source),
       entryPath: call.tool.entry ? join(this.#cache.treeDir(call.tool.tree), call.tool.entry) : null,
+      // One tools folder for every version: the runners' processes (and the JS sandbox's read
+      // permissions) are made per tools folder, so a version is a folder below it, not one of its own.
       toolsDir: this.#cache.toolsDir,
+      root: basename(this.#cache.treeDir(call.tool.tree)),
       declared,
       // The engine validated the input and checks the output; the runners never call these.
       validateInput: (() => null) as unknown as Tool['validateInput'],

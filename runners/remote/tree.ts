@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative, sep } from 'node:path';
+import { readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { isAbsolute, join, relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { TreeEntry } from './wire.js';
 
@@ -33,6 +33,7 @@ export class TreeIndex {
   readonly #known = new Map<string, Known>();
 
   tree(toolsDir: string): Tree {
+    const realTools = realpathSync(toolsDir);
     const entries: TreeEntry[] = [];
     const paths = new Map<string, string>();
     const seen = new Set<string>();
@@ -45,7 +46,7 @@ export class TreeIndex {
           walk(path);
           continue;
         }
-        if (!dirent.isFile()) continue;
+        if (!dirent.isFile() && !(dirent.isSymbolicLink() && linksToFileInside(path, realTools))) continue;
         const stat = statSync(path);
         let known = this.#known.get(path);
         if (!known || known.mtimeMs !== stat.mtimeMs || known.size !== stat.size || known.ino !== stat.ino) {
@@ -70,5 +71,20 @@ export class TreeIndex {
     entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');
     return { hash, entries, paths };
+  }
+}
+
+/**
+ * A link the runners would follow on the engine's machine: to a regular file inside the tools folder
+ * (the JS loader and the Python sandbox refuse the others). Sent as a file of the link's name; links
+ * to folders are not followed, so a loop of them cannot hold the walk.
+ */
+function linksToFileInside(path: string, realTools: string): boolean {
+  try {
+    const target = realpathSync(path);
+    const rel = relative(realTools, target);
+    return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel) && statSync(target).isFile();
+  } catch {
+    return false;
   }
 }

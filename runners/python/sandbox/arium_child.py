@@ -606,6 +606,12 @@ def serve(config, channel_fd, entries, code):
     if message is None or message.get("t") != "job":
         os._exit(0)
     job = message["job"]
+    root = job.get("root")
+    if root:
+        # A worker keeps each version of a tools folder in a folder of its own: the tool's imports and
+        # the file names it is shown start there, as they start at the tools folder on the engine's machine.
+        tools_prefix = "%s%s/" % (tools_prefix, root)
+        sys.path[0:0] = [os.path.join(config["tools_dir"], root)]
     try:
         limit(job, config, mapped)
         if not job.get("exec"):
