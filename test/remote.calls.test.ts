@@ -142,11 +142,21 @@ describe('remote calls', () => {
       ['ToolResultEvent', worker.id],
       ['ToolErrorEvent', worker.id],
     ]);
+    const live = engine;
     const status = await engine.status();
     expect(status.remote).toMatchObject({ connected: true, deployment: 'test', in_flight: 0 });
-    expect(status.remote?.workers).toEqual([
+    // A worker's load is as of its last heartbeat: one sent while the calls ran may be the last heard yet.
+    await expect.poll(async () => (await live.status()).remote?.workers[0]?.in_flight, { timeout: 2000, interval: 50 }).toBe(0);
+    expect((await live.status()).remote?.workers).toEqual([
       expect.objectContaining({ id: worker.id, runners: ['js-runner', 'py-runner'], capacity: 4, in_flight: 0 }),
     ]);
+    // How it isolates calls, from its runners' status: what an operator checks before sending it tools.
+    await expect
+      .poll(async () => (await live.status()).remote?.workers[0]?.sandboxes, { timeout: 5000, interval: 50 })
+      .toMatchObject({
+        'js-runner': { available: true, isolation: expect.stringMatching(/^isolated-vm/) },
+        'py-runner': { available: true, isolation: expect.stringMatching(/^(bubblewrap|unshare|rlimits)$/) },
+      });
     expect(status.runners['js-runner']).toMatchObject({ available: true, remote: { workers: 1, capacity: 4 } });
     await observer.flush();
     for (let i = 0; i < 100 && published.length < 4; i++) await new Promise((r) => setTimeout(r, 20));

@@ -33,3 +33,10 @@ export class LiveWorkers {
     return live.sort((a, b) => (a.id < b.id ? -1 : 1));
   }
 }
+
+/** How a worker isolates calls, in a few words per runner (e.g. `py-runner bubblewrap, js-runner isolated-vm`); '' until it has said. */
+export function sandboxSummary(worker: Pick<WorkerInfo, 'sandboxes'>): string {
+  return Object.entries(worker.sandboxes ?? {})
+    .map(([name, sandbox]) => `${name} ${sandbox.available === false ? 'unavailable' : String(sandbox.isolation ?? '?').split(':')[0]}`)
+    .join(', ');
+}

@@ -55,7 +55,26 @@ export interface Heartbeat {
   draining: boolean;
   /** Its last beat: it is leaving now. */
   leaving?: boolean;
+  /** How each runner it hosts isolates calls (SANDBOX_FIELDS of its status), once the runner has answered. */
+  sandboxes?: Record<string, Record<string, unknown>>;
 }
+
+/** What a heartbeat tells of a runner's status: how calls are isolated there, not its counters. */
+export const SANDBOX_FIELDS: readonly string[] = [
+  'available',
+  'reason',
+  'isolation',
+  'isolation_detail',
+  'isolation_reason',
+  'namespaces',
+  'strict',
+  'uid',
+  'abstract_sockets',
+  'python',
+  'permission_model',
+  'node',
+  'isolated_vm',
+];
 
 /** The call as the engine sends it: everything the worker needs, except the files it has not seen. */
 export interface CallMessage {

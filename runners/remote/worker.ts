@@ -21,6 +21,7 @@ import {
   type Heartbeat,
   PROTOCOL,
   packBytes,
+  SANDBOX_FIELDS,
   type Subjects,
   subjects,
   unpackBytes,
@@ -29,6 +30,8 @@ import {
 
 /** How long a worker waits for the engine to send a tools tree or file. */
 const ASK_MS = 30_000;
+/** How often a worker reads its runners' status again for its heartbeats. */
+const SANDBOX_REFRESH_MS = 30_000;
 
 /** The runners a worker can host: those whose tools are files it can be sent. */
 export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner'];
@@ -129,6 +132,9 @@ class RemoteWorker implements Worker {
   readonly #received: ReceivedTools;
   readonly #runSubs = new Map<string, Subscription>();
   readonly #timer: NodeJS.Timeout;
+  readonly #describer: NodeJS.Timeout;
+  #sandboxes: Record<string, Record<string, unknown>> = {};
+  readonly #ranOnce = new Set<string>();
   #running = 0;
   readonly #waiting: (() => void)[] = [];
   #draining = false;
@@ -161,6 +167,10 @@ class RemoteWorker implements Worker {
     this.#subscribe();
     this.#timer = setInterval(() => this.#beat(), heartbeatMs);
     this.#beat();
+    const describe = () => void this.#describe().then(() => this.#beat());
+    describe();
+    this.#describer = setInterval(describe, SANDBOX_REFRESH_MS);
+    this.#describer.unref?.();
   }
 
   heartbeat(): Heartbeat {
@@ -175,7 +185,27 @@ class RemoteWorker implements Worker {
       versions: { arium: VERSION, node: process.versions.node, protocol: PROTOCOL },
       interval_ms: this.#heartbeatMs,
       draining: this.#draining,
+      ...(Object.keys(this.#sandboxes).length > 0 ? { sandboxes: this.#sandboxes } : {}),
     };
+  }
+
+  /**
+   * Reads how each runner isolates calls, for the heartbeats: once at the start and then every
+   * SANDBOX_REFRESH_MS (a Python runner learns whether calls get a uid of their own from its first server).
+   */
+  async #describe(): Promise<void> {
+    const found: Record<string, Record<string, unknown>> = {};
+    for (const [name, runner] of this.#runners) {
+      if (this.#closed) return;
+      try {
+        const status = (await runner.status()) as Record<string, unknown> | undefined;
+        if (!status) continue;
+        found[name] = Object.fromEntries(SANDBOX_FIELDS.filter((key) => status[key] !== undefined).map((key) => [key, status[key]]));
+      } catch (error) {
+        found[name] = { available: false, reason: String((error as Error)?.message ?? error) };
+      }
+    }
+    this.#sandboxes = found;
   }
 
   #beat(extra: Partial<Heartbeat> = {}): void {
@@ -217,6 +247,11 @@ class RemoteWorker implements Worker {
     void this.#run(runner, call, running).finally(() => {
       this.#calls.delete(call.id);
       if (this.#draining && this.#calls.size === 0) this.#onIdle?.();
+      // Some of a runner's status is known only once it has run a call (a fork server's kernel findings).
+      if (!this.#ranOnce.has(runner)) {
+        this.#ranOnce.add(runner);
+        void this.#describe().then(() => this.#beat());
+      }
     });
   }
 
@@ -424,6 +459,7 @@ class RemoteWorker implements Worker {
     this.#beat({ leaving: true });
     this.#closed = true;
     clearInterval(this.#timer);
+    clearInterval(this.#describer);
     for (const running of this.#calls.values()) running.controller.abort();
     await this.#nc.flush().catch(() => {});
     await this.#nc.close().catch(() => {});

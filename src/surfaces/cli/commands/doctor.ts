@@ -1,6 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_CATALOG } from '../../../../runners/index.js';
+import { sandboxSummary } from '../../../../runners/remote/live-workers.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
 import { maxPositionals } from '../args.js';
@@ -33,7 +34,12 @@ function remoteCheck(status: EngineStatus | null): Check[] {
       },
     ];
   }
-  const load = remote.workers.map((w) => `${w.id}@${w.host} ${w.in_flight}/${w.capacity}`).join(', ');
+  const load = remote.workers
+    .map((w) => {
+      const sandbox = sandboxSummary(w);
+      return `${w.id}@${w.host} ${w.in_flight}/${w.capacity}${sandbox ? ` (${sandbox})` : ''}`;
+    })
+    .join(', ');
   return [{ name: 'remote workers', ok: true, detail: `${remote.workers.length} on ${where}: ${load}` }];
 }
 

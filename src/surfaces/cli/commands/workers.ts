@@ -1,3 +1,4 @@
+import { sandboxSummary } from '../../../../runners/remote/live-workers.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
@@ -30,12 +31,13 @@ async function run(ctx: Context): Promise<number> {
       ctx.out(c.yellow('no live workers (start one: arium worker --nats <url> --deployment <name>)'));
       return EXIT.ok;
     }
-    const rows = [['id', 'host', 'runners', 'load', 'versions', 'state'].map((h) => c.bold(h))];
+    const rows = [['id', 'host', 'runners', 'sandbox', 'load', 'versions', 'state'].map((h) => c.bold(h))];
     for (const w of remote.workers) {
       rows.push([
         w.id,
         w.host,
         w.runners.join(','),
+        sandboxSummary(w) || '-',
         `${w.in_flight}/${w.capacity}`,
         `arium ${w.versions.arium}, node ${w.versions.node}`,
         w.draining ? c.yellow('draining') : `seen ${w.last_seen_ms} ms ago`,
@@ -53,7 +55,7 @@ export const workersSpec: CommandSpec = {
   usage: 'arium workers',
   summary: 'the live remote workers of the project’s deployment, with their load (arium.json "remote")',
   details:
-    'Connects as the project’s engine does, asks the workers to announce themselves, and lists them:\nid, host, runners, calls running / capacity, versions. --json prints engine.status().remote.',
+    "Connects as the project’s engine does, asks the workers to announce themselves, and lists them:\nid, host, runners, how each runner isolates calls, calls running / capacity, versions.\n--json prints engine.status().remote (each worker's `sandboxes`: fields of its runners' status).",
   flags: {},
   run,
 };
