@@ -51,6 +51,8 @@ export interface EngineOptions {
   workspace?: string;
   /** Project folder name inside the workspace. Default `demo`. */
   project?: string;
+  /** Where `{ env }` secrets and the remote runners' credentials (`*_env`) are read from. Default `process.env`. */
+  env?: Readonly<Record<string, string | undefined>>;
   /**
    * What callers are granted. Default: DEFAULT_GRANTS (everything but `sys.exec` and `net.fetch`), with
    * the permission of every runner whose definition says `grantedByDefault`.
@@ -376,7 +378,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
   let secrets: Map<string, ResolvedSecret>;
   try {
-    secrets = resolveSecrets(secretSources(config.secrets, options.secrets), projectDir);
+    secrets = resolveSecrets(secretSources(config.secrets, options.secrets), projectDir, options.env);
   } catch (error) {
     if (error instanceof SecretConfigError) throw new EngineConfigError(error.message, options.secrets ? error.field : `arium.json ${error.field}`);
     throw error;
@@ -452,7 +454,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     // Loaded only here: the NATS client costs every engine that does not use it its import.
     const { openRemote } = await import('../runners/remote/setup.js');
     try {
-      remote = await openRemote(remoteConfig, runners, bus, projectDir);
+      remote = await openRemote(remoteConfig, runners, bus, projectDir, options.env);
     } catch (error) {
       await Promise.allSettled([...runners.values()].map((r) => r.close()));
       state.close();

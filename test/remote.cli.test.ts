@@ -67,7 +67,6 @@ describe('arium worker', () => {
         interrupt: stop.signal,
       },
     );
-    process.env.ARIUM_NATS_PASSWORD = 'pw';
     try {
       let listed: CliRun | null = null;
       for (let i = 0; i < 100; i++) {
@@ -84,10 +83,9 @@ describe('arium worker', () => {
       const doctor = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'doctor', '--json'], { env });
       expect(JSON.parse(doctor.out).checks).toContainEqual(expect.objectContaining({ name: 'remote workers', ok: true }));
       const text = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'workers'], { env });
-      expect(text.out).toMatch(/connected[\s\S]*js-runner,py-runner\s+0\/3/);
+      expect(text.out).toMatch(/connected[\s\S]*js-runner,py-runner\s+js-runner isolated-vm, py-runner (bubblewrap|unshare|rlimits)\s+0\/3/);
     } finally {
       stop.abort();
-      delete process.env.ARIUM_NATS_PASSWORD;
     }
     const run = await serving;
     expect(run.code).toBe(0);
@@ -95,6 +93,57 @@ describe('arium worker', () => {
     expect(JSON.parse(run.out)).toMatchObject({ runners: ['js-runner', 'py-runner'], capacity: 3, deployment: 'cli' });
     ws.cleanup();
     rmSync(cache, { recursive: true, force: true });
+  });
+});
+
+describe('machines started in any order', () => {
+  it('a worker and an engine started before the NATS server wait for it; the engine fails remote calls meanwhile and says why', async () => {
+    const server = await startNats();
+    await server.stop();
+    const ws = tempWorkspace();
+    writeFileSync(join(ws.workspace, 'p', 'tools', 'echo.json'), definition({ id: 'echo', entry: 'echo.js' }));
+    writeFileSync(join(ws.workspace, 'p', 'tools', 'echo.js'), 'export default async function run(input) { return input; }');
+    writeFileSync(
+      join(ws.workspace, 'p', 'arium.json'),
+      JSON.stringify({ remote: { nats: server.url, deployment: 'late', runners: ['js-runner'] } }),
+    );
+    const stop = new AbortController();
+    const serving = runCli(ws.root, ['worker', '--nats', server.url, '--deployment', 'late', '--heartbeat-ms', '100'], { interrupt: stop.signal });
+    try {
+      const early = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'call', 'echo', '{"a":1}', '--json']);
+      expect(JSON.parse(early.out)).toMatchObject({
+        ok: false,
+        error: { stage: 'transport', code: 'UNAVAILABLE', retryable: true, details: { reason: 'unreachable' } },
+      });
+      expect(JSON.parse(early.out).error.message).toMatch(
+        /has not been reached since the engine started \(Could not connect.*\); the engine keeps trying/,
+      );
+      const engine = await remoteEngine({ workspace: ws.workspace, project: 'p' } as never, server.url, { deployment: 'late' });
+      try {
+        expect((await engine.status()).remote).toMatchObject({ connected: false, problem: expect.stringMatching(/Could not connect/) });
+        // Local tools work while the server is away.
+        expect(await engine.call('fs.write', { path: '/x.txt', content: 'x' })).toMatchObject({ ok: true });
+        await server.start();
+        let result = await engine.call('echo', { a: 2 });
+        for (let i = 0; i < 200 && !result.ok; i++) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          result = await engine.call('echo', { a: 2 });
+        }
+        expect(result).toMatchObject({ ok: true, data: { a: 2 }, meta: { worker: { id: expect.any(String) } } });
+        expect((await engine.status()).remote).not.toHaveProperty('problem');
+      } finally {
+        await engine.close();
+      }
+    } finally {
+      stop.abort();
+      const run = await serving;
+      await server.stop();
+      ws.cleanup();
+      expect(run.code).toBe(0);
+      expect(run.err).toMatch(
+        /Could not connect to the NATS server at .*; trying again until it answers[\s\S]*runs js-runner, py-runner[\s\S]*stopped/,
+      );
+    }
   });
 });
 

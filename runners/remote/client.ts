@@ -4,7 +4,7 @@ import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
-import { connectNats, natsModule } from './connect.js';
+import { connectNats, NatsUnreachable, natsModule } from './connect.js';
 import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
 import { joinParts, split, tooLarge } from './parts.js';
@@ -19,7 +19,13 @@ export interface RemoteStatus {
   workers: WorkerInfo[];
   /** Remote calls this engine is waiting on. */
   in_flight: number;
+  /** Why it is not connected yet, when it has never been (the server was not reached at the start). */
+  problem?: string;
 }
+
+/** The first retry of a server not reached at the start, doubled up to the second. */
+const FIRST_CONNECT_MS = 250;
+const FIRST_CONNECT_MAX_MS = 2_000;
 
 export interface RemoteClientOptions {
   /** A worker says it is alive this often during a call; silence for three times this fails the call. Default 1000. */
@@ -56,7 +62,8 @@ interface Pending {
  * the call's ToolVfs, exactly as a local sandbox's requests do.
  */
 export class RemoteClient {
-  readonly #nc: NatsConnection;
+  /** Null until the first connection: an engine started while the server is away connects when it is back. */
+  #nc: NatsConnection | null = null;
   readonly #settings: NatsSettings;
   readonly #subjects: Subjects;
   readonly #keepaliveMs: number;
@@ -67,33 +74,75 @@ export class RemoteClient {
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
   readonly #byInbox = new Map<string, Pending>();
   readonly #inbox: string;
-  #connected = true;
+  #connected = false;
   #closed = false;
+  /** Why the last attempt to connect failed, while the engine has never been connected. */
+  #unreachable: string | null = null;
 
-  private constructor(nc: NatsConnection, settings: NatsSettings, options: RemoteClientOptions, createInbox: () => string) {
-    this.#nc = nc;
+  private constructor(settings: NatsSettings, options: RemoteClientOptions, createInbox: () => string) {
     this.#settings = settings;
     this.#subjects = subjects(settings.deployment);
     this.#keepaliveMs = options.keepaliveMs ?? 1000;
     this.#acceptMs = options.acceptMs ?? 2000;
+    this.#inbox = createInbox();
+  }
+
+  /**
+   * Connects to the NATS server. A server that refuses the credentials is an error; one that cannot be
+   * reached is not: the engine starts (its local tools work), remote calls fail UNAVAILABLE at once, and
+   * it keeps trying until the server answers, as it does after losing a server it had.
+   */
+  static async open(settings: NatsSettings, options: RemoteClientOptions = {}): Promise<RemoteClient> {
+    const nats = await natsModule();
+    const client = new RemoteClient(settings, options, () => nats.createInbox());
+    try {
+      client.#attach(await connectNats(settings, client.#name));
+    } catch (error) {
+      if (!(error instanceof NatsUnreachable)) throw error;
+      client.#unreachable = error.message;
+      void client.#connectLater();
+    }
+    return client;
+  }
+
+  get #name(): string {
+    return `arium engine ${process.pid}`;
+  }
+
+  #attach(nc: NatsConnection): void {
+    this.#nc = nc;
+    this.#connected = true;
+    this.#unreachable = null;
     // One wildcard subscription for every call's inbox (one SUB for the engine's life, not a SUB and
     // an UNSUB per call); an unknown or ended call's messages are dropped.
-    this.#inbox = createInbox();
     nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
     nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker') as Heartbeat | null) });
-    void this.#watch();
+    void this.#watch(nc);
     this.ping();
   }
 
-  static async open(settings: NatsSettings, options: RemoteClientOptions = {}): Promise<RemoteClient> {
-    const nats = await natsModule();
-    const nc = await connectNats(settings, `arium engine ${process.pid}`);
-    return new RemoteClient(nc, settings, options, () => nats.createInbox());
+  /** Tries again and again (backing off to FIRST_CONNECT_MAX_MS) until connected or closed. */
+  async #connectLater(): Promise<void> {
+    for (let wait = FIRST_CONNECT_MS; !this.#closed; wait = Math.min(wait * 2, FIRST_CONNECT_MAX_MS)) {
+      await new Promise((resolve) => setTimeout(resolve, wait).unref?.());
+      if (this.#closed) return;
+      try {
+        const nc = await connectNats(this.#settings, this.#name);
+        if (this.#closed) {
+          await nc.close().catch(() => {});
+          return;
+        }
+        this.#attach(nc);
+        return;
+      } catch (error) {
+        this.#unreachable = String((error as Error)?.message ?? error);
+      }
+    }
   }
 
   /** Asks every worker to announce itself now (a heartbeat), instead of at its next beat. */
   ping(): void {
-    if (!this.#closed) this.#nc.publish(this.#subjects.ping);
+    if (!this.#closed && this.#connected) this.#nc?.publish(this.#subjects.ping);
   }
 
   get connected(): boolean {
@@ -110,6 +159,7 @@ export class RemoteClient {
       servers: this.#settings.servers,
       deployment: this.#settings.deployment,
       connected: this.#connected,
+      ...(this.#unreachable ? { problem: this.#unreachable } : {}),
       workers: this.workers(),
       in_flight: this.#calls.size,
     };
@@ -119,7 +169,7 @@ export class RemoteClient {
   publishEvent(event: unknown): void {
     if (!this.#connected || this.#closed) return;
     try {
-      this.#nc.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
+      this.#nc?.publish(this.#subjects.events, new TextEncoder().encode(JSON.stringify({ t: 'event', event })));
     } catch {
       // Observers miss an event while the connection closes; the engine's own listeners and audit log do not.
     }
@@ -129,14 +179,17 @@ export class RemoteClient {
   run(ctx: RunContext, runner: string): Promise<unknown> {
     if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
     if (!this.#connected) {
+      const where = this.#settings.servers.join(', ');
       return Promise.reject(
-        transport(
-          'UNAVAILABLE',
-          `Not connected to the NATS server (${this.#settings.servers.join(', ')}); the engine is reconnecting, retry shortly`,
-          {
-            reason: 'disconnected',
-          },
-        ),
+        this.#unreachable === null
+          ? transport('UNAVAILABLE', `Not connected to the NATS server (${where}); the engine is reconnecting, retry shortly`, {
+              reason: 'disconnected',
+            })
+          : transport(
+              'UNAVAILABLE',
+              `The NATS server (${where}) has not been reached since the engine started (${this.#unreachable}); the engine keeps trying: start the server or fix remote.nats in arium.json`,
+              { reason: 'unreachable' },
+            ),
       );
     }
     const toolsDir = ctx.tool.toolsDir;
@@ -149,7 +202,7 @@ export class RemoteClient {
     }
     const entry = relativeEntry(toolsDir, ctx.tool.entryPath);
     if (!tree.entries.some(([path]) => path === entry)) {
-      // Replaced since it loaded (by a FIFO, a link, a folder) or gone: a worker is sent regular files only.
+      // Replaced since it loaded (by a FIFO, a folder, a link out of the tools folder) or gone: workers get files only.
       return Promise.reject(
         new ToolFailure('execution', 'TOOL_ERROR', `${entry} is not a regular file in the tools folder, so no worker can be sent it`, {
           details: { phase: 'load', file: `tools/${entry}` },
@@ -241,7 +294,7 @@ export class RemoteClient {
       // sends comes there; so does the server's "no responders" when no worker is in the queue group.
       call.lastSeen = Date.now();
       try {
-        this.#nc.publish(this.#subjects.run(runner), payload, { reply: inbox });
+        (this.#nc as NatsConnection).publish(this.#subjects.run(runner), payload, { reply: inbox });
       } catch (error) {
         // A connection closing under the call: a result, like every other failure to reach a worker.
         this.#finish(
@@ -350,7 +403,7 @@ export class RemoteClient {
   #keys = 0;
 
   get #maxPayload(): number {
-    return this.#nc.info?.max_payload ?? 1_048_576;
+    return this.#nc?.info?.max_payload ?? 1_048_576;
   }
 
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
@@ -367,7 +420,7 @@ export class RemoteClient {
       return;
     }
     // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
-    const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
+    const chunk = Math.max(16_384, Math.floor(((this.#nc?.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
     const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
     msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
   }
@@ -423,7 +476,7 @@ export class RemoteClient {
   #cancel(call: Pending): void {
     if (!call.worker || !this.#connected || this.#closed) return;
     try {
-      this.#nc.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }, 'remote.toWorker'));
+      this.#nc?.publish(this.#subjects.ctl(call.worker.id), encode({ t: 'cancel', id: call.id }, 'remote.toWorker'));
     } catch {
       // Closing: the worker's own deadline stops the tool.
     }
@@ -443,8 +496,8 @@ export class RemoteClient {
   }
 
   /** Connection changes: calls fail fast while the server is away, and workers announce themselves once it is back. */
-  async #watch(): Promise<void> {
-    for await (const status of this.#nc.status()) {
+  async #watch(nc: NatsConnection): Promise<void> {
+    for await (const status of nc.status()) {
       if (status.type === 'disconnect') {
         this.#connected = false;
         for (const call of [...this.#calls]) {
@@ -466,7 +519,7 @@ export class RemoteClient {
     if (this.#closed) return;
     this.#closed = true;
     for (const call of [...this.#calls]) this.#finish(call, transport('UNAVAILABLE', 'The engine closed while the call ran on a worker'));
-    await this.#nc.close().catch(() => {});
+    await this.#nc?.close().catch(() => {});
   }
 }
 

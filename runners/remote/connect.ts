@@ -1,6 +1,11 @@
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
 import { type NatsSettings, RemoteConfigError } from './settings.js';
 
+/** No NATS server answered at the address (refused, timed out, no route); unlike refused credentials, worth trying again. */
+export class NatsUnreachable extends RemoteConfigError {
+  override readonly name = 'NatsUnreachable';
+}
+
 /** The NATS client module, loaded only by an engine or worker that uses it (it costs every other start ~30 ms). */
 export type NatsModule = typeof import('@nats-io/transport-node');
 
@@ -48,6 +53,15 @@ export async function connectNats(settings: NatsSettings, name: string, reconnec
     if (/authoriz|authentic/i.test(text) || (error as Error)?.name === 'AuthorizationError') {
       throw new RemoteConfigError(`The NATS server at ${where} refused the credentials (${text}); check the user/password, token or nkey`);
     }
-    throw new RemoteConfigError(`Could not connect to the NATS server at ${where}: ${text}`, { cause: error });
+    // A server that answers but whose certificate is not trusted (or that wants TLS, or does not) is
+    // set up differently from this side: trying again changes nothing.
+    const tlsError = /certificate|self[- ]signed|TLS|SSL|handshake|wrong version number/i.test(text + String((error as Error)?.cause ?? ''));
+    if (tlsError) {
+      throw new RemoteConfigError(
+        `TLS with the NATS server at ${where} failed (${text}); check remote.tls (ca_file, cert_file, key_file) against the server's TLS settings`,
+        { cause: error },
+      );
+    }
+    throw new NatsUnreachable(`Could not connect to the NATS server at ${where}: ${text}`, { cause: error });
   }
 }

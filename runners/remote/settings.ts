@@ -18,7 +18,7 @@ export type NatsAuth = { user: string; pass: string } | { token: string } | { nk
 
 /** A setting that cannot be used, with what and where. */
 export class RemoteConfigError extends Error {
-  override readonly name = 'RemoteConfigError';
+  override readonly name: string = 'RemoteConfigError';
 }
 
 export const DEPLOYMENT = /^[A-Za-z0-9_-]{1,64}$/;

@@ -51,7 +51,7 @@ export const SECRETS_SCHEMA = {
 export function resolveSecrets(
   sources: ReadonlyMap<string, SecretSource>,
   projectDir: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: Readonly<Record<string, string | undefined>> = process.env,
 ): Map<string, ResolvedSecret> {
   const out = new Map<string, ResolvedSecret>();
   for (const [name, source] of sources) {

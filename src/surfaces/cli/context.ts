@@ -42,6 +42,7 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
         workspace,
         project,
         watch: how.watch === true,
+        env: io.env,
         // A one-shot command gets nothing ready it will not use (see EngineOptions.warmUp).
         warmUp: how.warmUp ?? true,
         ...(grants ? { grants } : {}),

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { int, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -11,6 +12,7 @@ async function run(ctx: Context): Promise<number> {
   // Loaded here: the NATS client and the worker cost every other command their import.
   const { checkSettings, resolveAuth, RemoteConfigError } = await import('../../../../runners/remote/settings.js');
   const { startWorker, HOSTABLE_RUNNERS } = await import('../../../../runners/remote/worker.js');
+  const { NatsUnreachable } = await import('../../../../runners/remote/connect.js');
   const runners = (str(ctx.parsed, 'runners') ?? HOSTABLE_RUNNERS.join(',')).split(',').filter((r) => r !== '');
   for (const name of runners) {
     if (!HOSTABLE_RUNNERS.includes(name)) throw new UsageError(`Option --runners: a worker hosts ${HOSTABLE_RUNNERS.join(' and ')} (got "${name}")`);
@@ -53,9 +55,9 @@ async function run(ctx: Context): Promise<number> {
   const heartbeatMs = int(ctx.parsed, 'heartbeat-ms', 20);
   const cache = str(ctx.parsed, 'cache');
   const python = str(ctx.parsed, 'python');
-  let worker: Awaited<ReturnType<typeof startWorker>>;
-  try {
-    worker = await startWorker({
+  const stop = ctx.io.interrupt();
+  const start = () =>
+    startWorker({
       settings,
       runners,
       ...(concurrency ? { concurrency } : {}),
@@ -69,17 +71,34 @@ async function run(ctx: Context): Promise<number> {
             : `arium: worker reconnected to ${server}\n`,
         ),
     });
-  } catch (error) {
-    if (error instanceof RemoteConfigError) throw new HostError(error.message);
-    throw error;
+  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  // A server not up yet (machines booting in any order) is waited for; refused credentials are not.
+  for (let wait = 250, told = false; worker === null; wait = Math.min(wait * 2, 2_000)) {
+    try {
+      worker = await start();
+    } catch (error) {
+      if (!(error instanceof NatsUnreachable)) {
+        if (error instanceof RemoteConfigError) throw new HostError(error.message);
+        throw error;
+      }
+      if (!told) ctx.io.stderr.write(`arium: ${error.message}; trying again until it answers (Ctrl-C stops)\n`);
+      told = true;
+      await sleep(wait, undefined, { signal: stop }).catch(() => {});
+      if (stop.aborted) {
+        ctx.io.stderr.write('arium: worker stopped before it reached the NATS server\n');
+        return EXIT.ok;
+      }
+    }
   }
   const hb = worker.heartbeat();
   ctx.io.stderr.write(
     `arium: worker ${worker.id} on ${worker.host} runs ${runners.join(', ')} (${hb.capacity} at once) for deployment "${settings.deployment}" at ${settings.servers.join(', ')}; SIGTERM or Ctrl-C drains\n`,
   );
   if (ctx.json) ctx.emit({ id: worker.id, host: worker.host, runners, capacity: hb.capacity, deployment: settings.deployment });
-  const stop = ctx.io.interrupt();
-  await new Promise<void>((done) => stop.addEventListener('abort', () => done(), { once: true }));
+  await new Promise<void>((done) => {
+    if (stop.aborted) done();
+    else stop.addEventListener('abort', () => done(), { once: true });
+  });
   ctx.io.stderr.write(`arium: worker ${worker.id} draining (${worker.heartbeat().in_flight} calls running)\n`);
   await worker.drain();
   ctx.io.stderr.write(`arium: worker ${worker.id} stopped\n`);
