@@ -8,16 +8,21 @@ import { PythonRunner, type PythonRunnerOptions } from '../runners/python/index.
 import { bwrapProblem, unshareProblem } from '../runners/python/isolation.js';
 import { DEFAULT_GRANTS, type Engine, type ErrorInfo, type SecurityEvent, type ToolResult } from '../src/index.js';
 import { copyFixtureProject, definition, openEngine, type TempProject } from './support/project.js';
+import { pythonRunnerOptions, remote, runnerStatus, track } from './support/target.js';
 
 // The Python runner, end to end: every test runs real tool files from fixtures/python/tools through
 // the engine: with bubblewrap, with the same sandbox built by the fork server itself (unshare), and
 // with rlimits only. CI installs bubblewrap, so there a missing bubblewrap is a failure, not a skip.
+// test/remote.py-suite.test.ts runs the same tests on a remote worker (support/target.ts), once, in the
+// strongest sandbox here; tests that look into the runner's own processes or status run only here.
 
 const bwrap = await bwrapProblem();
 const unshare = await unshareProblem();
 if (bwrap !== null && process.env.CI) throw new Error(`CI must test the full Python sandbox, but ${bwrap}`);
 const asRoot = process.getuid?.() === 0;
-const modes = [...(bwrap === null ? (['bubblewrap'] as const) : []), ...(unshare === null ? (['unshare'] as const) : []), 'rlimits'] as const;
+const available = [...(bwrap === null ? (['bubblewrap'] as const) : []), ...(unshare === null ? (['unshare'] as const) : []), 'rlimits'] as const;
+const modes = remote() ? available.slice(0, 1) : available;
+const local = !remote();
 const namespaced = modes.filter((m) => m !== 'rlimits');
 
 /** A cgroup (v1) pids hierarchy this test process may make groups in, to make a zygote's forks fail for real. */
@@ -103,7 +108,7 @@ async function zygoteOf(engine: Engine, mode: 'bubblewrap' | 'unshare' | 'rlimit
 
 /** An engine on `project` whose Python tools go through one fork server (so every call meets the same one), closed after `body`. */
 async function withOneServer(project: TempProject, options: PythonRunnerOptions, body: (engine: Engine) => Promise<void>): Promise<void> {
-  const engine = await openEngine(project, { runners: [new PythonRunner({ ...options, servers: 1 })] });
+  const engine = track(await openEngine(project, await pythonRunnerOptions({ ...options, servers: 1 })));
   try {
     // The server is up before the body runs: a call that holds for a time set against its timeout is not
     // also timed from the server's start (about 0.4 s, more on a loaded machine).
@@ -122,7 +127,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
   beforeAll(async () => {
     project = copyFixtureProject('python');
     // sys.exec granted, so that py.spawn (which declares it) may run programs; py.attack does not declare it.
-    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })], grants: [...DEFAULT_GRANTS, 'sys.exec'] });
+    engine = track(await openEngine(project, { ...(await pythonRunnerOptions({ isolation: mode })), grants: [...DEFAULT_GRANTS, 'sys.exec'] }));
     engine.events.on('security', (event) => security.push(event));
   });
 
@@ -174,7 +179,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       for (let i = 0; i < 4; i++) expect(ok(await engine.call('py.versioned', {}))).toEqual({ version: 2 });
     });
 
-    it.runIf(mode !== 'rlimits')(
+    it.runIf(mode !== 'rlimits' && local)(
       'with no time to wait for compile processes, each call compiles its tool: results, edits and errors as before, and the zygote carries on',
       async () => {
         // compileWaitMs 0: the zygote gives up on every compile process before it can answer (its
@@ -217,7 +222,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       });
     });
 
-    it('a killed zygote fails the call running then (its process dies with it), and the runner replaces the server', async () => {
+    it.runIf(local)('a killed zygote fails the call running then (its process dies with it), and the runner replaces the server', async () => {
       await withOneServer(project, { isolation: mode }, async (single) => {
         ok(await single.call('py.echo', { i: 0 }));
         const zygote = await zygoteOf(single, mode);
@@ -231,7 +236,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       });
     });
 
-    it.runIf(pidsCgroup === null)(
+    it.runIf(pidsCgroup === null && local)(
       'when its zygote cannot fork (a real cgroup pids limit), calls fail at once with BUSY, and run again once it can',
       async () => {
         const group = join(PIDS_ROOT, `arium-test-${randomUUID()}`);
@@ -275,7 +280,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
       expect(ok(await engine.call('py.attack', { attack: 'ipc-find', key }))).toEqual({ found: mode === 'rlimits' });
     });
 
-    it.runIf(mode === modes[0])(
+    it.runIf(mode === modes[0] && local)(
       'runs calls that wait for their process, and drops one cancelled while it waits without the server being killed for it',
       async () => {
         // No process forked ahead: every call waits for the zygote. A stopped zygote keeps a call waiting.
@@ -607,7 +612,7 @@ describe.each(modes)('Python runner (%s)', (mode) => {
     /** True when each call runs as a uid of its own (the engine runs as root and the interpreter is readable by others). */
     async function ownUid(): Promise<boolean> {
       await engine.call('py.echo', {});
-      return (await engine.status()).runners['py-runner']?.uid === 'a uid of its own per call';
+      return (await runnerStatus(engine, 'py-runner'))?.uid === 'a uid of its own per call';
     }
 
     it('a bounded fork bomb is stopped by the process limit, and its processes are gone', async () => {
@@ -652,7 +657,7 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
 
   beforeAll(async () => {
     project = copyFixtureProject('python');
-    engine = await openEngine(project, { runners: [new PythonRunner({ isolation: mode })] });
+    engine = track(await openEngine(project, await pythonRunnerOptions({ isolation: mode })));
   });
 
   afterAll(async () => {
@@ -727,7 +732,7 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
       const sent = ok<{ dgram: string; stream: string }>(await single.call('py.attack', { attack: 'abstract-send', name }));
       const heard = ok<{ reached_own: boolean; received: string[] }>(await listener);
       expect(heard.reached_own).toBe(true);
-      const scoping = String((await single.status()).runners['py-runner']?.abstract_sockets);
+      const scoping = String((await runnerStatus(single, 'py-runner', 'abstract_sockets'))?.abstract_sockets);
       if (scoping.startsWith('scoped per call')) {
         expect(sent).toEqual({ dgram: 'EPERM', stream: 'EPERM' });
         expect(heard.received).toEqual([]);
@@ -763,12 +768,11 @@ describe.each(namespaced)('Python sandbox isolation (%s)', (mode) => {
 
   it('zombies and children are gone with the call’s namespace', async () => {
     ok(await engine.call('py.attack', { attack: 'zombies' }));
-    const status = await engine.status();
-    expect(status.runners['py-runner']?.isolation).toBe(mode);
+    expect((await runnerStatus(engine, 'py-runner'))?.isolation).toBe(mode);
   });
 });
 
-describe('Python runner availability', () => {
+describe.runIf(local)('Python runner availability', () => {
   it('a missing interpreter is a clear MISCONFIGURED (not retryable), not a crash', async () => {
     const project = copyFixtureProject('python');
     const engine = await openEngine(project, { runners: [new PythonRunner({ python: '/nonexistent/bin/python3' })] });

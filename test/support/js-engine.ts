@@ -1,12 +1,13 @@
 import { fileURLToPath } from 'node:url';
 import { createEngine, type Engine, type EngineOptions, type ToolResult } from '../../src/index.js';
+import { engineOptions, track } from './target.js';
 
 /** The JS runner's fixture workspace: `project` holds well-behaved tools, `hostile` the attacks. */
 export const JS_FIXTURES = fileURLToPath(new URL('../../fixtures/js/', import.meta.url));
 
-/** An engine over a fixture project, in memory (nothing is written to the fixtures). */
+/** An engine over a fixture project, in memory (nothing is written to the fixtures); its JS tools run on a worker when the suite does. */
 export function jsEngine(project: 'project' | 'hostile', options: EngineOptions = {}): Promise<Engine> {
-  return createEngine({ workspace: JS_FIXTURES, project, watch: false, persist: false, ...options });
+  return createEngine({ workspace: JS_FIXTURES, project, watch: false, persist: false, ...engineOptions('js-runner'), ...options }).then(track);
 }
 
 /** The data of a successful result; fails the test with the error otherwise. */
