@@ -172,8 +172,11 @@ export interface RunnerDefinition {
   link?(tool: Tool, lookup: LinkLookup): LinkProblem[];
   /** The top-level arium.json keys it reads, each with its JSON Schema. */
   readonly config?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
-  /** Checks for `arium doctor`, each a real command with a timeout; `config` is the project's arium.json. */
-  probe?(config: Readonly<Record<string, unknown>>): Promise<Check[]>;
+  /**
+   * Checks for `arium doctor`, each a real command with a timeout, for the project as `create` would
+   * see it: its arium.json, and its folder (relative paths in the config are taken from there).
+   */
+  probe?(setup: RunnerSetup): Promise<Check[]>;
   /**
    * An example tool for `arium init`: its files by path relative to the tools folder, the definition as
    * an object (init adds its `$schema`) and code as text.

@@ -1,7 +1,10 @@
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { builtinRunner } from '../runners/builtin/definition.js';
 import type { Engine, SecurityEvent } from '../src/index.js';
 import { DEFAULT_GRANTS } from '../src/index.js';
+import { runCli, tempWorkspace } from './cli.helpers.js';
 import { execProject, execUnavailable, realPython, which } from './support/exec.js';
 
 // system.exec end to end: real programs (the real Python interpreter, git) in the real sandbox, over a
@@ -248,13 +251,35 @@ describe('system.exec before anything runs', () => {
   });
 
   it.runIf(why === null)('arium doctor says whether system.exec can run, and what its allowlist resolved to', async () => {
-    const [good] = (await builtinRunner.probe?.({ exec: { allow: ['true', 'no-such-program-here'] } })) ?? [];
+    const [good] = (await builtinRunner.probe?.({ config: { exec: { allow: ['true', 'no-such-program-here'] } }, projectDir: process.cwd() })) ?? [];
     expect(good).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('no-such-program-here') });
     expect(good?.detail).toMatch(/can run \(bubblewrap works\); allowlist: true → \/.*\/true, no-such-program-here → missing/);
   });
 
+  it.runIf(why === null)('arium doctor resolves the project’s relative paths (exec.allow, python) from the project, wherever it runs', async () => {
+    const ws = tempWorkspace();
+    try {
+      const project = join(ws.workspace, 'p');
+      mkdirSync(join(project, 'bin'));
+      writeFileSync(join(project, 'bin', 'hello'), '#!/bin/sh\necho hello\n', { mode: 0o755 });
+      symlinkSync(realPython() as string, join(project, 'bin', 'py'));
+      writeFileSync(join(project, 'arium.json'), JSON.stringify({ exec: { allow: ['bin/hello'] }, python: 'bin/py' }));
+      // Run from the workspace's parent: a path taken from the current folder would be missing.
+      const run = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'doctor', '--json']);
+      const checks = JSON.parse(run.out).checks as Array<{ name: string; ok: boolean; detail: string }>;
+      expect(checks.find((c) => c.name === 'system.exec')).toMatchObject({
+        ok: true,
+        detail: expect.stringContaining(`bin/hello → ${join(project, 'bin', 'hello')}`),
+      });
+      expect(checks.find((c) => c.name === 'python')).toMatchObject({ ok: true });
+    } finally {
+      ws.cleanup();
+    }
+  });
+
   it('arium doctor says system.exec cannot run without bubblewrap, and how to fix it', async () => {
-    const [bad] = (await builtinRunner.probe?.({ exec: { allow: ['true'], bwrap: '/nonexistent/bwrap' } })) ?? [];
+    const [bad] =
+      (await builtinRunner.probe?.({ config: { exec: { allow: ['true'], bwrap: '/nonexistent/bwrap' } }, projectDir: process.cwd() })) ?? [];
     expect(bad).toMatchObject({ name: 'system.exec', ok: false, fix: expect.stringContaining('apt-get install bubblewrap') });
   });
 

@@ -12,13 +12,13 @@ export const builtinRunner: RunnerDefinition = {
   permission: null,
   definable: false,
   config: { exec: EXEC_CONFIG_SCHEMA },
-  probe: async (config) => [await checkExec(config.exec as ExecConfig | undefined)],
+  probe: async ({ config, projectDir }) => [await checkExec(config.exec as ExecConfig | undefined, projectDir)],
   create: ({ config, projectDir }) => new BuiltinRunner(undefined, execSettings(config.exec as ExecConfig | undefined, projectDir)),
 };
 
 /** `arium doctor`: whether system.exec can run here, and what its allowlist resolves to. */
-async function checkExec(config: ExecConfig | undefined): Promise<Check> {
-  const settings = execSettings(config, process.cwd());
+async function checkExec(config: ExecConfig | undefined, projectDir: string): Promise<Check> {
+  const settings = execSettings(config, projectDir);
   const problem = await new ExecService(settings).problem();
   if (problem) return { name: 'system.exec', ok: false, detail: problem.message, fix: problem.fix };
   const programs = settings.programs.map((p) => `${p.listed} → ${p.path ?? `missing (${p.problem})`}`);

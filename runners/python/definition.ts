@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import type { RunnerDefinition } from '../../src/runner.js';
 import { checkBwrap, checkLandlock, checkPython, checkUserNamespaces } from './probe.js';
 import { PythonRunner } from './python-runner.js';
@@ -31,8 +32,10 @@ export const pyRunner: RunnerDefinition = {
       },
     },
   },
-  probe: async (config) => {
-    const python = typeof config.python === 'string' ? config.python : undefined;
+  probe: async ({ config, projectDir }) => {
+    // As the runner takes it (findInterpreter): a name on PATH, or a path, relative to the project's folder.
+    const given = typeof config.python === 'string' ? config.python : undefined;
+    const python = given?.includes('/') ? resolve(projectDir, given) : given;
     const [interpreter, bwrap, namespaces] = await Promise.all([checkPython(python), checkBwrap(), checkUserNamespaces()]);
     return [interpreter, bwrap, namespaces, await checkLandlock(interpreter.executable)];
   },

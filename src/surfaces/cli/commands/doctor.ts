@@ -76,23 +76,35 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function projectStatus(ctx: Context): Promise<{ check: Check; engine: EngineStatus | null; config: Record<string, unknown> }> {
+async function projectStatus(
+  ctx: Context,
+): Promise<{ check: Check; engine: EngineStatus | null; config: Record<string, unknown>; projectDir: string | null }> {
   const name = `project ${ctx.project}`;
   let engine: Engine;
   try {
     engine = await ctx.open();
   } catch (error) {
     const fix = `arium init ${ctx.project}, or pass --workspace/--project (workspace: ${ctx.workspace})`;
-    return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, config: {} };
+    return { check: { name, ok: false, detail: (error as Error).message, fix }, engine: null, config: {}, projectDir: null };
   }
   try {
     // Workers answer the engine's ping within milliseconds; give them a moment before asking who is there.
     if (engine.config.remote) await new Promise((resolve) => setTimeout(resolve, REMOTE_LISTEN_MS));
     const status = await withTimeout(engine.status(), STATUS_TIMEOUT_MS, 'engine.status()');
     const problems = status.problems ? `, ${status.problems} definition problems (arium tools)` : '';
-    return { check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` }, engine: status, config: { ...engine.config } };
+    return {
+      check: { name, ok: status.problems === 0, detail: `${status.tools} tools${problems}` },
+      engine: status,
+      config: { ...engine.config },
+      projectDir: engine.projectDir,
+    };
   } catch (error) {
-    return { check: { name, ok: false, detail: (error as Error).message }, engine: null, config: { ...engine.config } };
+    return {
+      check: { name, ok: false, detail: (error as Error).message },
+      engine: null,
+      config: { ...engine.config },
+      projectDir: engine.projectDir,
+    };
   } finally {
     await engine.close();
   }
@@ -101,7 +113,8 @@ async function projectStatus(ctx: Context): Promise<{ check: Check; engine: Engi
 export async function diagnose(ctx: Context): Promise<DoctorReport> {
   // The project is opened first: its arium.json may configure what a runner probes (the Python interpreter).
   const project = await projectStatus(ctx);
-  const probes = await Promise.all(DEFAULT_CATALOG.list().map((definition) => definition.probe?.(project.config) ?? Promise.resolve([])));
+  const setup = { config: project.config, projectDir: project.projectDir ?? ctx.io.cwd };
+  const probes = await Promise.all(DEFAULT_CATALOG.list().map((definition) => definition.probe?.(setup) ?? Promise.resolve([])));
   let dependencies: Check[] = [];
   try {
     dependencies = await dependencyChecks({ workspace: ctx.workspace, project: ctx.project });
