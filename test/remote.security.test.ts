@@ -1,7 +1,7 @@
 // A compromised worker: a NATS client in the queue group that speaks the protocol itself. What the
 // threat model says it cannot do, it is made to try here.
 import { createHash } from 'node:crypto';
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -128,5 +128,27 @@ describe('a compromised worker', () => {
     expect(asked[1]).toMatchObject({ error: expect.any(String) });
     expect(asked[1]).not.toHaveProperty('data');
     expect(Buffer.from(String(asked[2]?.data), 'base64').toString()).toBe('export const x = 1;\n');
+  });
+
+  it('is never sent what a file listed in the call’s tree was replaced with since: only the listed bytes leave', async () => {
+    project = tempProject({ ...tools, 'data.txt': 'listed\n' }, 'arium-remote-');
+    writeFileSync(join(project.dir, 'secret.txt'), 'a host file\n');
+    const asked: Record<string, unknown>[] = [];
+    let swapped: () => void = () => {};
+    const swap = new Promise<void>((resolve) => (swapped = resolve));
+    await rogueWorker(async (call, ask) => {
+      asked.push(await ask({ t: 'tree' }));
+      await swap;
+      asked.push(await ask({ t: 'blob', sha: createHash('sha256').update('listed\n').digest('hex'), offset: 0 }));
+      rogue.publish(String(call.inbox), json({ t: 'done', worker: 'rogue', host: 'h', ok: true, data: {}, logs: [], intrusions: [], meta: {} }));
+    });
+    engine = await remoteEngine(project, nats.url);
+    const running = engine.call('note', {});
+    for (let i = 0; i < 100 && asked.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    rmSync(join(project.tools, 'data.txt'));
+    symlinkSync(join(project.dir, 'secret.txt'), join(project.tools, 'data.txt'));
+    swapped();
+    expect(await running).toMatchObject({ ok: true });
+    expect(asked[1]).toEqual({ t: 'blob', error: 'the file changed since the call was sent; retry the call' });
   });
 });

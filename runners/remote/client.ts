@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
@@ -54,6 +54,8 @@ interface Pending {
   readonly downloads: Map<string, string[]>;
   /** Parts of a large message the worker is sending, by key. */
   readonly uploads: Map<string, string[]>;
+  /** Tool files being sent in chunks, read and checked against the tree's hash once. */
+  readonly blobs: Map<string, Buffer>;
 }
 
 /**
@@ -224,6 +226,7 @@ export class RemoteClient {
         onAbort: null,
         downloads: new Map(),
         uploads: new Map(),
+        blobs: new Map(),
       };
       this.#calls.add(call);
       const inbox = `${this.#inbox}.${call.id}`;
@@ -412,16 +415,27 @@ export class RemoteClient {
       msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
       return;
     }
-    let bytes: Buffer;
-    try {
-      bytes = readFileSync(path);
-    } catch (error) {
-      msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
-      return;
+    const sha = message.sha as string;
+    let bytes = call.blobs.get(sha);
+    if (bytes === undefined) {
+      try {
+        bytes = readFileSync(path);
+      } catch (error) {
+        msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
+        return;
+      }
+      // Only the bytes the tree listed leave this machine: a file replaced since (by a link to a host
+      // file, say) is not sent, whatever it now holds.
+      if (createHash('sha256').update(bytes).digest('hex') !== sha) {
+        msg.respond(encode({ t: 'blob', error: 'the file changed since the call was sent; retry the call' }, 'remote.toWorker'));
+        return;
+      }
+      call.blobs.set(sha, bytes);
     }
     // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
     const chunk = Math.max(16_384, Math.floor(((this.#nc?.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
     const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
+    if (offset + chunk >= bytes.length) call.blobs.delete(sha);
     msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
   }
 
