@@ -120,6 +120,25 @@ describe('a remote worker', () => {
     expect(workerOf(next)).toBe(survivor.id);
   });
 
+  it('is not taken for lost while the engine’s own thread is too busy to read its keepalives', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    await spawnWorker();
+    engine = await remoteEngine(project, nats.url);
+    const e = engine;
+    await until('the worker', async () => (await liveWorkers(e)).length === 1);
+    const pending = e.call('wait', { ms: 1500 });
+    await until('the call to start', async () => (await e.status()).remote?.workers.some((w) => w.in_flight > 0));
+    // 1.2 s without a turn of this thread's event loop (twice the 600 ms a worker may be silent here),
+    // ended in the loop's check phase: its next turn runs the timers before it reads the socket.
+    await new Promise<void>((resolve) =>
+      setImmediate(() => {
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1200);
+        resolve();
+      }),
+    );
+    expect(await pending).toMatchObject({ ok: true, data: { slept: 1500 } });
+  });
+
   it('sent SIGTERM finishes the call it runs, takes no new one, and leaves', async () => {
     project = tempProject(tools, 'arium-remote-');
     const w = await spawnWorker();

@@ -237,11 +237,18 @@ export class RemoteClient {
       };
       call.onAbort = onAbort;
       ctx.signal.addEventListener('abort', onAbort, { once: true });
+      let lastTick = Date.now();
       call.watchdog = setInterval(() => {
+        // Time this thread was too busy to tick (a tick came late) is not the worker's silence: its
+        // messages of that time may be waiting unread on the socket.
+        const now = Date.now();
+        const stalled = now - lastTick - this.#keepaliveMs;
+        if (stalled > 0) call.lastSeen += stalled;
+        lastTick = now;
         // Any message of the worker counts: it sends one soon after it takes the call and then every
         // keepaliveMs. Until the first, the window is acceptMs (a busy worker may take a while to pick it up).
         const silence = call.worker === null ? Math.max(this.#acceptMs, 3 * this.#keepaliveMs) : 3 * this.#keepaliveMs;
-        if (Date.now() - call.lastSeen > silence) {
+        if (now - call.lastSeen > silence) {
           const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker that took it';
           this.#finish(
             call,

@@ -3,12 +3,13 @@ import { pyRunner } from '../../runners/python/definition.js';
 import { PythonRunner, type PythonRunnerOptions } from '../../runners/python/index.js';
 import type { Engine, EngineOptions } from '../../src/index.js';
 import { type NatsServer, startNats } from './nats.js';
-import { FAST, Workers } from './remote.js';
+import { Workers } from './remote.js';
 
 // Where the containment suites run their tools: on this process's runners (the default), or on a
 // remote worker over a real nats-server once a wrapper file (test/remote.*-suite.test.ts) has called
 // `runOnRemoteWorker()` before importing the suite. A suite asks `remote()` and `engineOptions()`;
-// the attacks and what they assert stay the same.
+// the attacks and what they assert stay the same. The engines keep the default keepalive (a worker is
+// lost after 3 s of silence): these suites are about containment, on a machine busy with the others.
 
 interface RemoteTarget {
   readonly nats: NatsServer;
@@ -43,7 +44,7 @@ export function remote(): boolean {
 /** Engine options that send `runner`'s calls to the suite's default worker (none when local). */
 export function engineOptions(runner: 'js-runner' | 'py-runner'): EngineOptions {
   if (!target) return {};
-  return { remote: { nats: target.nats.url, deployment: 'suite', runners: [runner], keepalive_ms: FAST.keepaliveMs } };
+  return { remote: { nats: target.nats.url, deployment: 'suite', runners: [runner] } };
 }
 
 /**
@@ -59,7 +60,7 @@ export async function pythonRunnerOptions(options: PythonRunnerOptions): Promise
     runners: ['py-runner'],
     definitions: [{ ...pyRunner, create: () => new PythonRunner(options) }],
   });
-  return { remote: { nats: target.nats.url, deployment, runners: ['py-runner'], keepalive_ms: FAST.keepaliveMs } };
+  return { remote: { nats: target.nats.url, deployment, runners: ['py-runner'] } };
 }
 
 /** Counts where `engine`'s successful JS and Python calls ran; the suite's end checks it ran them all on workers. */
