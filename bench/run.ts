@@ -28,6 +28,7 @@ const suites: Array<[string, Bench | null]> = [
   ['packages', await optional('./packages.js', 'benchPackages')],
   ['cold', await optional('./cold.js', 'benchCold')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
+  ['diff', await optional('./diff-view.js', 'benchDiffView')],
   ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],

@@ -344,6 +344,22 @@ describe('diffs', () => {
     expect(stat.files.map((f) => [f.path, f.lines_added, f.lines_removed])).toEqual(full.files.map((f) => [f.path, f.lines_added, f.lines_removed]));
   });
 
+  it('a large file asked for its counts and then its patch gives the same answer, and a changed file a new one', () => {
+    const lines = (tag: string) => `${Array.from({ length: 2000 }, (_, i) => `${tag} line ${i}`).join('\n')}\n`;
+    engine.vfs.write('/big.txt', lines('old'));
+    const id = engine.snapshot({ label: 'big' }).id;
+    engine.vfs.write('/big.txt', lines('new'));
+    const stat = engine.diff(id, 'live', { stat_only: true }).files[0];
+    const file = engine.diff(id, 'live', { file: '/big.txt' }).files[0];
+    expect([stat?.lines_added, stat?.lines_removed, stat?.patch]).toEqual([2000, 2000, null]);
+    expect([file?.lines_added, file?.lines_removed]).toEqual([2000, 2000]);
+    expect(file?.patch).toContain('+new line 1999');
+    engine.vfs.write('/big.txt', lines('newer'));
+    const again = engine.diff(id, 'live', { file: '/big.txt' }).files[0];
+    expect(again?.patch).toContain('+newer line 1999');
+    expect(again?.patch).not.toContain('+new line 1999');
+  });
+
   it('compares any two of snapshots and the live tree; the default is newest snapshot → live, or empty → live', () => {
     engine.vfs.write('/a.txt', 'a\n');
     const first = engine.diff();

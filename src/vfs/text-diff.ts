@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { createTwoFilesPatch as CreatePatch } from 'diff';
 
@@ -43,7 +44,41 @@ export function asText(buffer: Buffer): string | null {
   }
 }
 
+/**
+ * The last line diffs of larger files, by path, limits and contents: a viewer asks for a diff's line
+ * counts, then for each file's patch, and a 1,000-line file costs the `diff` package ~130 ms each time.
+ */
+const recent = new Map<string, FileDiff>();
+const RECENT_MAX = 32;
+const RECENT_MIN_BYTES = 16 * 1024;
+let recentChars = 0;
+const RECENT_MAX_CHARS = 8 * 1024 * 1024;
+
+function digest(buffer: Buffer | null): string {
+  return buffer === null ? '-' : createHash('sha256').update(buffer).digest('base64');
+}
+
 export function diffFiles(path: string, before: Buffer | null, after: Buffer | null, limits: DiffLimits = DEFAULT_DIFF_LIMITS): FileDiff {
+  if ((before?.length ?? 0) + (after?.length ?? 0) < RECENT_MIN_BYTES) return diffNow(path, before, after, limits);
+  const key = `${path}\0${limits.max_input_bytes}\0${limits.max_patch_chars}\0${digest(before)}\0${digest(after)}`;
+  const known = recent.get(key);
+  if (known) {
+    recent.delete(key);
+    recent.set(key, known);
+    return { ...known };
+  }
+  const made = diffNow(path, before, after, limits);
+  recent.set(key, made);
+  recentChars += made.patch?.length ?? 0;
+  while (recent.size > RECENT_MAX || recentChars > RECENT_MAX_CHARS) {
+    const [oldest, dropped] = recent.entries().next().value as [string, FileDiff];
+    recent.delete(oldest);
+    recentChars -= dropped.patch?.length ?? 0;
+  }
+  return { ...made };
+}
+
+function diffNow(path: string, before: Buffer | null, after: Buffer | null, limits: DiffLimits): FileDiff {
   const oldText = before === null ? '' : asText(before);
   const newText = after === null ? '' : asText(after);
   if (oldText === null || newText === null) {
