@@ -4,10 +4,11 @@ import { dirname, join, relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import type { Shipment } from '../remote/shipment.js';
 import { checking, protocolSchema } from '../shared/protocol.js';
 import { StartBackoff } from '../shared/supervision.js';
-import { ENV_PYTHON, EnvironmentWatch } from './environment-state.js';
-import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
+import { ENV_PYTHON, EnvironmentWatch, type Stamp } from './environment-state.js';
+import { findInterpreter, harnessDir, type Interpreter, interpreterTag } from './interpreter.js';
 import {
   bwrapCommand,
   bwrapProblem,
@@ -245,8 +246,25 @@ export class PythonRunner implements Runner {
     return undefined;
   }
 
-  /** The real folder of the environment the tool's project pins, null when it pins nothing; a missing or stale one fails the call. */
+  /**
+   * What a worker needs to run `tool` as it runs here (runners/remote/shipment.ts): the project's pinned
+   * environment and the interpreter it was made for; a missing or stale one fails as a local call does.
+   */
+  async shipment(tool: Tool): Promise<Shipment> {
+    const found = await this.#pinned(tool);
+    if (found === null) return {};
+    return { environment: { dir: found.dir, python: found.stamp.python_tag ?? (await interpreterTag(join(found.dir, ENV_PYTHON))) } };
+  }
+
+  /** The real folder of the environment the tool runs in, null for none; a missing or stale one fails the call. */
   async #environment(tool: Tool): Promise<string | null> {
+    // A worker's copy of the environment the engine shipped with the call.
+    if (tool.environment !== undefined) return tool.environment;
+    return (await this.#pinned(tool))?.dir ?? null;
+  }
+
+  /** The environment the tool's project pins, null when it pins nothing; a missing or stale one fails the call. */
+  async #pinned(tool: Tool): Promise<{ dir: string; stamp: Stamp } | null> {
     const toolsDir = tool.toolsDir;
     if (!toolsDir) return null;
     let watch = this.#watches.get(toolsDir);
@@ -257,7 +275,7 @@ export class PythonRunner implements Runner {
     }
     const found = await watch.current(() => this.#interpreter());
     if (found.state === 'unpinned') return null;
-    if (found.state === 'ready') return found.dir;
+    if (found.state === 'ready') return found;
     // Not UNAVAILABLE: that code is retryable, and no retry helps until someone runs the install.
     throw new ToolFailure('execution', 'MISCONFIGURED', `${tool.spec.id} cannot run: ${found.detail}`, {
       details: { runner: 'py-runner', environment: found.state, reason: found.reason },

@@ -1,10 +1,29 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { copyFileSync, existsSync, linkSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, linkSync, mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { TreeEntry } from './wire.js';
 
 const SHA = /^[0-9a-f]{64}$/;
+
+/** A path the engine sent that stays below the folder it is joined to: relative, no `..`, no empty part. */
+export function safePath(path: unknown): path is string {
+  return (
+    typeof path === 'string' &&
+    path.length > 0 &&
+    path.length <= 4096 &&
+    !path.split('/').some((part) => part === '' || part === '.' || part === '..') &&
+    !path.includes('\\') &&
+    !path.includes('\0')
+  );
+}
+
+/** The interpreter a worker lays environments out for. */
+export interface WorkerPython {
+  executable: string;
+  version: string;
+  tag: string;
+}
 
 /**
  * A worker's copy of the engines' tools, by content: `blobs/<sha256>` holds each file once, and
@@ -55,29 +74,7 @@ export class ToolCache {
     if (this.hasTree(hash)) return;
     const temp = join(this.toolsDir, `.tmp-${randomBytes(6).toString('hex')}`);
     try {
-      for (const [path, sha] of entries) {
-        if (
-          !SHA.test(sha) ||
-          path.split('/').some((part) => part === '' || part === '.' || part === '..') ||
-          path.includes('\\') ||
-          path.includes('\0')
-        ) {
-          throw new ToolFailure(
-            'transport',
-            'UNAVAILABLE',
-            `The engine sent a tools file with an unusable path: ${JSON.stringify(path).slice(0, 200)}`,
-          );
-        }
-        const target = join(temp, path);
-        mkdirSync(dirname(target), { recursive: true });
-        const blob = join(this.dir, 'blobs', sha);
-        try {
-          linkSync(blob, target);
-        } catch {
-          copyFileSync(blob, target);
-        }
-      }
-      mkdirSync(temp, { recursive: true });
+      this.#layOut(temp, entries);
       try {
         renameSync(temp, this.treeDir(hash));
       } catch (error) {
@@ -87,5 +84,85 @@ export class ToolCache {
       rmSync(temp, { recursive: true, force: true });
     }
     this.#trees.add(hash);
+  }
+
+  /** `tools/b<sha>/<name>`: a JS tool's bundle, below the tools folder the JS runner reads. */
+  bundlePath(sha: string, name: string): string {
+    return join(this.toolsDir, `b${sha.slice(0, 32)}`, name);
+  }
+
+  /** Lays out a bundle whose blob is here. */
+  putBundle(sha: string, name: string): string {
+    const path = this.bundlePath(sha, name);
+    if (existsSync(path)) return path;
+    const temp = join(this.toolsDir, `.tmp-${randomBytes(6).toString('hex')}`);
+    try {
+      this.#layOut(temp, [[name, sha, 0]]);
+      try {
+        renameSync(temp, dirname(path));
+      } catch (error) {
+        if (!existsSync(path)) throw error;
+      }
+    } finally {
+      rmSync(temp, { recursive: true, force: true });
+    }
+    return path;
+  }
+
+  /**
+   * `envs/e<key>/`: a virtual environment of `python` (this worker's interpreter) holding the files the
+   * engine sent (its site-packages), whose blobs are all here. Made aside and renamed into place.
+   */
+  putEnv(hash: string, entries: readonly TreeEntry[], python: WorkerPython): string {
+    const key = createHash('sha256').update(`${hash}\0${python.executable}`).digest('hex').slice(0, 32);
+    const dir = join(this.dir, 'envs', `e${key}`);
+    if (existsSync(dir)) return dir;
+    mkdirSync(join(this.dir, 'envs'), { recursive: true });
+    const temp = join(this.dir, 'envs', `.tmp-${randomBytes(6).toString('hex')}`);
+    try {
+      for (const [path] of entries) {
+        if (!path.startsWith('lib/') || !path.split('/').includes('site-packages')) {
+          throw new ToolFailure(
+            'transport',
+            'UNAVAILABLE',
+            `The engine sent an environment file outside site-packages: ${JSON.stringify(path).slice(0, 200)}`,
+          );
+        }
+      }
+      this.#layOut(temp, entries);
+      mkdirSync(join(temp, 'bin'), { recursive: true });
+      symlinkSync(python.executable, join(temp, 'bin', 'python3'));
+      // What makes the folder a venv of this worker's interpreter (python -m venv writes the same).
+      writeFileSync(
+        join(temp, 'pyvenv.cfg'),
+        `home = ${dirname(python.executable)}\ninclude-system-site-packages = false\nversion = ${python.version}\n`,
+      );
+      try {
+        renameSync(temp, dir);
+      } catch (error) {
+        if (!existsSync(dir)) throw error;
+      }
+    } finally {
+      rmSync(temp, { recursive: true, force: true });
+    }
+    return dir;
+  }
+
+  /** Hard links (or copies) of blobs at the entries' paths below `root`, each path checked first. */
+  #layOut(root: string, entries: readonly TreeEntry[]): void {
+    for (const [path, sha] of entries) {
+      if (!SHA.test(sha) || !safePath(path)) {
+        throw new ToolFailure('transport', 'UNAVAILABLE', `The engine sent a file with an unusable path: ${JSON.stringify(path).slice(0, 200)}`);
+      }
+      const target = join(root, path);
+      mkdirSync(dirname(target), { recursive: true });
+      const blob = join(this.dir, 'blobs', sha);
+      try {
+        linkSync(blob, target);
+      } catch {
+        copyFileSync(blob, target);
+      }
+    }
+    mkdirSync(root, { recursive: true });
   }
 }

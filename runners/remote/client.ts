@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
@@ -9,8 +10,20 @@ import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
+import { EnvIndex, type EnvTree, type Shipment } from './shipment.js';
 import { type Tree, TreeIndex } from './tree.js';
-import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
+import {
+  type BundleFile,
+  type CallMessage,
+  decode,
+  encode,
+  type Heartbeat,
+  PROTOCOL,
+  packBytes,
+  type Subjects,
+  subjects,
+  unpackBytes,
+} from './wire.js';
 
 export interface RemoteStatus {
   servers: string[];
@@ -37,6 +50,9 @@ interface Pending {
   readonly id: string;
   readonly runner: string;
   readonly tree: Tree;
+  /** The tool's bundle, when it imports packages: its path here by sha256. */
+  readonly bundle: { sha: string; path: string } | null;
+  readonly env: EnvTree | null;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   worker: { id: string; host: string } | null;
@@ -62,6 +78,7 @@ export class RemoteClient {
   readonly #keepaliveMs: number;
   readonly #acceptMs: number;
   readonly #index = new TreeIndex();
+  readonly #envs = new EnvIndex();
   readonly #workers = new LiveWorkers();
   readonly #calls = new Set<Pending>();
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
@@ -125,8 +142,11 @@ export class RemoteClient {
     }
   }
 
-  /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
-  run(ctx: RunContext, runner: string): Promise<unknown> {
+  /**
+   * Runs one call on a worker of `runner`, with what the engine's local runner said it needs there
+   * (shipment.ts). Throws ToolFailure as a local runner does; never hangs.
+   */
+  run(ctx: RunContext, runner: string, shipment: Shipment = {}): Promise<unknown> {
     if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
     if (!this.#connected) {
       return Promise.reject(
@@ -142,10 +162,18 @@ export class RemoteClient {
     const toolsDir = ctx.tool.toolsDir;
     if (!toolsDir || !ctx.tool.entryPath) return Promise.reject(new ToolFailure('execution', 'INTERNAL', `${ctx.tool.spec.id} has no entry file`));
     let tree: Tree;
+    let bundle: (BundleFile & { path: string }) | null = null;
+    let env: EnvTree | null = null;
     try {
       tree = this.#index.tree(toolsDir);
+      if (shipment.bundle) bundle = { name: basename(shipment.bundle.path), path: shipment.bundle.path, ...this.#index.file(shipment.bundle.path) };
+      if (shipment.environment) env = this.#envs.tree(shipment.environment.dir, shipment.environment.python);
     } catch (error) {
       return Promise.reject(error);
+    }
+    if (shipment.bundle) {
+      const { bytes, built_ms } = shipment.bundle;
+      ctx.meta.bundle = { bytes, ...(built_ms !== undefined ? { built_ms } : {}) };
     }
     return new Promise((resolve, reject) => {
       const call: Pending = {
@@ -153,6 +181,8 @@ export class RemoteClient {
         id: randomUUID(),
         runner,
         tree,
+        bundle,
+        env,
         resolve,
         reject,
         worker: null,
@@ -200,6 +230,8 @@ export class RemoteClient {
           source: ctx.tool.source,
           entry: relativeEntry(toolsDir, ctx.tool.entryPath as string),
           tree: tree.hash,
+          ...(bundle ? { bundle: { name: bundle.name, sha: bundle.sha, size: bundle.size } } : {}),
+          ...(env ? { env: { hash: env.hash, python: env.python } } : {}),
         },
         input: ctx.input,
         limits: ctx.limits as unknown as Record<string, number>,
@@ -313,6 +345,9 @@ export class RemoteClient {
       case 'tree':
         this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
         return;
+      case 'env':
+        this.#reply(call, msg, { t: 'env', entries: call.env?.entries ?? [] });
+        return;
       case 'blob':
         this.#blob(call, msg, message);
         return;
@@ -345,22 +380,34 @@ export class RemoteClient {
   }
 
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
-    const path = typeof message.sha === 'string' ? call.tree.paths.get(message.sha) : undefined;
+    // Only the files of this call: its tools folder, its bundle, its environment.
+    const sha = typeof message.sha === 'string' ? message.sha : '';
+    const path = call.tree.paths.get(sha) ?? (call.bundle?.sha === sha ? call.bundle.path : undefined) ?? call.env?.paths.get(sha);
     if (path === undefined) {
       msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
       return;
     }
-    let bytes: Buffer;
+    // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
+    const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
+    const offset = Number.isSafeInteger(message.offset) && (message.offset as number) >= 0 ? (message.offset as number) : 0;
+    // Only the chunk asked for is read: an environment's large files travel in many chunks.
+    let size: number;
+    let data: Buffer;
     try {
-      bytes = readFileSync(path);
+      const fd = openSync(path, 'r');
+      try {
+        size = fstatSync(fd).size;
+        data = Buffer.alloc(Math.max(0, Math.min(chunk, size - offset)));
+        const got = readSync(fd, data, 0, data.length, offset);
+        data = data.subarray(0, got);
+      } finally {
+        closeSync(fd);
+      }
     } catch (error) {
       msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
       return;
     }
-    // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
-    const chunk = Math.max(16_384, Math.floor(((this.#nc.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
-    const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
-    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
+    msg.respond(encode({ t: 'blob', size, data: data.toString('base64') }, 'remote.toWorker'));
   }
 
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */

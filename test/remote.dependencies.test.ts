@@ -1,0 +1,296 @@
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { installJsPackages } from '../runners/js/packages.js';
+import { installPythonEnvironment } from '../runners/python/environment.js';
+import { findInterpreter } from '../runners/python/interpreter.js';
+import type { Engine, ToolResult } from '../src/index.js';
+import { type NatsServer, startNats } from './support/nats.js';
+import { copyFixtureProject, definition, openEngine, type TempProject, tempProject } from './support/project.js';
+import { remoteEngine, Workers } from './support/remote.js';
+
+/**
+ * A project's pinned dependencies on remote workers: JS tools importing npm packages (the engine bundles,
+ * the worker runs the bundle) and Python tools of a pinned environment (the engine ships the
+ * environment's site-packages, the worker mounts it at /venv). Real packages, real nats-server.
+ */
+
+const PACKAGE = 'arium_pin_demo';
+const USES_YAML = `import { parse } from 'yaml';
+import { shout } from './lib/shout.js';
+export default async function run(input) { return { doc: parse(input.text), loud: shout(input.title) }; }
+`;
+
+let nats: NatsServer;
+const workers = new Workers();
+let project: TempProject;
+let wheels: string;
+let engine: Engine | null = null;
+
+function ok<T>(result: ToolResult): T {
+  if (!result.ok) throw new Error(`expected success, got ${JSON.stringify(result.error)}`);
+  return result.data as T;
+}
+
+beforeAll(async () => {
+  nats = await startNats();
+  project = copyFixtureProject('python-env');
+  chmodSync(project.workspace, 0o755);
+  project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "!";\n');
+  project.write('yaml.js', USES_YAML);
+  project.write('yaml.json', definition({ id: 'js.yaml', entry: 'yaml.js' }));
+  const python = (await findInterpreter(undefined, process.cwd())).executable;
+  wheels = mkdtempSync(join(tmpdir(), 'arium-wheels-'));
+  const wheel = execFileSync(python, [new URL('../fixtures/python-env/wheel/make_wheel.py', import.meta.url).pathname, PACKAGE, '1.0', wheels], {
+    encoding: 'utf8',
+  }).trim();
+  const hash = /--hash=(sha256:[0-9a-f]{64})/.exec(
+    execFileSync(python, ['-m', 'pip', 'hash', '--algorithm', 'sha256', wheel], { encoding: 'utf8' }),
+  )?.[1];
+  writeFileSync(join(project.dir, 'requirements.txt'), `${PACKAGE}==1.0 \\\n    --hash=${hash}\n`);
+  writeFileSync(join(project.dir, 'package.json'), JSON.stringify({ name: 'p-tools', private: true, dependencies: { yaml: '2.8.1' } }));
+}, 60_000);
+
+afterAll(async () => {
+  await nats?.stop();
+  project?.remove();
+  rmSync(wheels, { recursive: true, force: true });
+});
+
+afterEach(async () => {
+  await engine?.close();
+  engine = null;
+  await workers.closeAll();
+});
+
+const remote = () => remoteEngine(project, nats.url, { runners: ['js-runner', 'py-runner'] });
+const stateDir = () => join(project.dir, '.arium');
+const json = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+
+/** What the tool returns when run by an engine of this machine. */
+async function locally(target: TempProject, id: string, input: unknown): Promise<ToolResult> {
+  const local = await openEngine(target);
+  try {
+    return await local.call(id, input);
+  } finally {
+    await local.close();
+  }
+}
+
+/** Every request for a file's first bytes that crosses the server, by sha256: seen from a connection of its own. */
+async function watchFetches(): Promise<{ counts: Map<string, number>; close: () => Promise<void> }> {
+  const { connect } = await import('@nats-io/transport-node');
+  const observer = await connect({ servers: nats.url });
+  const counts = new Map<string, number>();
+  observer.subscribe('_INBOX.>', {
+    callback: (_error, msg) => {
+      try {
+        const message = JSON.parse(msg.string()) as { t?: string; sha?: string; offset?: number };
+        if (message.t === 'blob' && typeof message.sha === 'string' && message.offset === 0)
+          counts.set(message.sha, (counts.get(message.sha) ?? 0) + 1);
+      } catch {}
+    },
+  });
+  await observer.flush();
+  return { counts, close: () => observer.close() };
+}
+
+beforeAll(async () => {
+  await installJsPackages({ projectDir: project.dir, stateDir: stateDir(), offline: true });
+  await installPythonEnvironment({ projectDir: project.dir, stateDir: stateDir(), pip: { noIndex: true, findLinks: [wheels] } });
+}, 120_000);
+
+describe('a JS tool importing npm packages, on a worker', () => {
+  it('returns what it returns locally; the engine bundles it, the worker runs the bundle', async () => {
+    const input = { text: 'a: [1, 2]', title: 'hi' };
+    const here = await locally(project, 'js.yaml', input);
+    await workers.start(nats.url);
+    engine = await remote();
+    const there = await engine.call('js.yaml', input);
+    expect(there).toMatchObject({ ok: true, data: ok(here), meta: { worker: { id: expect.any(String) }, bundle: { bytes: expect.any(Number) } } });
+  });
+
+  it('runs the new version on the next call after the tool changes', async () => {
+    await workers.start(nats.url);
+    engine = await remote();
+    expect(ok(await engine.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI!' });
+    project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "?!";\n');
+    try {
+      expect(ok(await engine.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI?!' });
+    } finally {
+      project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "!";\n');
+    }
+  });
+
+  it('whose packages are not installed fails as it does locally, naming arium install', async () => {
+    const bare = tempProject({
+      'yaml.js': USES_YAML,
+      'yaml.json': definition({ id: 'js.yaml', entry: 'yaml.js' }),
+      'lib/shout.js': 'export const shout = (s) => s;\n',
+    });
+    try {
+      writeFileSync(join(bare.dir, 'package.json'), JSON.stringify({ name: 'bare', private: true, dependencies: { yaml: '2.8.1' } }));
+      const here = await locally(bare, 'js.yaml', { text: 'a: 1', title: 'x' });
+      await workers.start(nats.url);
+      engine = await remoteEngine(bare, nats.url, { runners: ['js-runner'] });
+      const there = await engine.call('js.yaml', { text: 'a: 1', title: 'x' });
+      expect(there.ok).toBe(false);
+      if (there.ok || here.ok) return;
+      expect(there.error).toEqual(here.error);
+      expect(there.error).toMatchObject({
+        code: 'TOOL_ERROR',
+        message: expect.stringContaining('package.json is not installed: run `arium install`'),
+      });
+    } finally {
+      bare.remove();
+    }
+  });
+});
+
+describe('a Python tool of a pinned project, on a worker', () => {
+  it('imports the pinned package from the environment the engine shipped, as locally', async () => {
+    const here = await locally(project, 'env.pinned', { x: 14 });
+    await workers.start(nats.url);
+    engine = await remote();
+    const there = await engine.call('env.pinned', { x: 14 });
+    expect(there).toMatchObject({ ok: true, data: ok(here) });
+    expect(ok(there)).toMatchObject({ value: 42, version: '1.0' });
+  });
+
+  it('fails MISCONFIGURED, naming arium install, while the engine’s environment is stale', async () => {
+    const pins = join(project.dir, 'requirements.txt');
+    const before = readFileSync(pins, 'utf8');
+    await workers.start(nats.url);
+    engine = await remote();
+    writeFileSync(pins, `${before}# edited\n`);
+    try {
+      const there = await engine.call('env.pinned', { x: 1 });
+      expect(there).toMatchObject({ ok: false, error: { code: 'MISCONFIGURED', retryable: false, details: { reason: 'pins-changed' } } });
+      expect(there.ok || there.error.message).toContain('`arium install`');
+      expect(there.meta).not.toHaveProperty('worker');
+    } finally {
+      writeFileSync(pins, before);
+    }
+    expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+  });
+
+  it('fails MISCONFIGURED on a worker whose interpreter is not the one the environment was made for', async () => {
+    const stamp = join(realpathSync(join(stateDir(), 'python-env')), 'arium-env.json');
+    const before = readFileSync(stamp, 'utf8');
+    const mine = (JSON.parse(before) as { python_tag: string }).python_tag;
+    expect(mine).toMatch(/^cpython-3\.\d+-/);
+    await workers.start(nats.url);
+    engine = await remote();
+    expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+    // As if the engine's environment had been installed with another Python than the worker's.
+    writeFileSync(stamp, before.replace(mine, 'cpython-3.99-other-platform'));
+    try {
+      const there = await engine.call('env.pinned', { x: 1 });
+      expect(there).toMatchObject({
+        ok: false,
+        error: { code: 'MISCONFIGURED', retryable: false, details: { engine_python: 'cpython-3.99-other-platform', worker_python: mine } },
+      });
+      if (there.ok) return;
+      expect(there.error.message).toContain('needs Python cpython-3.99-other-platform');
+      expect(there.error.message).toContain(`this worker runs ${mine}`);
+      expect(there.error.message).toContain('arium worker --python');
+    } finally {
+      writeFileSync(stamp, before);
+    }
+    expect(ok(await engine.call('env.pinned', { x: 2 }))).toMatchObject({ value: 6 });
+  });
+});
+
+describe('concurrent first calls', () => {
+  it('all succeed, and the worker fetches each file once', async () => {
+    const fetches = await watchFetches();
+    try {
+      await workers.start(nats.url);
+      engine = await remote();
+      const active = engine;
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          i % 2 === 0 ? active.call('js.yaml', { text: `n: ${i}`, title: 'x' }) : active.call('env.pinned', { x: i }),
+        ),
+      );
+      for (const [i, result] of results.entries()) expect(ok(result)).toMatchObject(i % 2 === 0 ? { doc: { n: i } } : { value: 3 * i });
+      expect(fetches.counts.size).toBeGreaterThan(3);
+      expect([...fetches.counts.entries()].filter(([, count]) => count !== 1)).toEqual([]);
+    } finally {
+      await fetches.close();
+    }
+  });
+});
+
+describe('a worker sent a crafted call', () => {
+  /** Publishes `tool` as a call to the workers and answers their requests with `answers`; resolves with the worker's done. */
+  async function craft(
+    runner: string,
+    tool: Record<string, unknown>,
+    answers: (m: Record<string, unknown>) => unknown,
+  ): Promise<Record<string, unknown>> {
+    const { connect, createInbox } = await import('@nats-io/transport-node');
+    const nc = await connect({ servers: nats.url });
+    try {
+      const inbox = createInbox();
+      const done = new Promise<Record<string, unknown>>((resolve) => {
+        nc.subscribe(inbox, {
+          callback: (_e, msg) => {
+            const m = JSON.parse(msg.string()) as Record<string, unknown>;
+            if (m.t === 'done') resolve(m);
+            else if (msg.reply) msg.respond(json(answers(m)));
+          },
+        });
+      });
+      const call = {
+        t: 'call',
+        v: 1,
+        id: 'crafted',
+        runner,
+        inbox,
+        tool: { spec: { id: 'crafted', runner }, hash: 'h', source: 'tools/crafted.json', entry: 'x.js', tree: '0'.repeat(64), ...tool },
+        input: {},
+        limits: { timeout_ms: 5000, memory_mb: 64, output_bytes: 65536 },
+        run_id: 'r',
+        trace_id: 'r',
+        keepalive_ms: 1000,
+      };
+      nc.publish(`arium.test.run.${runner}`, json(call), { reply: inbox });
+      return await done;
+    } finally {
+      await nc.close();
+    }
+  }
+
+  it.each([
+    ['an entry outside the tree', 'js-runner', { entry: '../../../../etc/hostname' }, /unusable entry path/],
+    ['a bundle named by a path', 'js-runner', { bundle: { name: '../../x.mjs', sha: 'a'.repeat(64), size: 1 } }, /unusable bundle/],
+    ['a bundle that is not a module', 'js-runner', { bundle: { name: 'passwd', sha: 'a'.repeat(64), size: 1 } }, /unusable bundle/],
+  ])('refuses %s before reading anything', async (_, runner, tool, message) => {
+    await workers.start(nats.url);
+    const asked: unknown[] = [];
+    const done = await craft(runner, tool, (m) => {
+      asked.push(m.t);
+      return { t: 'tree', entries: [] };
+    });
+    expect(done).toMatchObject({ ok: false, error: { message: expect.stringMatching(message) } });
+    expect(asked.filter((t) => t === 'blob')).toEqual([]);
+  });
+
+  it('refuses environment files outside site-packages', async () => {
+    await workers.start(nats.url);
+    const python = (await import('../runners/python/interpreter.js')).interpreterTag;
+    const tag = await python((await findInterpreter(undefined, process.cwd())).executable);
+    const bytes = Buffer.from('x = 1\n');
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    const done = await craft('py-runner', { entry: 'x.py', env: { hash: 'b'.repeat(64), python: tag } }, (m) => {
+      if (m.t === 'tree') return { t: 'tree', entries: [['x.py', sha, bytes.length]] };
+      if (m.t === 'env') return { t: 'env', entries: [['lib/python3/site-packages/../../../../../../tmp/owned.py', sha, bytes.length]] };
+      return { t: 'blob', size: bytes.length, data: bytes.toString('base64') };
+    });
+    expect(done).toMatchObject({ ok: false, error: { message: expect.stringMatching(/unusable path/) } });
+  });
+});
