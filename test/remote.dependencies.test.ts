@@ -42,6 +42,10 @@ beforeAll(async () => {
   project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "!";\n');
   project.write('yaml.js', USES_YAML);
   project.write('yaml.json', definition({ id: 'js.yaml', entry: 'yaml.js' }));
+  project.write('boom.js', "import { parse } from 'yaml';\nexport default async function run() { parse('a: 1'); throw new Error('boom'); }\n");
+  project.write('boom.json', definition({ id: 'js.boom', entry: 'boom.js' }));
+  project.write('boom.py', 'import arium_pin_demo\n\n\ndef run(input, ctx):\n    raise ValueError(arium_pin_demo.VERSION)\n');
+  project.write('boom-py.json', definition({ id: 'py.boom', entry: 'boom.py', runner: 'py-runner', permissions: ['exec.py'] }));
   const python = (await findInterpreter(undefined, process.cwd())).executable;
   wheels = mkdtempSync(join(tmpdir(), 'arium-wheels-'));
   const wheel = execFileSync(python, [new URL('../fixtures/python-env/wheel/make_wheel.py', import.meta.url).pathname, PACKAGE, '1.0', wheels], {
@@ -201,6 +205,19 @@ describe('a Python tool of a pinned project, on a worker', () => {
       writeFileSync(stamp, before);
     }
     expect(ok(await engine.call('env.pinned', { x: 2 }))).toMatchObject({ value: 6 });
+  });
+});
+
+describe('a failing tool on a worker', () => {
+  it.each(['js.boom', 'py.boom'])('%s: the same error and stack as locally, its files named as on the engine', async (id) => {
+    const here = await locally(project, id, {});
+    await workers.start(nats.url);
+    engine = await remote();
+    const there = await engine.call(id, {});
+    expect(here.ok || there.ok).toBe(false);
+    if (here.ok || there.ok) return;
+    expect(there.error).toEqual(here.error);
+    expect(there.error.stack).toMatch(id === 'js.boom' ? /tools\/boom\.mjs:/ : /"boom\.py", line 5/);
   });
 });
 

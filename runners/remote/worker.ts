@@ -446,11 +446,12 @@ async function workerPython(runnerConfig: Readonly<Record<string, unknown>>, bas
 
 /**
  * A failure or log lines with the tool's files named as on the engine (`tools/x.js`), not by where this
- * worker keeps that version (`tools/t<tree hash>/x.js`). A tool's own view of its paths (its stack, read
+ * worker keeps that version (`tools/t<tree hash>/x.js`, a bundle's `tools/b<sha>/x.mjs`). A tool's own view of its paths (its stack, read
  * by its code) still shows the tree folder.
  */
 function asOnEngine<T>(value: T): T {
-  return JSON.parse(JSON.stringify(value).replace(/\btools\/t[0-9a-f]{32}\//g, 'tools/'));
+  // A JS stack names `tools/t<hash>/x.js` (or `tools/b<hash>/x.mjs`, a bundle); a Python traceback `"t<hash>/x.py"`.
+  return JSON.parse(JSON.stringify(value).replace(/(\btools\/|\\")[tb][0-9a-f]{32}\//g, '$1'));
 }
 
 function wireFailure(error: unknown): WireFailure {
