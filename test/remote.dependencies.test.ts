@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { installJsPackages } from '../runners/js/packages.js';
 import { installPythonEnvironment } from '../runners/python/environment.js';
-import { findInterpreter } from '../runners/python/interpreter.js';
+import { findInterpreter, interpreterTag } from '../runners/python/interpreter.js';
 import type { Engine, ToolResult } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { copyFixtureProject, definition, openEngine, type TempProject, tempProject } from './support/project.js';
@@ -242,6 +242,41 @@ describe('concurrent first calls', () => {
   });
 });
 
+describe('a compromised worker', () => {
+  it('gets the bundle of its call, never the installed packages nor the environment of another call', async () => {
+    const { connect } = await import('@nats-io/transport-node');
+    const rogue = await connect({ servers: nats.url });
+    const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+    const packageFile = sha(join(stateDir(), 'js-packages', 'node_modules', 'yaml', 'package.json'));
+    const answers: Record<string, unknown>[] = [];
+    try {
+      rogue.subscribe('arium.test.run.js-runner', {
+        queue: 'arium.test.workers',
+        callback: (_e, msg) => {
+          const call = JSON.parse(msg.string()) as { inbox: string; tool: { bundle?: { sha: string } } };
+          const ask = async (m: object) => JSON.parse((await rogue.request(call.inbox, json({ worker: 'rogue', ...m }), { timeout: 2000 })).string());
+          void (async () => {
+            answers.push(await ask({ t: 'blob', sha: call.tool.bundle?.sha, offset: 0 }));
+            answers.push(await ask({ t: 'blob', sha: packageFile, offset: 0 }));
+            answers.push(await ask({ t: 'env' }));
+            rogue.publish(call.inbox, json({ t: 'done', worker: 'rogue', host: 'h', ok: true, data: {}, logs: [], intrusions: [], meta: {} }));
+          })();
+        },
+      });
+      await rogue.flush();
+      engine = await remote();
+      expect(await engine.call('js.yaml', { text: 'a: 1', title: 'x' })).toMatchObject({ ok: true });
+      expect(answers[0]).toMatchObject({ t: 'blob', size: expect.any(Number), data: expect.any(String) });
+      expect(answers.slice(1)).toEqual([
+        { t: 'blob', error: 'no such file in this call' },
+        { t: 'env', entries: [] },
+      ]);
+    } finally {
+      await rogue.close();
+    }
+  });
+});
+
 describe('a worker sent a crafted call', () => {
   /** Publishes `tool` as a call to the workers and answers their requests with `answers`; resolves with the worker's done. */
   async function craft(
@@ -297,17 +332,22 @@ describe('a worker sent a crafted call', () => {
     expect(asked.filter((t) => t === 'blob')).toEqual([]);
   });
 
-  it('refuses environment files outside site-packages', async () => {
+  it.each([
+    ['a path that climbs out', 'lib/python3/site-packages/../../../../../../tmp/owned.py'],
+    ['a path outside site-packages', 'bin/python3'],
+  ])('refuses an environment file at %s before fetching it', async (_, path) => {
     await workers.start(nats.url);
-    const python = (await import('../runners/python/interpreter.js')).interpreterTag;
-    const tag = await python((await findInterpreter(undefined, process.cwd())).executable);
-    const bytes = Buffer.from('x = 1\n');
-    const sha = createHash('sha256').update(bytes).digest('hex');
+    const tag = await interpreterTag((await findInterpreter(undefined, process.cwd())).executable);
+    const file = Buffer.from('x = 1\n');
+    const sha = createHash('sha256').update(file).digest('hex');
+    const fetched: unknown[] = [];
     const done = await craft('py-runner', { entry: 'x.py', env: { hash: 'b'.repeat(64), python: tag } }, (m) => {
-      if (m.t === 'tree') return { t: 'tree', entries: [['x.py', sha, bytes.length]] };
-      if (m.t === 'env') return { t: 'env', entries: [['lib/python3/site-packages/../../../../../../tmp/owned.py', sha, bytes.length]] };
-      return { t: 'blob', size: bytes.length, data: bytes.toString('base64') };
+      if (m.t === 'tree') return { t: 'tree', entries: [['x.py', sha, file.length]] };
+      if (m.t === 'env') return { t: 'env', entries: [[path, 'c'.repeat(64), 1]] };
+      fetched.push(m.sha);
+      return { t: 'blob', size: file.length, data: file.toString('base64') };
     });
-    expect(done).toMatchObject({ ok: false, error: { message: expect.stringMatching(/unusable path/) } });
+    expect(done).toMatchObject({ ok: false, error: { message: expect.stringContaining('environment file with an unusable path') } });
+    expect(fetched).not.toContain('c'.repeat(64));
   });
 });

@@ -111,7 +111,8 @@ export class ToolCache {
 
   /**
    * `envs/e<key>/`: a virtual environment of `python` (this worker's interpreter) holding the files the
-   * engine sent (its site-packages), whose blobs are all here. Made aside and renamed into place.
+   * engine sent (its site-packages, paths checked by the caller), whose blobs are all here. Made aside
+   * and renamed into place.
    */
   putEnv(hash: string, entries: readonly TreeEntry[], python: WorkerPython): string {
     const key = createHash('sha256').update(`${hash}\0${python.executable}`).digest('hex').slice(0, 32);
@@ -120,15 +121,6 @@ export class ToolCache {
     mkdirSync(join(this.dir, 'envs'), { recursive: true });
     const temp = join(this.dir, 'envs', `.tmp-${randomBytes(6).toString('hex')}`);
     try {
-      for (const [path] of entries) {
-        if (!path.startsWith('lib/') || !path.split('/').includes('site-packages')) {
-          throw new ToolFailure(
-            'transport',
-            'UNAVAILABLE',
-            `The engine sent an environment file outside site-packages: ${JSON.stringify(path).slice(0, 200)}`,
-          );
-        }
-      }
       this.#layOut(temp, entries);
       mkdirSync(join(temp, 'bin'), { recursive: true });
       symlinkSync(python.executable, join(temp, 'bin', 'python3'));

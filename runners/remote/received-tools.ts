@@ -54,6 +54,15 @@ export class ReceivedTools {
       if (env && python) {
         if (!SHA.test(env.hash)) throw new ToolFailure('transport', 'UNAVAILABLE', 'The engine sent an unusable environment hash');
         const entries = await this.#entries(own, 'env');
+        for (const [path, sha] of entries) {
+          if (!SHA.test(String(sha)) || !safePath(path) || !/^lib\/[^/]+\/site-packages\//.test(path)) {
+            throw new ToolFailure(
+              'transport',
+              'UNAVAILABLE',
+              `The engine sent an environment file with an unusable path: ${JSON.stringify(path).slice(0, 200)}`,
+            );
+          }
+        }
         await Promise.all(entries.map(([, sha]) => this.#blob(sha, own)));
         environment = this.#cache.putEnv(env.hash, entries, python);
       }
