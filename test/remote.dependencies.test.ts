@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -218,6 +218,52 @@ describe('a failing tool on a worker', () => {
     if (here.ok || there.ok) return;
     expect(there.error).toEqual(here.error);
     expect(there.error.stack).toMatch(id === 'js.boom' ? /tools\/boom\.mjs:/ : /"boom\.py", line 5/);
+  });
+});
+
+describe('a worker serving two projects', () => {
+  it('keeps the Python fork servers of each when their calls alternate', async () => {
+    const cache = mkdtempSync(join(tmpdir(), 'arium-worker-cache-'));
+    const other = tempProject({
+      'plain.py': 'def run(input, ctx):\n    return {"x": input["x"]}\n',
+      'plain.json': definition({ id: 'py.plain', entry: 'plain.py', runner: 'py-runner', permissions: ['exec.py'] }),
+    });
+    let second: Engine | null = null;
+    /** The fork servers of this worker: children of this process whose command lines name its cache folder. */
+    const servers = () =>
+      readdirSync('/proc')
+        .filter((pid) => /^\d+$/.test(pid))
+        .filter((pid) => {
+          try {
+            const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+            const parent = Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ')[1]);
+            return parent === process.pid && command.includes(cache) && command.includes('arium_server.py');
+          } catch {
+            return false;
+          }
+        })
+        .sort();
+    try {
+      await workers.start(nats.url, { cacheDir: cache });
+      engine = await remote();
+      second = await remoteEngine(other, nats.url, { runners: ['py-runner'] });
+      const round = async (pinned: Engine, plain: Engine) => {
+        expect(ok(await pinned.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+        expect(ok(await plain.call('py.plain', { x: 1 }))).toEqual({ x: 1 });
+      };
+      await round(engine, second);
+      await round(engine, second);
+      // Each project's second server starts in the background after its first call.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const before = servers();
+      expect(before.length).toBeGreaterThan(1);
+      for (let i = 0; i < 4; i++) await round(engine, second);
+      expect(servers()).toEqual(before);
+    } finally {
+      await second?.close();
+      other.remove();
+      rmSync(cache, { recursive: true, force: true });
+    }
   });
 });
 
