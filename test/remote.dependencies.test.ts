@@ -365,6 +365,7 @@ describe('a worker sent a crafted call', () => {
 
   it.each([
     ['an entry outside the tree', 'js-runner', { entry: '../../../../etc/hostname' }, /unusable entry path/],
+    ['a tree hash that is a path', 'py-runner', { tree: 'x/../../../../../../../../../etc', entry: 'hostname' }, /unusable tree hash/],
     ['a bundle named by a path', 'js-runner', { bundle: { name: '../../x.mjs', sha: 'a'.repeat(64), size: 1 } }, /unusable bundle/],
     ['a bundle that is not a module', 'js-runner', { bundle: { name: 'passwd', sha: 'a'.repeat(64), size: 1 } }, /unusable bundle/],
   ])('refuses %s before reading anything', async (_, runner, tool, message) => {

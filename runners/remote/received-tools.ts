@@ -39,6 +39,8 @@ export class ReceivedTools {
     const key = `${String(call.tool.hash)}:${call.tool.tree}:${bundle?.sha ?? ''}:${env ? `${env.hash}:${env.python}` : ''}`;
     const known = this.#tools.get(key);
     if (known) return known;
+    // The tree hash names a folder of the cache: a path in its place would lead out of it.
+    if (!SHA.test(String(call.tool.tree))) throw new ToolFailure('transport', 'UNAVAILABLE', 'The engine sent an unusable tree hash');
     if (call.tool.entry !== null && !safePath(call.tool.entry)) {
       throw new ToolFailure('transport', 'UNAVAILABLE', `The engine sent an unusable entry path: ${JSON.stringify(call.tool.entry).slice(0, 200)}`);
     }
