@@ -164,6 +164,29 @@ describe('a Python tool of a pinned project, on a worker', () => {
     expect(ok(there)).toMatchObject({ value: 42, version: '1.0' });
   });
 
+  it('gets an environment of many files and one larger than a NATS message, as locally', async () => {
+    // Added to the installed environment as pip would have: the engine lists it afresh (a new engine).
+    const site = execFileSync(
+      join(stateDir(), 'python-env', 'bin', 'python3'),
+      ['-I', '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+      {
+        encoding: 'utf8',
+      },
+    ).trim();
+    for (let i = 0; i < 30; i++) writeFileSync(join(site, `arium_many_${i}.py`), `VALUE = ${i}\n`);
+    writeFileSync(join(site, 'arium_large.py'), `DATA = "${'x'.repeat(3 * 1024 * 1024)}"\n`);
+    project.write(
+      'many.py',
+      'import importlib\nimport arium_large\n\n\ndef run(input, ctx):\n    return {"sum": sum(importlib.import_module("arium_many_%d" % i).VALUE for i in range(30)), "large": len(arium_large.DATA)}\n',
+    );
+    project.write('many.json', definition({ id: 'py.many', entry: 'many.py', runner: 'py-runner', permissions: ['exec.py'] }));
+    const here = await locally(project, 'py.many', {});
+    expect(ok(here)).toEqual({ sum: 435, large: 3 * 1024 * 1024 });
+    await workers.start(nats.url);
+    engine = await remote();
+    expect(await engine.call('py.many', {})).toMatchObject({ ok: true, data: ok(here) });
+  });
+
   it('fails MISCONFIGURED, naming arium install, while the engine’s environment is stale', async () => {
     const pins = join(project.dir, 'requirements.txt');
     const before = readFileSync(pins, 'utf8');

@@ -115,8 +115,7 @@ export class ToolCache {
    * and renamed into place.
    */
   putEnv(hash: string, entries: readonly TreeEntry[], python: WorkerPython): string {
-    const key = createHash('sha256').update(`${hash}\0${python.executable}`).digest('hex').slice(0, 32);
-    const dir = join(this.dir, 'envs', `e${key}`);
+    const dir = this.#envDir(hash, python);
     if (existsSync(dir)) return dir;
     mkdirSync(join(this.dir, 'envs'), { recursive: true });
     const temp = join(this.dir, 'envs', `.tmp-${randomBytes(6).toString('hex')}`);
@@ -138,6 +137,18 @@ export class ToolCache {
       rmSync(temp, { recursive: true, force: true });
     }
     return dir;
+  }
+
+  /** The folder of an environment laid out for `python`, when it is here. */
+  hasEnv(hash: string, python: WorkerPython): string | null {
+    const dir = this.#envDir(hash, python);
+    return existsSync(dir) ? dir : null;
+  }
+
+  /** An environment's folder, by its hash and the interpreter it is a venv of (its pyvenv.cfg names that one). */
+  #envDir(hash: string, python: WorkerPython): string {
+    const key = createHash('sha256').update(`${hash}\0${python.executable}`).digest('hex').slice(0, 32);
+    return join(this.dir, 'envs', `e${key}`);
   }
 
   /** Hard links (or copies) of blobs at the entries' paths below `root`, each path checked first. */

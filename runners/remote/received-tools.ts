@@ -11,6 +11,8 @@ export type Ask = (message: Record<string, unknown>) => Promise<Record<string, u
 /** Tools kept ready, by definition and tree: a warm call looks its tool up and touches no file. */
 const MAX_TOOLS = 512;
 const SHA = /^[0-9a-f]{64}$/;
+/** File requests one call has in flight at once. */
+const FETCHES_AT_ONCE = 8;
 /** A tag as interpreterTag makes it: `cpython-3.11-linux-x86_64-glibc`. */
 const PYTHON_TAG = /^[A-Za-z0-9._+-]{1,120}$/;
 
@@ -48,25 +50,14 @@ export class ReceivedTools {
     return this.#shared(`tool:${key}`, ask, async (own) => {
       if (!this.#cache.hasTree(call.tool.tree)) {
         const entries = await this.#entries(own, 'tree');
-        await Promise.all(entries.map(([, sha]) => this.#blob(sha, own)));
+        await this.#blobs(entries, own);
         this.#cache.putTree(call.tool.tree, entries);
       }
       const bundlePath = bundle ? await this.#bundle(bundle, own) : null;
       let environment: string | undefined;
       if (env && python) {
         if (!SHA.test(env.hash)) throw new ToolFailure('transport', 'UNAVAILABLE', 'The engine sent an unusable environment hash');
-        const entries = await this.#entries(own, 'env');
-        for (const [path, sha] of entries) {
-          if (!SHA.test(String(sha)) || !safePath(path) || !/^lib\/[^/]+\/site-packages\//.test(path)) {
-            throw new ToolFailure(
-              'transport',
-              'UNAVAILABLE',
-              `The engine sent an environment file with an unusable path: ${JSON.stringify(path).slice(0, 200)}`,
-            );
-          }
-        }
-        await Promise.all(entries.map(([, sha]) => this.#blob(sha, own)));
-        environment = this.#cache.putEnv(env.hash, entries, python);
+        environment = this.#cache.hasEnv(env.hash, python) ?? (await this.#env(env.hash, python, own));
       }
       const tool = this.#make(call, key, bundlePath, environment);
       if (this.#tools.size >= MAX_TOOLS) this.#tools.delete(this.#tools.keys().next().value as string);
@@ -87,6 +78,31 @@ export class ReceivedTools {
       `${String((call.tool.spec as { id?: unknown }).id)} needs Python ${wanted}, the interpreter its project's environment was installed for on the engine's machine; this worker runs ${python.tag} (${python.executable}). Start the worker with a matching interpreter (arium worker --python <path>), or install the project's environment with the workers' Python`,
       { details: { runner: 'py-runner', environment: 'interpreter-mismatch', engine_python: wanted, worker_python: python.tag } },
     );
+  }
+
+  /** Fetches the environment's files (each path checked first) and lays them out as a venv of `python`. */
+  async #env(hash: string, python: WorkerPython, ask: Ask): Promise<string> {
+    const entries = await this.#entries(ask, 'env');
+    for (const [path, sha] of entries) {
+      if (!SHA.test(String(sha)) || !safePath(path) || !/^lib\/[^/]+\/site-packages\//.test(path)) {
+        throw new ToolFailure(
+          'transport',
+          'UNAVAILABLE',
+          `The engine sent an environment file with an unusable path: ${JSON.stringify(path).slice(0, 200)}`,
+        );
+      }
+    }
+    await this.#blobs(entries, ask);
+    return this.#cache.putEnv(hash, entries, python);
+  }
+
+  /** The blobs of `entries` it lacks, a few requests at a time: an environment can list thousands of files. */
+  async #blobs(entries: readonly TreeEntry[], ask: Ask): Promise<void> {
+    let next = 0;
+    const fetcher = async () => {
+      while (next < entries.length) await this.#blob((entries[next++] as TreeEntry)[1], ask);
+    };
+    await Promise.all(Array.from({ length: Math.min(FETCHES_AT_ONCE, entries.length) }, fetcher));
   }
 
   async #entries(ask: Ask, kind: 'tree' | 'env'): Promise<TreeEntry[]> {
