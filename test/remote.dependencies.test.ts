@@ -129,6 +129,23 @@ describe('a JS tool importing npm packages, on a worker', () => {
     }
   });
 
+  it('counts its bundle against memory_mb as locally', async () => {
+    project.write('lib/big.js', `export const big = "${'y'.repeat(1_200_000)}";\n`);
+    project.write(
+      'heavy.js',
+      "import { parse } from 'yaml';\nimport { big } from './lib/big.js';\nexport default async function run() { return [parse('a: 1'), big.length]; }\n",
+    );
+    project.write('heavy.json', definition({ id: 'js.heavy', entry: 'heavy.js', limits: { memory_mb: 8 } }));
+    const here = await locally(project, 'js.heavy', {});
+    await workers.start(nats.url);
+    engine = await remote();
+    const there = await engine.call('js.heavy', {});
+    expect(here.ok || there.ok).toBe(false);
+    if (here.ok || there.ok) return;
+    expect(there.error).toEqual(here.error);
+    expect(there.error.message).toMatch(/too large for its memory limit of 8 MB/);
+  });
+
   it('whose packages are not installed fails as it does locally, naming arium install', async () => {
     const bare = tempProject({
       'yaml.js': USES_YAML,
