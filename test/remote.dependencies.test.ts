@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { installJsPackages } from '../runners/js/packages.js';
 import { installPythonEnvironment } from '../runners/python/environment.js';
 import { findInterpreter, interpreterTag } from '../runners/python/interpreter.js';
+import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
 import type { Engine, ToolResult } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { copyFixtureProject, definition, openEngine, type TempProject, tempProject } from './support/project.js';
@@ -325,6 +326,23 @@ describe('concurrent first calls', () => {
     } finally {
       await fetches.close();
     }
+  });
+});
+
+describe('the protocol', () => {
+  it('admits the bundle, the environment and their requests', async () => {
+    const log = checkProtocol(true) as ProtocolLog;
+    try {
+      await workers.start(nats.url);
+      engine = await remote();
+      expect(await engine.call('js.yaml', { text: 'a: 1', title: 'x' })).toMatchObject({ ok: true });
+      expect(await engine.call('env.pinned', { x: 1 })).toMatchObject({ ok: true });
+    } finally {
+      checkProtocol(false);
+    }
+    expect(log.violations).toEqual([]);
+    for (const kind of ['call', 'tree', 'env', 'blob']) expect(log.seen[`remote.toWorker ${kind}`]).toBeGreaterThan(0);
+    for (const kind of ['tree', 'env', 'blob', 'done']) expect(log.seen[`remote.fromWorker ${kind}`]).toBeGreaterThan(0);
   });
 });
 
