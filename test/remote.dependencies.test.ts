@@ -30,6 +30,8 @@ const workers = new Workers();
 let project: TempProject;
 let wheels: string;
 let engine: Engine | null = null;
+/** The engine running the project's tools on this machine, to compare with. */
+let local: Engine;
 
 function ok<T>(result: ToolResult): T {
   if (!result.ok) throw new Error(`expected success, got ${JSON.stringify(result.error)}`);
@@ -60,6 +62,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
+  await local?.close();
   await nats?.stop();
   project?.remove();
   rmSync(wheels, { recursive: true, force: true });
@@ -77,11 +80,16 @@ const json = (value: unknown) => new TextEncoder().encode(JSON.stringify(value))
 
 /** What the tool returns when run by an engine of this machine. */
 async function locally(target: TempProject, id: string, input: unknown): Promise<ToolResult> {
-  const local = await openEngine(target);
+  if (target === project) {
+    // One local engine for the whole file: it sees tools a test added once it looks again.
+    await local.refresh();
+    return local.call(id, input);
+  }
+  const other = await openEngine(target);
   try {
-    return await local.call(id, input);
+    return await other.call(id, input);
   } finally {
-    await local.close();
+    await other.close();
   }
 }
 
@@ -106,159 +114,167 @@ async function watchFetches(): Promise<{ counts: Map<string, number>; close: () 
 beforeAll(async () => {
   await installJsPackages({ projectDir: project.dir, stateDir: stateDir(), offline: true });
   await installPythonEnvironment({ projectDir: project.dir, stateDir: stateDir(), pip: { noIndex: true, findLinks: [wheels] } });
+  local = await openEngine(project);
 }, 120_000);
 
-describe('a JS tool importing npm packages, on a worker', () => {
-  it('returns what it returns locally; the engine bundles it, the worker runs the bundle', async () => {
-    const input = { text: 'a: [1, 2]', title: 'hi' };
-    const here = await locally(project, 'js.yaml', input);
-    await workers.start(nats.url);
-    engine = await remote();
-    const there = await engine.call('js.yaml', input);
-    expect(there).toMatchObject({ ok: true, data: ok(here), meta: { worker: { id: expect.any(String) }, bundle: { bytes: expect.any(Number) } } });
+describe('on one worker', () => {
+  /** A worker and a remote engine shared by these tests: the worker's cache and sandboxes stay warm between them. */
+  const shared = new Workers();
+  let warm: Engine;
+  beforeAll(async () => {
+    await shared.start(nats.url);
+    warm = await remote();
+  });
+  afterAll(async () => {
+    await warm?.close();
+    await shared.closeAll();
   });
 
-  it('runs the new version on the next call after the tool changes', async () => {
-    await workers.start(nats.url);
-    engine = await remote();
-    expect(ok(await engine.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI!' });
-    project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "?!";\n');
-    try {
-      expect(ok(await engine.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI?!' });
-    } finally {
-      project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "!";\n');
-    }
-  });
-
-  it('counts its bundle against memory_mb as locally', async () => {
-    project.write('lib/big.js', `export const big = "${'y'.repeat(1_200_000)}";\n`);
-    project.write(
-      'heavy.js',
-      "import { parse } from 'yaml';\nimport { big } from './lib/big.js';\nexport default async function run() { return [parse('a: 1'), big.length]; }\n",
-    );
-    project.write('heavy.json', definition({ id: 'js.heavy', entry: 'heavy.js', limits: { memory_mb: 8 } }));
-    const here = await locally(project, 'js.heavy', {});
-    await workers.start(nats.url);
-    engine = await remote();
-    const there = await engine.call('js.heavy', {});
-    expect(here.ok || there.ok).toBe(false);
-    if (here.ok || there.ok) return;
-    expect(there.error).toEqual(here.error);
-    expect(there.error.message).toMatch(/too large for its memory limit of 8 MB/);
-  });
-
-  it('whose packages are not installed fails as it does locally, naming arium install', async () => {
-    const bare = tempProject({
-      'yaml.js': USES_YAML,
-      'yaml.json': definition({ id: 'js.yaml', entry: 'yaml.js' }),
-      'lib/shout.js': 'export const shout = (s) => s;\n',
+  describe('a JS tool importing npm packages, on a worker', () => {
+    it('returns what it returns locally; the engine bundles it, the worker runs the bundle', async () => {
+      const input = { text: 'a: [1, 2]', title: 'hi' };
+      const here = await locally(project, 'js.yaml', input);
+      await warm.refresh();
+      const there = await warm.call('js.yaml', input);
+      expect(there).toMatchObject({ ok: true, data: ok(here), meta: { worker: { id: expect.any(String) }, bundle: { bytes: expect.any(Number) } } });
     });
-    try {
-      writeFileSync(join(bare.dir, 'package.json'), JSON.stringify({ name: 'bare', private: true, dependencies: { yaml: '2.8.1' } }));
-      const here = await locally(bare, 'js.yaml', { text: 'a: 1', title: 'x' });
-      await workers.start(nats.url);
-      engine = await remoteEngine(bare, nats.url, { runners: ['js-runner'] });
-      const there = await engine.call('js.yaml', { text: 'a: 1', title: 'x' });
-      expect(there.ok).toBe(false);
-      if (there.ok || here.ok) return;
+
+    it('runs the new version on the next call after the tool changes', async () => {
+      await warm.refresh();
+      expect(ok(await warm.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI!' });
+      project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "?!";\n');
+      try {
+        expect(ok(await warm.call('js.yaml', { text: 'a: 1', title: 'hi' }))).toMatchObject({ loud: 'HI?!' });
+      } finally {
+        project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "!";\n');
+      }
+    });
+
+    it('counts its bundle against memory_mb as locally', async () => {
+      project.write('lib/big.js', `export const big = "${'y'.repeat(1_200_000)}";\n`);
+      project.write(
+        'heavy.js',
+        "import { parse } from 'yaml';\nimport { big } from './lib/big.js';\nexport default async function run() { return [parse('a: 1'), big.length]; }\n",
+      );
+      project.write('heavy.json', definition({ id: 'js.heavy', entry: 'heavy.js', limits: { memory_mb: 8 } }));
+      const here = await locally(project, 'js.heavy', {});
+      await warm.refresh();
+      const there = await warm.call('js.heavy', {});
+      expect(here.ok || there.ok).toBe(false);
+      if (here.ok || there.ok) return;
       expect(there.error).toEqual(here.error);
-      expect(there.error).toMatchObject({
-        code: 'TOOL_ERROR',
-        message: expect.stringContaining('package.json is not installed: run `arium install`'),
+      expect(there.error.message).toMatch(/too large for its memory limit of 8 MB/);
+    });
+
+    it('whose packages are not installed fails as it does locally, naming arium install', async () => {
+      const bare = tempProject({
+        'yaml.js': USES_YAML,
+        'yaml.json': definition({ id: 'js.yaml', entry: 'yaml.js' }),
+        'lib/shout.js': 'export const shout = (s) => s;\n',
       });
-    } finally {
-      bare.remove();
-    }
-  });
-});
-
-describe('a Python tool of a pinned project, on a worker', () => {
-  it('imports the pinned package from the environment the engine shipped, as locally', async () => {
-    const here = await locally(project, 'env.pinned', { x: 14 });
-    await workers.start(nats.url);
-    engine = await remote();
-    const there = await engine.call('env.pinned', { x: 14 });
-    expect(there).toMatchObject({ ok: true, data: ok(here) });
-    expect(ok(there)).toMatchObject({ value: 42, version: '1.0' });
-  });
-
-  it('gets an environment of many files and one larger than a NATS message, as locally', async () => {
-    // Added to the installed environment as pip would have: the engine lists it afresh (a new engine).
-    const site = execFileSync(
-      join(stateDir(), 'python-env', 'bin', 'python3'),
-      ['-I', '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-      {
-        encoding: 'utf8',
-      },
-    ).trim();
-    for (let i = 0; i < 30; i++) writeFileSync(join(site, `arium_many_${i}.py`), `VALUE = ${i}\n`);
-    writeFileSync(join(site, 'arium_large.py'), `DATA = "${'x'.repeat(3 * 1024 * 1024)}"\n`);
-    project.write(
-      'many.py',
-      'import importlib\nimport arium_large\n\n\ndef run(input, ctx):\n    return {"sum": sum(importlib.import_module("arium_many_%d" % i).VALUE for i in range(30)), "large": len(arium_large.DATA)}\n',
-    );
-    project.write('many.json', definition({ id: 'py.many', entry: 'many.py', runner: 'py-runner', permissions: ['exec.py'] }));
-    const here = await locally(project, 'py.many', {});
-    expect(ok(here)).toEqual({ sum: 435, large: 3 * 1024 * 1024 });
-    await workers.start(nats.url);
-    engine = await remote();
-    expect(await engine.call('py.many', {})).toMatchObject({ ok: true, data: ok(here) });
+      try {
+        writeFileSync(join(bare.dir, 'package.json'), JSON.stringify({ name: 'bare', private: true, dependencies: { yaml: '2.8.1' } }));
+        const here = await locally(bare, 'js.yaml', { text: 'a: 1', title: 'x' });
+        await workers.start(nats.url);
+        engine = await remoteEngine(bare, nats.url, { runners: ['js-runner'] });
+        const there = await engine.call('js.yaml', { text: 'a: 1', title: 'x' });
+        expect(there.ok).toBe(false);
+        if (there.ok || here.ok) return;
+        expect(there.error).toEqual(here.error);
+        expect(there.error).toMatchObject({
+          code: 'TOOL_ERROR',
+          message: expect.stringContaining('package.json is not installed: run `arium install`'),
+        });
+      } finally {
+        bare.remove();
+      }
+    });
   });
 
-  it('fails MISCONFIGURED, naming arium install, while the engine’s environment is stale', async () => {
-    const pins = join(project.dir, 'requirements.txt');
-    const before = readFileSync(pins, 'utf8');
-    await workers.start(nats.url);
-    engine = await remote();
-    writeFileSync(pins, `${before}# edited\n`);
-    try {
-      const there = await engine.call('env.pinned', { x: 1 });
-      expect(there).toMatchObject({ ok: false, error: { code: 'MISCONFIGURED', retryable: false, details: { reason: 'pins-changed' } } });
-      expect(there.ok || there.error.message).toContain('`arium install`');
-      expect(there.meta).not.toHaveProperty('worker');
-    } finally {
-      writeFileSync(pins, before);
-    }
-    expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+  describe('a Python tool of a pinned project, on a worker', () => {
+    it('imports the pinned package from the environment the engine shipped, as locally', async () => {
+      const here = await locally(project, 'env.pinned', { x: 14 });
+      await warm.refresh();
+      const there = await warm.call('env.pinned', { x: 14 });
+      expect(there).toMatchObject({ ok: true, data: ok(here) });
+      expect(ok(there)).toMatchObject({ value: 42, version: '1.0' });
+    });
+
+    it('gets an environment of many files and one larger than a NATS message, as locally', async () => {
+      // Added to the installed environment as pip would have.
+      const site = execFileSync(
+        join(stateDir(), 'python-env', 'bin', 'python3'),
+        ['-I', '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+        {
+          encoding: 'utf8',
+        },
+      ).trim();
+      for (let i = 0; i < 30; i++) writeFileSync(join(site, `arium_many_${i}.py`), `VALUE = ${i}\n`);
+      writeFileSync(join(site, 'arium_large.py'), `DATA = "${'x'.repeat(3 * 1024 * 1024)}"\n`);
+      project.write(
+        'many.py',
+        'import importlib\nimport arium_large\n\n\ndef run(input, ctx):\n    return {"sum": sum(importlib.import_module("arium_many_%d" % i).VALUE for i in range(30)), "large": len(arium_large.DATA)}\n',
+      );
+      project.write('many.json', definition({ id: 'py.many', entry: 'many.py', runner: 'py-runner', permissions: ['exec.py'] }));
+      const here = await locally(project, 'py.many', {});
+      expect(ok(here)).toEqual({ sum: 435, large: 3 * 1024 * 1024 });
+      // A new engine: the one of the other tests listed the environment before these files were added.
+      engine = await remote();
+      expect(await engine.call('py.many', {})).toMatchObject({ ok: true, data: ok(here) });
+    });
+
+    it('fails MISCONFIGURED, naming arium install, while the engine’s environment is stale', async () => {
+      const pins = join(project.dir, 'requirements.txt');
+      const before = readFileSync(pins, 'utf8');
+      await warm.refresh();
+      writeFileSync(pins, `${before}# edited\n`);
+      try {
+        const there = await warm.call('env.pinned', { x: 1 });
+        expect(there).toMatchObject({ ok: false, error: { code: 'MISCONFIGURED', retryable: false, details: { reason: 'pins-changed' } } });
+        expect(there.ok || there.error.message).toContain('`arium install`');
+        expect(there.meta).not.toHaveProperty('worker');
+      } finally {
+        writeFileSync(pins, before);
+      }
+      expect(ok(await warm.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+    });
+
+    it('fails MISCONFIGURED on a worker whose interpreter is not the one the environment was made for', async () => {
+      const stamp = join(realpathSync(join(stateDir(), 'python-env')), 'arium-env.json');
+      const before = readFileSync(stamp, 'utf8');
+      const mine = (JSON.parse(before) as { python_tag: string }).python_tag;
+      expect(mine).toMatch(/^cpython-3\.\d+-/);
+      await warm.refresh();
+      expect(ok(await warm.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+      // As if the engine's environment had been installed with another Python than the worker's.
+      writeFileSync(stamp, before.replace(mine, 'cpython-3.99-other-platform'));
+      try {
+        const there = await warm.call('env.pinned', { x: 1 });
+        expect(there).toMatchObject({
+          ok: false,
+          error: { code: 'MISCONFIGURED', retryable: false, details: { engine_python: 'cpython-3.99-other-platform', worker_python: mine } },
+        });
+        if (there.ok) return;
+        expect(there.error.message).toContain('needs Python cpython-3.99-other-platform');
+        expect(there.error.message).toContain(`this worker runs ${mine}`);
+        expect(there.error.message).toContain('arium worker --python');
+      } finally {
+        writeFileSync(stamp, before);
+      }
+      expect(ok(await warm.call('env.pinned', { x: 2 }))).toMatchObject({ value: 6 });
+    });
   });
 
-  it('fails MISCONFIGURED on a worker whose interpreter is not the one the environment was made for', async () => {
-    const stamp = join(realpathSync(join(stateDir(), 'python-env')), 'arium-env.json');
-    const before = readFileSync(stamp, 'utf8');
-    const mine = (JSON.parse(before) as { python_tag: string }).python_tag;
-    expect(mine).toMatch(/^cpython-3\.\d+-/);
-    await workers.start(nats.url);
-    engine = await remote();
-    expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
-    // As if the engine's environment had been installed with another Python than the worker's.
-    writeFileSync(stamp, before.replace(mine, 'cpython-3.99-other-platform'));
-    try {
-      const there = await engine.call('env.pinned', { x: 1 });
-      expect(there).toMatchObject({
-        ok: false,
-        error: { code: 'MISCONFIGURED', retryable: false, details: { engine_python: 'cpython-3.99-other-platform', worker_python: mine } },
-      });
-      if (there.ok) return;
-      expect(there.error.message).toContain('needs Python cpython-3.99-other-platform');
-      expect(there.error.message).toContain(`this worker runs ${mine}`);
-      expect(there.error.message).toContain('arium worker --python');
-    } finally {
-      writeFileSync(stamp, before);
-    }
-    expect(ok(await engine.call('env.pinned', { x: 2 }))).toMatchObject({ value: 6 });
-  });
-});
-
-describe('a failing tool on a worker', () => {
-  it.each(['js.boom', 'py.boom'])('%s: the same error and stack as locally, its files named as on the engine', async (id) => {
-    const here = await locally(project, id, {});
-    await workers.start(nats.url);
-    engine = await remote();
-    const there = await engine.call(id, {});
-    expect(here.ok || there.ok).toBe(false);
-    if (here.ok || there.ok) return;
-    expect(there.error).toEqual(here.error);
-    expect(there.error.stack).toMatch(id === 'js.boom' ? /tools\/boom\.mjs:/ : /"boom\.py", line 5/);
+  describe('a failing tool on a worker', () => {
+    it.each(['js.boom', 'py.boom'])('%s: the same error and stack as locally, its files named as on the engine', async (id) => {
+      const here = await locally(project, id, {});
+      await warm.refresh();
+      const there = await warm.call(id, {});
+      expect(here.ok || there.ok).toBe(false);
+      if (here.ok || there.ok) return;
+      expect(there.error).toEqual(here.error);
+      expect(there.error.stack).toMatch(id === 'js.boom' ? /tools\/boom\.mjs:/ : /"boom\.py", line 5/);
+    });
   });
 });
 
