@@ -71,11 +71,12 @@ export class ReceivedTools {
     if (!PYTHON_TAG.test(String(wanted))) throw new ToolFailure('transport', 'UNAVAILABLE', 'The engine sent an unusable interpreter tag');
     const python = await this.#python();
     if (python.tag === wanted) return python;
-    // Not retryable: every call of the project fails the same way until the worker gets another interpreter.
+    // Not retryable: every call of the project fails the same way until the worker gets another
+    // interpreter. The worker's executable stays out of the message, as host paths do for callers.
     throw new ToolFailure(
       'execution',
       'MISCONFIGURED',
-      `${String((call.tool.spec as { id?: unknown }).id)} needs Python ${wanted}, the interpreter its project's environment was installed for on the engine's machine; this worker runs ${python.tag} (${python.executable}). Start the worker with a matching interpreter (arium worker --python <path>), or install the project's environment with the workers' Python`,
+      `${String((call.tool.spec as { id?: unknown }).id)} needs Python ${wanted}, the interpreter its project's environment was installed for on the engine's machine; this worker runs ${python.tag}. Start the worker with a matching interpreter (arium worker --python <path>), or install the project's environment with the workers' Python`,
       { details: { runner: 'py-runner', environment: 'interpreter-mismatch', engine_python: wanted, worker_python: python.tag } },
     );
   }
