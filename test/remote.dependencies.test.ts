@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -211,13 +211,20 @@ describe('on one worker', () => {
       ).trim();
       for (let i = 0; i < 30; i++) writeFileSync(join(site, `arium_many_${i}.py`), `VALUE = ${i}\n`);
       writeFileSync(join(site, 'arium_large.py'), `DATA = "${'x'.repeat(3 * 1024 * 1024)}"\n`);
+      // A wheel's shared libraries can sit in a dot-folder of its package (auditwheel's older `.libs`).
+      mkdirSync(join(site, 'arium_dotted', '.libs'), { recursive: true });
+      writeFileSync(join(site, 'arium_dotted', '.libs', 'note.txt'), 'beside the code');
+      writeFileSync(
+        join(site, 'arium_dotted', '__init__.py'),
+        'import os\nNOTE = open(os.path.join(os.path.dirname(__file__), ".libs", "note.txt")).read()\n',
+      );
       project.write(
         'many.py',
-        'import importlib\nimport arium_large\n\n\ndef run(input, ctx):\n    return {"sum": sum(importlib.import_module("arium_many_%d" % i).VALUE for i in range(30)), "large": len(arium_large.DATA)}\n',
+        'import importlib\nimport arium_dotted\nimport arium_large\n\n\ndef run(input, ctx):\n    return {"sum": sum(importlib.import_module("arium_many_%d" % i).VALUE for i in range(30)), "large": len(arium_large.DATA), "note": arium_dotted.NOTE}\n',
       );
       project.write('many.json', definition({ id: 'py.many', entry: 'many.py', runner: 'py-runner', permissions: ['exec.py'] }));
       const here = await locally(project, 'py.many', {});
-      expect(ok(here)).toEqual({ sum: 435, large: 3 * 1024 * 1024 });
+      expect(ok(here)).toEqual({ sum: 435, large: 3 * 1024 * 1024, note: 'beside the code' });
       // A new engine: the one of the other tests listed the environment before these files were added.
       engine = await remote();
       expect(await engine.call('py.many', {})).toMatchObject({ ok: true, data: ok(here) });

@@ -60,6 +60,8 @@ export class EnvIndex {
       bytes: MAX_ENV_BYTES,
       what: `The project's Python environment (${site})`,
       advice: 'pin fewer packages for tools that run remotely',
+      // Wheels keep shared libraries in dot-folders too (`pkg/.libs`): all of site-packages goes.
+      skipHidden: false,
     });
     const entries = listed.entries.map(([path, sha, size]): TreeEntry => [`${site}/${path}`, sha, size]);
     const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');

@@ -16,9 +16,17 @@ export interface TreeLimits {
   what: string;
   /** How to make it smaller. */
   advice: string;
+  /** Whether dot-entries and node_modules are left out (a tools folder's are; a package's `.libs` is not). */
+  skipHidden: boolean;
 }
 
-const TOOLS_FOLDER: TreeLimits = { files: MAX_TREE_FILES, bytes: MAX_TREE_BYTES, what: 'The tools folder', advice: 'move data out of it' };
+const TOOLS_FOLDER: TreeLimits = {
+  files: MAX_TREE_FILES,
+  bytes: MAX_TREE_BYTES,
+  what: 'The tools folder',
+  advice: 'move data out of it',
+  skipHidden: true,
+};
 
 /** The tools folder as a worker gets it: each file by content hash, and the hash of the whole. */
 export interface Tree {
@@ -51,7 +59,7 @@ export class TreeIndex {
     let bytes = 0;
     const walk = (dir: string) => {
       for (const dirent of readdirSync(dir, { withFileTypes: true })) {
-        if (dirent.name.startsWith('.') || dirent.name === 'node_modules') continue;
+        if (limits.skipHidden && (dirent.name.startsWith('.') || dirent.name === 'node_modules')) continue;
         const path = join(dir, dirent.name);
         if (dirent.isDirectory()) {
           walk(path);
