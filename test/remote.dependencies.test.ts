@@ -1,11 +1,13 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { installJsPackages } from '../runners/js/packages.js';
+import { pyRunner } from '../runners/python/definition.js';
 import { installPythonEnvironment } from '../runners/python/environment.js';
+import { PythonRunner } from '../runners/python/index.js';
 import { findInterpreter, interpreterTag } from '../runners/python/interpreter.js';
 import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
 import type { Engine, ToolResult } from '../src/index.js';
@@ -282,6 +284,30 @@ describe('on one worker', () => {
       expect(there.error).toEqual(here.error);
       expect(there.error.stack).toMatch(id === 'js.boom' ? /tools\/boom\.mjs:/ : /"boom\.py", line 5/);
     });
+  });
+});
+
+describe('a worker serving several environments', () => {
+  it('stops the fork servers of the least recently used beyond four', async () => {
+    let runner: PythonRunner | undefined;
+    // One fork server per environment (not two): half the start-ups, the same eviction.
+    const definitions = [{ ...pyRunner, create: () => (runner = new PythonRunner({ servers: 1 })) }];
+    await workers.start(nats.url, { definitions });
+    engine = await remote();
+    const serving = async () => ((await (runner as PythonRunner).status()).server_pids as number[] | undefined) ?? [];
+    const dir = realpathSync(join(stateDir(), 'python-env'));
+    const site = join(dir, 'lib', readdirSync(join(dir, 'lib'))[0] as string, 'site-packages');
+    let first: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      // Another environment each time, as an install would make it: new files, a new stamp.
+      writeFileSync(join(site, `arium_round_${i}.py`), `ROUND = ${i}\n`);
+      const at = new Date(Date.now() + (i + 1) * 1000);
+      utimesSync(join(dir, 'arium-env.json'), at, at);
+      expect(ok(await engine.call('env.pinned', { x: 1 }))).toMatchObject({ value: 3 });
+      if (i === 0) first = await serving();
+    }
+    expect(first.length).toBeGreaterThan(0);
+    expect((await serving()).filter((pid) => first.includes(pid))).toEqual([]);
   });
 });
 
