@@ -27,6 +27,29 @@ import { shout } from './lib/shout.js';
 export default async function run(input) { return { doc: parse(input.text), loud: shout(input.title) }; }
 `;
 
+/** Whether the pinned package's bytecode file is one Python takes (else it compiles the source again at each import). */
+const BYTECODE = `import importlib.util
+import os
+
+import arium_pin_demo
+
+
+def run(input, ctx):
+    source = arium_pin_demo.__file__
+    try:
+        with open(importlib.util.cache_from_source(source), "rb") as f:
+            header = f.read(16)
+    except OSError:
+        return {"valid": False}
+    if int.from_bytes(header[4:8], "little") == 0:
+        st = os.stat(source)
+        valid = header[8:16] == (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    else:
+        with open(source, "rb") as f:
+            valid = header[8:16] == importlib.util.source_hash(f.read())
+    return {"valid": valid}
+`;
+
 let nats: NatsServer;
 const workers = new Workers();
 let project: TempProject;
@@ -49,6 +72,8 @@ beforeAll(async () => {
   project.write('yaml.json', definition({ id: 'js.yaml', entry: 'yaml.js' }));
   project.write('boom.js', "import { parse } from 'yaml';\nexport default async function run() { parse('a: 1'); throw new Error('boom'); }\n");
   project.write('boom.json', definition({ id: 'js.boom', entry: 'boom.js' }));
+  project.write('bytecode.py', BYTECODE);
+  project.write('bytecode.json', definition({ id: 'py.bytecode', entry: 'bytecode.py', runner: 'py-runner', permissions: ['exec.py'] }));
   project.write('boom.py', 'import arium_pin_demo\n\n\ndef run(input, ctx):\n    raise ValueError(arium_pin_demo.VERSION)\n');
   project.write('boom-py.json', definition({ id: 'py.boom', entry: 'boom.py', runner: 'py-runner', permissions: ['exec.py'] }));
   const python = (await findInterpreter(undefined, process.cwd())).executable;
@@ -200,6 +225,12 @@ describe('on one worker', () => {
       const there = await warm.call('env.pinned', { x: 14 });
       expect(there).toMatchObject({ ok: true, data: ok(here) });
       expect(ok(there)).toMatchObject({ value: 42, version: '1.0' });
+    });
+
+    it('imports the environment from bytecode it can use, as locally', async () => {
+      expect(ok(await locally(project, 'py.bytecode', {}))).toEqual({ valid: true });
+      await warm.refresh();
+      expect(ok(await warm.call('py.bytecode', {}))).toEqual({ valid: true });
     });
 
     it('gets an environment of many files and one larger than a NATS message, as locally', async () => {

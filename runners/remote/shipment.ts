@@ -60,8 +60,10 @@ export class EnvIndex {
       bytes: MAX_ENV_BYTES,
       what: `The project's Python environment (${site})`,
       advice: 'pin fewer packages for tools that run remotely',
-      // Wheels keep shared libraries in dot-folders too (`pkg/.libs`): all of site-packages goes.
-      skipHidden: false,
+      // All of site-packages goes (wheels keep shared libraries in dot-folders too, `pkg/.libs`) but
+      // its bytecode: stamped with the files' times here, it would be stale on the worker, which
+      // compiles its own (cache.ts).
+      skip: (name) => name === '__pycache__',
     });
     const entries = listed.entries.map(([path, sha, size]): TreeEntry => [`${site}/${path}`, sha, size]);
     const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');

@@ -16,8 +16,8 @@ export interface TreeLimits {
   what: string;
   /** How to make it smaller. */
   advice: string;
-  /** Whether dot-entries and node_modules are left out (a tools folder's are; a package's `.libs` is not). */
-  skipHidden: boolean;
+  /** Names of files and folders left out wherever they are. */
+  skip: (name: string) => boolean;
 }
 
 const TOOLS_FOLDER: TreeLimits = {
@@ -25,7 +25,8 @@ const TOOLS_FOLDER: TreeLimits = {
   bytes: MAX_TREE_BYTES,
   what: 'The tools folder',
   advice: 'move data out of it',
-  skipHidden: true,
+  // Dot-entries (.git, .env) and installed packages stay home: a tool's packages travel bundled.
+  skip: (name) => name.startsWith('.') || name === 'node_modules',
 };
 
 /** The tools folder as a worker gets it: each file by content hash, and the hash of the whole. */
@@ -59,7 +60,7 @@ export class TreeIndex {
     let bytes = 0;
     const walk = (dir: string) => {
       for (const dirent of readdirSync(dir, { withFileTypes: true })) {
-        if (limits.skipHidden && (dirent.name.startsWith('.') || dirent.name === 'node_modules')) continue;
+        if (limits.skip(dirent.name)) continue;
         const path = join(dir, dirent.name);
         if (dirent.isDirectory()) {
           walk(path);
