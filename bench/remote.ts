@@ -79,7 +79,8 @@ function hasTaskset(): boolean {
   }
 }
 
-function spawnWorker(url: string, cache: string, core: number | null): Promise<ChildProcess> {
+/** A real `arium worker` process (dist/) of deployment `bench`, resolved once it has joined. */
+export function spawnWorker(url: string, cache: string, core: number | null, runners = 'js-runner'): Promise<ChildProcess> {
   const args = [
     '--no-node-snapshot',
     join(root, 'bin', 'arium.js'),
@@ -89,7 +90,7 @@ function spawnWorker(url: string, cache: string, core: number | null): Promise<C
     '--deployment',
     'bench',
     '--runners',
-    'js-runner',
+    runners,
     '--concurrency',
     '4',
     '--cache',

@@ -36,6 +36,7 @@ const suites: Array<[string, Bench | null]> = [
   ['exec', await optional('./exec.js', 'benchExec')],
   ['shell', await optional('./shell.js', 'benchShell')],
   ['remote', await optional('./remote.js', 'benchRemote')],
+  ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),

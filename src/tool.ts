@@ -58,6 +58,11 @@ export interface Tool {
   readonly validateOutput: Validator | null;
   /** Content hash of the definition; runners key their caches on it (with the entry's own hash). */
   readonly hash: string;
+  /**
+   * A Python environment folder the tool runs in, in place of its project's pinned one: set by a remote
+   * worker for the environment the engine shipped it (runners/remote/shipment.ts). Other runners ignore it.
+   */
+  readonly environment?: string;
 }
 
 export function toolInfo(tool: Tool): ToolInfo {

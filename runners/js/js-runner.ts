@@ -2,6 +2,7 @@ import { dirname } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import type { Shipment } from '../remote/shipment.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { type BundleOutcome, Bundler } from './bundle.js';
 import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
@@ -55,11 +56,7 @@ export class JsRunner implements Runner {
 
   async run(ctx: RunContext): Promise<unknown> {
     const bundled = await this.#bundle(ctx.tool);
-    if (bundled && 'problem' in bundled) {
-      throw new ToolFailure('execution', 'TOOL_ERROR', `${ctx.tool.spec.id} cannot be loaded: ${bundled.problem.message}`, {
-        details: { file: `tools/${bundled.problem.file}`, line: bundled.problem.line, column: bundled.problem.column },
-      });
-    }
+    if (bundled && 'problem' in bundled) throw loadFailure(ctx.tool, bundled.problem);
     const sandbox = this.#sandbox(ctx.tool);
     try {
       await sandbox.ready;
@@ -70,6 +67,23 @@ export class JsRunner implements Runner {
     const { ref } = bundled;
     ctx.meta.bundle = { bytes: ref.bytes, ...(ref.built_ms !== undefined ? { built_ms: ref.built_ms } : {}) };
     return sandbox.call(ctx, { entry: ref.entry, root: ref.root });
+  }
+
+  /**
+   * What a worker needs to run `tool` as it runs here (runners/remote/shipment.ts): the bundle of a tool
+   * that imports packages, built here; a tool whose packages are not installed fails as a local call.
+   */
+  async shipment(tool: Tool): Promise<Shipment> {
+    const bundled = await this.#bundler.outcome(tool);
+    if (!bundled) return {};
+    if ('problem' in bundled) throw loadFailure(tool, bundled.problem);
+    return {
+      bundle: {
+        path: bundled.ref.entry,
+        bytes: bundled.ref.bytes,
+        ...(bundled.ref.built_ms !== undefined ? { built_ms: bundled.ref.built_ms } : {}),
+      },
+    };
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {
@@ -262,4 +276,11 @@ export class JsRunner implements Runner {
       details: { runner: 'js-runner' },
     });
   }
+}
+
+/** A tool whose bundle cannot be made (a package not installed, a Node built-in in its imports) fails each call with why. */
+function loadFailure(tool: Tool, problem: CodeProblem): ToolFailure {
+  return new ToolFailure('execution', 'TOOL_ERROR', `${tool.spec.id} cannot be loaded: ${problem.message}`, {
+    details: { file: `tools/${problem.file}`, line: problem.line, column: problem.column },
+  });
 }

@@ -31,6 +31,8 @@ export interface Stamp {
   pins: { file: string; sha256: string };
   interpreter: string;
   python_version: string;
+  /** What the packages need of an interpreter (interpreterTag); absent in environments made before it was kept. */
+  python_tag?: string;
   packages: Array<{ name: string; version: string }>;
   installed_at: string;
 }

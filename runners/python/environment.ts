@@ -17,7 +17,7 @@ import {
 } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ENV_LINK, ENV_PYTHON, evaluateEnvironment, linked, type PythonEnvironmentState, STAMP, type Stamp, VERSIONS } from './environment-state.js';
-import { findInterpreter, type Interpreter } from './interpreter.js';
+import { findInterpreter, type Interpreter, interpreterTag } from './interpreter.js';
 import { findPythonPins, HOW_TO_HASH, PIN_FILE, pinProblems } from './pins.js';
 
 /**
@@ -182,6 +182,7 @@ async function installOnce(options: InstallPythonEnvironmentOptions): Promise<Py
       pins: { file: PIN_FILE, sha256: pins.sha256 },
       interpreter: base.executable,
       python_version: base.version,
+      python_tag: await interpreterTag(base.executable).catch(() => undefined),
       packages: await installedPackages(python, signal),
       installed_at: new Date().toISOString(),
     };

@@ -121,3 +121,31 @@ export function harnessDir(): string {
   }
   throw new Error('the Python harness (runners/python/sandbox/arium_server.py) is missing from the installation');
 }
+
+const TAG_PROBE = `
+import platform, sys, sysconfig
+libc = platform.libc_ver()[0] if sys.platform.startswith("linux") else ""
+print("%s-%d.%d%s-%s%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""),
+ sysconfig.get_platform(), "-" + libc if libc else ""))
+`;
+const tags = new Map<string, Promise<string>>();
+
+/**
+ * What packages installed for an interpreter need of another one to import them: implementation,
+ * major.minor with ABI flags, platform and C library (`cpython-3.11-linux-x86_64-glibc`). Asked once per
+ * executable.
+ */
+export function interpreterTag(executable: string): Promise<string> {
+  let promise = tags.get(executable);
+  if (!promise) {
+    promise = new Promise((resolvePromise, reject) => {
+      execFile(executable, ['-I', '-c', TAG_PROBE], { timeout: PROBE_TIMEOUT_MS, encoding: 'utf8' }, (error, stdout, stderr) => {
+        if (error) reject(new InterpreterError(`${executable} did not say what it is: ${(stderr || error.message).trim().split('\n').pop()}`));
+        else resolvePromise(stdout.trim());
+      });
+    });
+    tags.set(executable, promise);
+    promise.catch(() => tags.delete(executable));
+  }
+  return promise;
+}

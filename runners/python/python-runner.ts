@@ -4,10 +4,11 @@ import { dirname, join, relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import type { Shipment } from '../remote/shipment.js';
 import { checking, protocolSchema } from '../shared/protocol.js';
 import { StartBackoff } from '../shared/supervision.js';
-import { ENV_PYTHON, EnvironmentWatch } from './environment-state.js';
-import { findInterpreter, harnessDir, type Interpreter } from './interpreter.js';
+import { ENV_PYTHON, EnvironmentWatch, type Stamp } from './environment-state.js';
+import { findInterpreter, harnessDir, type Interpreter, interpreterTag } from './interpreter.js';
 import {
   bwrapCommand,
   bwrapProblem,
@@ -73,6 +74,8 @@ const DEFAULT_COMPILE_WAIT_MS = 2000;
 const UID_BASE = 1_700_000_000;
 const UID_SLOTS = 1024;
 const RETRY_START_MS = 5_000;
+/** Shipped environments (on a worker) whose fork servers are kept running at once. */
+const MAX_SHIPPED_ENVIRONMENTS = 4;
 
 /**
  * Runs `py-runner` tools: a module with `def run(input, ctx)` (or `async def`), each call in a fresh
@@ -96,6 +99,8 @@ export class PythonRunner implements Runner {
   readonly #environments = new Map<ServerProcess, string | null>();
   /** Pinned environments by tools folder. */
   readonly #watches = new Map<string, EnvironmentWatch>();
+  /** Environments shipped to this worker that have servers, least recently used first. */
+  readonly #shipped = new Set<string>();
   #isolation: Promise<Isolation> | null = null;
   readonly #startFailure = new StartBackoff(RETRY_START_MS);
   /** When starting an additional server (in the background) last failed. */
@@ -150,7 +155,7 @@ export class PythonRunner implements Runner {
   forget(tool: Tool): void {
     if (this.#closed || !tool.toolsDir || !tool.entryPath) return;
     for (let slot = 0; slot < this.#slots; slot++) {
-      const server = this.#servers.get(serverKey(tool.toolsDir, slot));
+      const server = this.#servers.get(serverKey(serverGroup(tool.toolsDir, tool), slot));
       if (server?.accepting) server.forget(this.#entry(tool));
     }
   }
@@ -245,8 +250,25 @@ export class PythonRunner implements Runner {
     return undefined;
   }
 
-  /** The real folder of the environment the tool's project pins, null when it pins nothing; a missing or stale one fails the call. */
+  /**
+   * What a worker needs to run `tool` as it runs here (runners/remote/shipment.ts): the project's pinned
+   * environment and the interpreter it was made for; a missing or stale one fails as a local call does.
+   */
+  async shipment(tool: Tool): Promise<Shipment> {
+    const found = await this.#pinned(tool);
+    if (found === null) return {};
+    return { environment: { dir: found.dir, python: found.stamp.python_tag ?? (await interpreterTag(join(found.dir, ENV_PYTHON))) } };
+  }
+
+  /** The real folder of the environment the tool runs in, null for none; a missing or stale one fails the call. */
   async #environment(tool: Tool): Promise<string | null> {
+    // A worker's copy of the environment the engine shipped with the call.
+    if (tool.environment !== undefined) return tool.environment;
+    return (await this.#pinned(tool))?.dir ?? null;
+  }
+
+  /** The environment the tool's project pins, null when it pins nothing; a missing or stale one fails the call. */
+  async #pinned(tool: Tool): Promise<{ dir: string; stamp: Stamp } | null> {
     const toolsDir = tool.toolsDir;
     if (!toolsDir) return null;
     let watch = this.#watches.get(toolsDir);
@@ -257,7 +279,7 @@ export class PythonRunner implements Runner {
     }
     const found = await watch.current(() => this.#interpreter());
     if (found.state === 'unpinned') return null;
-    if (found.state === 'ready') return found.dir;
+    if (found.state === 'ready') return found;
     // Not UNAVAILABLE: that code is retryable, and no retry helps until someone runs the install.
     throw new ToolFailure('execution', 'MISCONFIGURED', `${tool.spec.id} cannot run: ${found.detail}`, {
       details: { runner: 'py-runner', environment: found.state, reason: found.reason },
@@ -285,10 +307,12 @@ export class PythonRunner implements Runner {
     // whose warm processes and code are then the ones in the caches, and the others take calls only
     // while it has some in flight. A server not started yet (or gone) is started in the background once
     // another one runs, so the first call never waits for two start-ups.
+    const group = serverGroup(toolsDir, tool);
+    if (tool.environment !== undefined) this.#keepShipped(tool.environment);
     let server: ServerProcess | null = null;
     let missing = -1;
     for (let slot = 0; slot < this.#slots; slot++) {
-      const candidate = this.#retireIfMoved(serverKey(toolsDir, slot), environment);
+      const candidate = this.#retireIfMoved(serverKey(group, slot), environment);
       if (!candidate?.accepting) {
         if (missing < 0) missing = slot;
         continue;
@@ -298,12 +322,12 @@ export class PythonRunner implements Runner {
     if (server === null) {
       const blocking = this.#startFailure.blocking();
       if (blocking !== null) throw this.#unavailable(blocking);
-      server = await this.#start(toolsDir, missing, environment);
+      server = await this.#start(toolsDir, group, missing, environment);
     } else if (missing >= 0 && server.info !== null && !this.#startFailure.failed && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
       const failed = () => {
         this.#extraFailedAt = Date.now();
       };
-      this.#start(toolsDir, missing, environment).then((extra) => extra.ready.catch(failed), failed);
+      this.#start(toolsDir, group, missing, environment).then((extra) => extra.ready.catch(failed), failed);
     }
     try {
       await server.ready;
@@ -324,7 +348,24 @@ export class PythonRunner implements Runner {
     return undefined;
   }
 
-  async #start(toolsDir: string, slot: number, environment: string | null): Promise<ServerProcess> {
+  /**
+   * A worker's shipped environments each keep servers of their own (serverGroup); those of the least
+   * recently used beyond MAX_SHIPPED_ENVIRONMENTS stop once idle.
+   */
+  #keepShipped(environment: string): void {
+    this.#shipped.delete(environment);
+    this.#shipped.add(environment);
+    if (this.#shipped.size <= MAX_SHIPPED_ENVIRONMENTS) return;
+    const oldest = this.#shipped.values().next().value as string;
+    this.#shipped.delete(oldest);
+    for (const [key, server] of this.#servers) {
+      if (this.#environments.get(server) !== oldest) continue;
+      this.#servers.delete(key);
+      server.retire();
+    }
+  }
+
+  async #start(toolsDir: string, group: string, slot: number, environment: string | null): Promise<ServerProcess> {
     const base = await this.#interpreter();
     let interpreter = base;
     if (environment !== null) {
@@ -344,7 +385,7 @@ export class PythonRunner implements Runner {
     const isolation = await this.isolation();
     // Before the look for a running server below: nothing may wait between that look and the start.
     const libraries = isolation.mode === 'rlimits' ? null : await sharedLibraries(interpreter);
-    const key = serverKey(toolsDir, slot);
+    const key = serverKey(group, slot);
     const existing = this.#retireIfMoved(key, environment);
     if (existing?.accepting) return existing;
     const harness = harnessDir();
@@ -426,8 +467,17 @@ export class PythonRunner implements Runner {
   }
 }
 
-function serverKey(toolsDir: string, slot: number): string {
-  return `${toolsDir}\u0000${slot}`;
+function serverKey(group: string, slot: number): string {
+  return `${group}\u0000${slot}`;
+}
+
+/**
+ * Which servers a tool's calls go to: those of its tools folder, in the project's environment of the
+ * moment (a new install replaces them); on a worker, where one tools folder serves every engine, those
+ * of the environment shipped with it, so calls of several projects do not replace each other's servers.
+ */
+function serverGroup(toolsDir: string, tool: Tool): string {
+  return tool.environment === undefined ? toolsDir : `${toolsDir}\u0000${tool.environment}`;
 }
 
 /** Lower is better: a server still starting last, then fewer calls in flight (ties go to the first slot). */

@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
@@ -9,8 +10,20 @@ import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
+import { EnvIndex, type EnvTree, type Shipment } from './shipment.js';
 import { type Tree, TreeIndex } from './tree.js';
-import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
+import {
+  type BundleFile,
+  type CallMessage,
+  decode,
+  encode,
+  type Heartbeat,
+  PROTOCOL,
+  packBytes,
+  type Subjects,
+  subjects,
+  unpackBytes,
+} from './wire.js';
 
 export interface RemoteStatus {
   servers: string[];
@@ -43,6 +56,9 @@ interface Pending {
   readonly id: string;
   readonly runner: string;
   readonly tree: Tree;
+  /** The tool's bundle, when it imports packages: its path here by sha256. */
+  readonly bundle: { sha: string; path: string } | null;
+  readonly env: EnvTree | null;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   worker: { id: string; host: string } | null;
@@ -71,6 +87,7 @@ export class RemoteClient {
   readonly #keepaliveMs: number;
   readonly #acceptMs: number;
   readonly #index = new TreeIndex();
+  readonly #envs = new EnvIndex();
   readonly #workers = new LiveWorkers();
   readonly #calls = new Set<Pending>();
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
@@ -177,8 +194,11 @@ export class RemoteClient {
     }
   }
 
-  /** Runs one call on a worker of `runner`. Throws ToolFailure as a local runner does; never hangs. */
-  run(ctx: RunContext, runner: string): Promise<unknown> {
+  /**
+   * Runs one call on a worker of `runner`, with what the engine's local runner said it needs there
+   * (shipment.ts). Throws ToolFailure as a local runner does; never hangs.
+   */
+  run(ctx: RunContext, runner: string, shipment: Shipment = {}): Promise<unknown> {
     if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
     if (!this.#connected) {
       const where = this.#settings.servers.join(', ');
@@ -197,8 +217,12 @@ export class RemoteClient {
     const toolsDir = ctx.tool.toolsDir;
     if (!toolsDir || !ctx.tool.entryPath) return Promise.reject(new ToolFailure('execution', 'INTERNAL', `${ctx.tool.spec.id} has no entry file`));
     let tree: Tree;
+    let bundle: (BundleFile & { path: string }) | null = null;
+    let env: EnvTree | null = null;
     try {
       tree = this.#index.tree(toolsDir);
+      if (shipment.bundle) bundle = { name: basename(shipment.bundle.path), path: shipment.bundle.path, ...this.#index.file(shipment.bundle.path) };
+      if (shipment.environment) env = this.#envs.tree(shipment.environment.dir, shipment.environment.python);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -211,12 +235,18 @@ export class RemoteClient {
         }),
       );
     }
+    if (shipment.bundle) {
+      const { bytes, built_ms } = shipment.bundle;
+      ctx.meta.bundle = { bytes, ...(built_ms !== undefined ? { built_ms } : {}) };
+    }
     return new Promise((resolve, reject) => {
       const call: Pending = {
         ctx,
         id: randomUUID(),
         runner,
         tree,
+        bundle,
+        env,
         resolve,
         reject,
         worker: null,
@@ -272,6 +302,8 @@ export class RemoteClient {
           source: ctx.tool.source,
           entry,
           tree: tree.hash,
+          ...(bundle ? { bundle: { name: bundle.name, sha: bundle.sha, size: bundle.size } } : {}),
+          ...(env ? { env: { hash: env.hash, python: env.python } } : {}),
         },
         input: ctx.input,
         limits: ctx.limits as unknown as Record<string, number>,
@@ -385,6 +417,9 @@ export class RemoteClient {
       case 'tree':
         this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
         return;
+      case 'env':
+        this.#reply(call, msg, { t: 'env', entries: call.env?.entries ?? [] });
+        return;
       case 'blob':
         this.#blob(call, msg, message);
         return;
@@ -417,12 +452,13 @@ export class RemoteClient {
   }
 
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
-    const path = typeof message.sha === 'string' ? call.tree.paths.get(message.sha) : undefined;
+    // Only the files of this call: its tools folder, its bundle, its environment.
+    const sha = typeof message.sha === 'string' ? message.sha : '';
+    const path = call.tree.paths.get(sha) ?? (call.bundle?.sha === sha ? call.bundle.path : undefined) ?? call.env?.paths.get(sha);
     if (path === undefined) {
       msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
       return;
     }
-    const sha = message.sha as string;
     let bytes = call.blobs.get(sha);
     if (bytes === undefined) {
       try {
@@ -431,7 +467,7 @@ export class RemoteClient {
         msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
         return;
       }
-      // Only the bytes the tree listed leave this machine: a file replaced since (by a link to a host
+      // Only the bytes the call listed leave this machine: a file replaced since (by a link to a host
       // file, say) is not sent, whatever it now holds.
       if (createHash('sha256').update(bytes).digest('hex') !== sha) {
         msg.respond(encode({ t: 'blob', error: 'the file changed since the call was sent; retry the call' }, 'remote.toWorker'));
@@ -441,7 +477,7 @@ export class RemoteClient {
     }
     // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
     const chunk = Math.max(16_384, Math.floor(((this.#nc?.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
-    const offset = Number.isSafeInteger(message.offset) ? (message.offset as number) : 0;
+    const offset = Number.isSafeInteger(message.offset) && (message.offset as number) >= 0 ? (message.offset as number) : 0;
     if (offset + chunk >= bytes.length) call.blobs.delete(sha);
     msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
   }

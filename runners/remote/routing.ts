@@ -1,6 +1,7 @@
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import type { RemoteClient } from './client.js';
+import { isShipper } from './shipment.js';
 
 /**
  * A local runner some of whose tools run on workers: every tool when the runner is named in
@@ -28,8 +29,11 @@ export class RoutedRunner implements Runner {
     return this.#all || this.#patterns.some((p) => p.test(tool.spec.id));
   }
 
-  run(ctx: RunContext): Promise<unknown> {
-    return this.remote(ctx.tool) ? this.#client.run(ctx, this.name) : this.#local.run(ctx);
+  async run(ctx: RunContext): Promise<unknown> {
+    if (!this.remote(ctx.tool)) return this.#local.run(ctx);
+    // The local runner has the project's installed dependencies: it says what the worker needs of them.
+    const shipment = isShipper(this.#local) ? await this.#local.shipment(ctx.tool) : {};
+    return this.#client.run(ctx, this.name, shipment);
   }
 
   check(tool: Tool): Promise<CodeProblem | null> {

@@ -6,7 +6,7 @@ import { type Channel, observe } from '../shared/protocol.js';
  *
  *   arium.<deployment>.run.<runner>   engine → a worker of the queue group: `call`, with the call's inbox as
  *                                     reply subject (the server answers there "no responders" when no worker is in)
- *   <call inbox of the engine>        worker → engine: `tree`, `blob`, `vfs`, `part`, `put` (requests), `alive`,
+ *   <call inbox of the engine>        worker → engine: `tree`, `env`, `blob`, `vfs`, `part`, `put` (requests), `alive`,
  *                                     `refused`, `large`, `done`
  *   arium.<deployment>.ctl.<worker>   engine → that worker: `cancel`
  *   arium.<deployment>.hb             worker → everyone: heartbeats
@@ -84,8 +84,21 @@ export interface CallMessage {
   runner: string;
   /** The engine's inbox for this call. */
   inbox: string;
-  /** `hash`: the definition's content hash; `tree`: the tools folder's (see tree.ts). */
-  tool: { spec: Record<string, unknown>; hash: string; source: string; entry: string | null; tree: string };
+  /**
+   * `hash`: the definition's content hash; `tree`: the tools folder's (see tree.ts). `bundle`: a JS tool
+   * that imports packages, as the engine bundled it (the worker runs it in place of `entry`); `env`: the
+   * pinned Python environment of the project (its site-packages, asked for with `env`), and the
+   * interpreter it was made for (shipment.ts).
+   */
+  tool: {
+    spec: Record<string, unknown>;
+    hash: string;
+    source: string;
+    entry: string | null;
+    tree: string;
+    bundle?: BundleFile;
+    env?: { hash: string; python: string };
+  };
   input: unknown;
   limits: Record<string, number>;
   run_id: string;
@@ -95,6 +108,13 @@ export interface CallMessage {
 
 /** One file of a tools tree: path relative to the tools folder, sha256 (hex), size. */
 export type TreeEntry = [path: string, sha256: string, size: number];
+
+/** A JS tool's bundle: its file name (one path segment, `.mjs`), sha256 (hex), size. */
+export interface BundleFile {
+  name: string;
+  sha: string;
+  size: number;
+}
 
 export interface WireFailure {
   stage: string;

@@ -8,8 +8,9 @@ import type { CallLimits } from '../../src/limits.js';
 import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
 import { DEFAULT_CATALOG } from '../index.js';
+import { findInterpreter, interpreterTag } from '../python/interpreter.js';
 import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
-import { ToolCache } from './cache.js';
+import { ToolCache, type WorkerPython } from './cache.js';
 import { connectNats } from './connect.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import { ReceivedTools } from './received-tools.js';
@@ -155,7 +156,7 @@ class RemoteWorker implements Worker {
     this.#subjects = subjects(settings.deployment);
     this.#names = names;
     this.#concurrency = concurrency;
-    this.#received = new ReceivedTools(cache);
+    this.#received = new ReceivedTools(cache, () => workerPython(runnerConfig, cache.dir));
     this.#heartbeatMs = heartbeatMs;
     for (const name of names) {
       const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
@@ -315,7 +316,7 @@ class RemoteWorker implements Worker {
         this.#release();
       }
     } catch (error) {
-      await this.#done(inbox, { ok: false, error: asOnEngine(wireFailure(error)), logs: asOnEngine(logs), intrusions, meta });
+      await this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
     } finally {
       clearTimeout(timer);
       clearTimeout(first);
@@ -467,13 +468,16 @@ class RemoteWorker implements Worker {
   }
 }
 
-/**
- * A failure or log lines with the tool's files named as on the engine (`tools/x.js`), not by where this
- * worker keeps that version (`tools/t<tree hash>/x.js`). A tool's own view of its paths (its stack, read
- * by its code) still shows the tree folder.
- */
-function asOnEngine<T>(value: T): T {
-  return JSON.parse(JSON.stringify(value).replace(/\btools\/t[0-9a-f]{32}\//g, 'tools/'));
+/** The interpreter py-runner runs here (arium worker --python), which a shipped environment's must match. */
+async function workerPython(runnerConfig: Readonly<Record<string, unknown>>, baseDir: string): Promise<WorkerPython> {
+  try {
+    const found = await findInterpreter(typeof runnerConfig.python === 'string' ? runnerConfig.python : undefined, baseDir);
+    return { executable: found.executable, version: found.version, tag: await interpreterTag(found.executable) };
+  } catch (error) {
+    throw new ToolFailure('execution', 'MISCONFIGURED', `This worker has no usable Python: ${(error as Error).message}`, {
+      details: { runner: 'py-runner' },
+    });
+  }
 }
 
 function wireFailure(error: unknown): WireFailure {

@@ -124,7 +124,11 @@ export const workerSpec: CommandSpec = {
     concurrency: { value: true, arg: '<n>', help: 'calls run at once (default the number of CPUs)' },
     cache: { value: true, arg: '<dir>', help: 'where received tool files are kept (default <tmp>/arium-worker-cache)' },
     'heartbeat-ms': { value: true, arg: '<ms>', help: 'how often it announces itself (default 2000)' },
-    python: { value: true, arg: '<path>', help: 'the Python interpreter for Python tools (default python3 on PATH)' },
+    python: {
+      value: true,
+      arg: '<path>',
+      help: "the Python interpreter for Python tools (default python3 on PATH); a pinned project's tools need the one its environment was installed for",
+    },
     user: { value: true, arg: '<name>', help: 'NATS user; the password comes from $ARIUM_NATS_PASSWORD or --password-env' },
     'password-env': { value: true, arg: '<var>', help: 'environment variable holding the password' },
     'password-file': { value: true, arg: '<path>', help: 'file holding the password' },
