@@ -27,12 +27,28 @@ export class ReceivedTools {
   readonly #cache: ToolCache;
   readonly #python: () => Promise<WorkerPython>;
   readonly #tools = new Map<string, Tool>();
+  /** The cache folders each tool runs from: its tools version, its bundle, its environment. */
+  readonly #folders = new WeakMap<Tool, string[]>();
   /** Work under way, by what it makes (`tool:…`, `blob:<sha>`): concurrent calls share it. */
   readonly #pending = new Map<string, Promise<unknown>>();
 
   constructor(cache: ToolCache, python: () => Promise<WorkerPython>) {
     this.#cache = cache;
     this.#python = python;
+    // A tool whose folder the cache took away is made again (and its files fetched) on its next call.
+    cache.onEvict = (dir) => {
+      for (const [key, tool] of this.#tools) if (this.#folders.get(tool)?.includes(dir)) this.#tools.delete(key);
+    };
+  }
+
+  /** Whether some call is fetching or laying out files now (the cache is swept only when none is). */
+  get busy(): boolean {
+    return this.#pending.size > 0;
+  }
+
+  /** Holds the folders `tool` runs from while a call runs it: the returned function lets them go. */
+  hold(tool: Tool): () => void {
+    return this.#cache.acquire(this.#folders.get(tool) ?? []);
   }
 
   async tool(call: CallMessage, ask: Ask): Promise<Tool> {
@@ -40,7 +56,11 @@ export class ReceivedTools {
     // The definition's own hash names it; a worker that was sent a spec not matching it only fools itself.
     const key = `${String(call.tool.hash)}:${call.tool.tree}:${bundle?.sha ?? ''}:${env ? `${env.hash}:${env.python}` : ''}`;
     const known = this.#tools.get(key);
-    if (known) return known;
+    if (known) {
+      // Now, before anything else runs: a sweep leaves folders used in the last minute alone.
+      this.#cache.touch(this.#folders.get(known) ?? []);
+      return known;
+    }
     // The tree hash names a folder of the cache: a path in its place would lead out of it.
     if (!SHA.test(String(call.tool.tree))) throw new ToolFailure('transport', 'UNAVAILABLE', 'The engine sent an unusable tree hash');
     if (call.tool.entry !== null && !safePath(call.tool.entry)) {
@@ -60,6 +80,9 @@ export class ReceivedTools {
         environment = this.#cache.hasEnv(env.hash, python) ?? (await this.#env(env.hash, python, own));
       }
       const tool = this.#make(call, key, bundlePath, environment);
+      const folders = [this.#cache.treeDir(call.tool.tree), ...(bundlePath ? [dirname(bundlePath)] : []), ...(environment ? [environment] : [])];
+      this.#folders.set(tool, folders);
+      this.#cache.touch(folders);
       if (this.#tools.size >= MAX_TOOLS) this.#tools.delete(this.#tools.keys().next().value as string);
       this.#tools.set(key, tool);
       return tool;

@@ -55,6 +55,8 @@ export interface Heartbeat {
   draining: boolean;
   /** Its last beat: it is leaving now. */
   leaving?: boolean;
+  /** What its cache of received files holds, and the size past which it evicts the least used. */
+  cache?: { bytes: number; max_bytes: number };
   /** How each runner it hosts isolates calls (SANDBOX_FIELDS of its status), once the runner has answered. */
   sandboxes?: Record<string, Record<string, unknown>>;
 }

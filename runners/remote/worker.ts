@@ -10,7 +10,7 @@ import type { ToolVfs } from '../../src/tool-vfs.js';
 import { DEFAULT_CATALOG } from '../index.js';
 import { findInterpreter, interpreterTag } from '../python/interpreter.js';
 import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
-import { ToolCache, type WorkerPython } from './cache.js';
+import { type CacheLimits, ToolCache, type WorkerPython } from './cache.js';
 import { connectNats } from './connect.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import { ReceivedTools } from './received-tools.js';
@@ -45,6 +45,8 @@ export interface WorkerOptions {
   concurrency?: number;
   /** Where received tool files are kept (default <tmp>/arium-worker-cache). */
   cacheDir?: string;
+  /** How much the cache may hold and what it keeps (cache.ts; default 2 GiB). */
+  cacheLimits?: Partial<CacheLimits>;
   /** How often it announces itself (default 2000 ms). */
   heartbeatMs?: number;
   /** Definitions to create the runners from, in place of the defaults of the same name (tests pass options). */
@@ -90,7 +92,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // Made once connected: a worker the server refuses leaves no folder behind.
   let cache: ToolCache;
   try {
-    cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'));
+    const limits = options.cacheLimits ?? {};
+    if (limits.maxBytes !== undefined && !(Number.isSafeInteger(limits.maxBytes) && limits.maxBytes > 0)) {
+      throw new Error(`The cache's size must be a whole number of bytes above 0 (got ${limits.maxBytes})`);
+    }
+    cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'), limits);
   } catch (error) {
     await nc.close();
     throw new Error(`The worker's cache folder cannot be made: ${(error as Error).message}`, { cause: error });
@@ -131,6 +137,7 @@ class RemoteWorker implements Worker {
   readonly #heartbeatMs: number;
   readonly #calls = new Map<string, Running>();
   readonly #received: ReceivedTools;
+  readonly #cache: ToolCache;
   readonly #runSubs = new Map<string, Subscription>();
   readonly #timer: NodeJS.Timeout;
   readonly #describer: NodeJS.Timeout;
@@ -156,6 +163,7 @@ class RemoteWorker implements Worker {
     this.#subjects = subjects(settings.deployment);
     this.#names = names;
     this.#concurrency = concurrency;
+    this.#cache = cache;
     this.#received = new ReceivedTools(cache, () => workerPython(runnerConfig, cache.dir));
     this.#heartbeatMs = heartbeatMs;
     for (const name of names) {
@@ -186,6 +194,7 @@ class RemoteWorker implements Worker {
       versions: { arium: VERSION, node: process.versions.node, protocol: PROTOCOL },
       interval_ms: this.#heartbeatMs,
       draining: this.#draining,
+      cache: { bytes: this.#cache.bytes, max_bytes: this.#cache.limits.maxBytes },
       ...(Object.keys(this.#sandboxes).length > 0 ? { sandboxes: this.#sandboxes } : {}),
     };
   }
@@ -279,7 +288,11 @@ class RemoteWorker implements Worker {
     try {
       const runner = this.#runners.get(runnerName) as Runner;
       const tool = await this.#received.tool(call, (message) => this.#ask(inbox, message));
-      await this.#slot(signal);
+      const release = this.#received.hold(tool);
+      await this.#slot(signal).catch((error) => {
+        release();
+        throw error;
+      });
       try {
         const parts = (call as { input_parts?: { key?: unknown; count?: unknown } }).input_parts;
         const input = parts
@@ -314,6 +327,9 @@ class RemoteWorker implements Worker {
         await this.#done(inbox, { ok: true, data, logs, intrusions, meta });
       } finally {
         this.#release();
+        release();
+        // Between calls' file fetches: a sweep never takes a folder a call is laying out or running.
+        if (!this.#received.busy) this.#cache.sweep();
       }
     } catch (error) {
       await this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });

@@ -54,6 +54,7 @@ async function run(ctx: Context): Promise<number> {
   const concurrency = int(ctx.parsed, 'concurrency');
   const heartbeatMs = int(ctx.parsed, 'heartbeat-ms', 20);
   const cache = str(ctx.parsed, 'cache');
+  const cacheMb = int(ctx.parsed, 'cache-mb', 1);
   const python = str(ctx.parsed, 'python');
   const stop = ctx.io.interrupt();
   const start = () =>
@@ -63,6 +64,7 @@ async function run(ctx: Context): Promise<number> {
       ...(concurrency ? { concurrency } : {}),
       ...(heartbeatMs ? { heartbeatMs } : {}),
       ...(cache ? { cacheDir: resolve(ctx.io.cwd, cache) } : {}),
+      ...(cacheMb ? { cacheLimits: { maxBytes: cacheMb * 1024 * 1024 } } : {}),
       ...(python ? { runnerConfig: { python: resolve(ctx.io.cwd, python) } } : {}),
       onConnection: (event, server) =>
         ctx.io.stderr.write(
@@ -123,6 +125,11 @@ export const workerSpec: CommandSpec = {
     runners: { value: true, arg: '<list>', help: 'runners to host (default js-runner,py-runner)' },
     concurrency: { value: true, arg: '<n>', help: 'calls run at once (default the number of CPUs)' },
     cache: { value: true, arg: '<dir>', help: 'where received tool files are kept (default <tmp>/arium-worker-cache)' },
+    'cache-mb': {
+      value: true,
+      arg: '<n>',
+      help: 'past this many MB the cache drops the tools, bundles and environments used least recently (default 2048)',
+    },
     'heartbeat-ms': { value: true, arg: '<ms>', help: 'how often it announces itself (default 2000)' },
     python: {
       value: true,
