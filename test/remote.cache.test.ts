@@ -2,11 +2,12 @@
 // the blobs nothing else links), never one a call holds, and a restarted worker takes over what the
 // last run left. The last test runs it under a real worker and nats-server.
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, utimesSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ToolCache, type WorkerPython } from '../runners/remote/cache.js';
+import { TreeIndex } from '../runners/remote/tree.js';
 import type { TreeEntry } from '../runners/remote/wire.js';
 import type { Engine } from '../src/index.js';
 import { realPython } from './support/exec.js';
@@ -129,6 +130,41 @@ describe('the cache of a worker', () => {
     expect(readdirSync(join(dir, 'index'))).toEqual([`tools-t${hash('a').slice(0, 32)}.json`]);
     expect(readdirSync(join(dir, 'blobs')).sort()).toEqual([sha(kb(3, 'a')), sha(kb(2, 'b'))].sort());
     expect(existsSync(join(a, 'sub', 'b.js'))).toBe(true);
+  });
+});
+
+describe('the engine’s index of what it sends', () => {
+  it('hashes a large folder ahead a chunk at a time, letting the engine’s thread turn, and then lists it without reading it again', async () => {
+    const dir = cacheDir();
+    const big = Buffer.alloc(8 * 1024 * 1024, 7);
+    writeFileSync(join(dir, 'big.bin'), big);
+    // A whole second: set again below to exactly this.
+    utimesSync(join(dir, 'big.bin'), 1_700_000_000, 1_700_000_000);
+    writeFileSync(join(dir, 'small.py'), 'X = 1\n');
+    const limits = { files: 10, bytes: 64 * 1024 * 1024, what: 'The folder', advice: 'none', skip: () => false };
+    const index = new TreeIndex();
+    let turns = 0;
+    let ticking = true;
+    const tick = () => {
+      turns++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    await index.hashAhead(dir, limits);
+    ticking = false;
+    // 8 MB read in 64 KB chunks: the loop went round between them (a synchronous hash would give 0).
+    expect(turns).toBeGreaterThan(20);
+    // Other bytes in the same file, with its size, inode and time as they were: a listing that read the
+    // file again would see them; one from what was hashed ahead does not.
+    const fd = openSync(join(dir, 'big.bin'), 'r+');
+    writeSync(fd, Buffer.from('changed'), 0, 7, 0);
+    closeSync(fd);
+    utimesSync(join(dir, 'big.bin'), 1_700_000_000, 1_700_000_000);
+    const tree = index.tree(dir, limits);
+    expect(tree.entries).toEqual([
+      ['big.bin', sha(big), big.length],
+      ['small.py', sha(Buffer.from('X = 1\n')), 6],
+    ]);
   });
 });
 

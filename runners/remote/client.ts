@@ -199,6 +199,15 @@ export class RemoteClient {
    * (shipment.ts). Throws ToolFailure as a local runner does; never hangs.
    */
   run(ctx: RunContext, runner: string, shipment: Shipment = {}): Promise<unknown> {
+    const environment = shipment.environment;
+    if (environment && !this.#closed && !this.#envs.ready(environment.dir, environment.python)) {
+      // Hashed once per install, without holding this thread; the call goes out once it is done.
+      return this.#envs.prepare(environment.dir, environment.python).then(() => this.#send(ctx, runner, shipment));
+    }
+    return this.#send(ctx, runner, shipment);
+  }
+
+  #send(ctx: RunContext, runner: string, shipment: Shipment): Promise<unknown> {
     if (this.#closed) return Promise.reject(transport('UNAVAILABLE', 'The engine has closed its NATS connection'));
     if (!this.#connected) {
       const where = this.#settings.servers.join(', ');

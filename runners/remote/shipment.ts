@@ -3,7 +3,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { Tool } from '../../src/tool.js';
-import { type Tree, TreeIndex } from './tree.js';
+import { type Tree, TreeIndex, type TreeLimits } from './tree.js';
 import type { TreeEntry } from './wire.js';
 
 /**
@@ -49,28 +49,54 @@ export interface EnvTree extends Tree {
 export class EnvIndex {
   readonly #index = new TreeIndex();
   readonly #known = new Map<string, { signature: string; tree: EnvTree }>();
+  readonly #preparing = new Map<string, Promise<void>>();
+
+  /** Whether `tree` answers at once: the environment was listed and hashed since its last install. */
+  ready(dir: string, python: string): boolean {
+    return this.#known.get(dir)?.signature === `${stampSignature(dir)}|${python}`;
+  }
+
+  /**
+   * Reads and hashes the environment's files a chunk at a time (hundreds of MB take seconds: the engine
+   * serves other calls meanwhile); calls that need it at the same time wait for the one reading.
+   */
+  prepare(dir: string, python: string): Promise<void> {
+    let pending = this.#preparing.get(dir);
+    if (!pending) {
+      pending = (async () => {
+        await this.#index.hashAhead(join(dir, sitePackages(dir)), limitsOf(sitePackages(dir)));
+        this.tree(dir, python);
+      })().finally(() => this.#preparing.delete(dir));
+      this.#preparing.set(dir, pending);
+    }
+    return pending;
+  }
 
   tree(dir: string, python: string): EnvTree {
     const signature = `${stampSignature(dir)}|${python}`;
     const known = this.#known.get(dir);
     if (known?.signature === signature) return known.tree;
     const site = sitePackages(dir);
-    const listed = this.#index.tree(join(dir, site), {
-      files: MAX_ENV_FILES,
-      bytes: MAX_ENV_BYTES,
-      what: `The project's Python environment (${site})`,
-      advice: 'pin fewer packages for tools that run remotely',
-      // All of site-packages goes (wheels keep shared libraries in dot-folders too, `pkg/.libs`) but
-      // its bytecode: stamped with the files' times here, it would be stale on the worker, which
-      // compiles its own (cache.ts).
-      skip: (name) => name === '__pycache__',
-    });
+    const listed = this.#index.tree(join(dir, site), limitsOf(site));
     const entries = listed.entries.map(([path, sha, size]): TreeEntry => [`${site}/${path}`, sha, size]);
     const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');
     const tree: EnvTree = { hash, entries, paths: listed.paths, python };
     this.#known.set(dir, { signature, tree });
     return tree;
   }
+}
+
+function limitsOf(site: string): TreeLimits {
+  return {
+    files: MAX_ENV_FILES,
+    bytes: MAX_ENV_BYTES,
+    what: `The project's Python environment (${site})`,
+    advice: 'pin fewer packages for tools that run remotely',
+    // All of site-packages goes (wheels keep shared libraries in dot-folders too, `pkg/.libs`) but
+    // its bytecode: stamped with the files' times here, it would be stale on the worker, which
+    // compiles its own (cache.ts).
+    skip: (name) => name === '__pycache__',
+  };
 }
 
 function stampSignature(dir: string): string {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { createReadStream, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { isAbsolute, join, relative, sep } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { TreeEntry } from './wire.js';
@@ -54,39 +54,48 @@ export class TreeIndex {
   readonly #known = new Map<string, Known>();
 
   tree(toolsDir: string, limits: TreeLimits = TOOLS_FOLDER): Tree {
-    const realTools = realpathSync(toolsDir);
     const entries: TreeEntry[] = [];
     const paths = new Map<string, string>();
     const seen = new Set<string>();
     let bytes = 0;
-    const walk = (dir: string) => {
-      for (const dirent of readdirSync(dir, { withFileTypes: true })) {
-        if (limits.skip(dirent.name)) continue;
-        const path = join(dir, dirent.name);
-        if (dirent.isDirectory()) {
-          walk(path);
-          continue;
-        }
-        if (!dirent.isFile() && !(dirent.isSymbolicLink() && linksToFileInside(path, realTools))) continue;
-        const known = this.#hashed(path);
-        seen.add(path);
-        bytes += known.size;
-        if (entries.length >= limits.files || bytes > limits.bytes) {
-          throw new ToolFailure(
-            'execution',
-            'MISCONFIGURED',
-            `${limits.what} is too large to run remotely (more than ${limits.files} files or ${limits.bytes / 1048576} MB); ${limits.advice}`,
-          );
-        }
-        entries.push([relative(toolsDir, path).split(sep).join('/'), known.sha, known.size]);
-        paths.set(known.sha, path);
-      }
-    };
-    walk(toolsDir);
+    for (const path of listFiles(toolsDir, limits)) {
+      const known = this.#hashed(path);
+      seen.add(path);
+      bytes += known.size;
+      if (entries.length >= limits.files || bytes > limits.bytes) throw tooLarge(limits);
+      entries.push([relative(toolsDir, path).split(sep).join('/'), known.sha, known.size]);
+      paths.set(known.sha, path);
+    }
     for (const path of this.#known.keys()) if (!seen.has(path) && path.startsWith(toolsDir)) this.#known.delete(path);
     entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     const hash = createHash('sha256').update(JSON.stringify(entries)).digest('hex');
     return { hash, entries, paths };
+  }
+
+  /**
+   * Hashes the files of `dir` that `tree` would hash, a chunk at a time between other work: a large
+   * folder (a pinned environment) is read without holding the engine's thread. Stops early past the
+   * limits (`tree` then says so).
+   */
+  async hashAhead(dir: string, limits: TreeLimits): Promise<void> {
+    let bytes = 0;
+    const stale: string[] = [];
+    for (const path of listFiles(dir, limits)) {
+      const stat = statSync(path);
+      bytes += stat.size;
+      if (stale.length >= limits.files || bytes > limits.bytes) return;
+      const known = this.#known.get(path);
+      if (!known || known.mtimeMs !== stat.mtimeMs || known.size !== stat.size || known.ino !== stat.ino) stale.push(path);
+    }
+    for (const path of stale) {
+      const stat = statSync(path);
+      const hash = createHash('sha256');
+      for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+      const after = statSync(path);
+      // Changed while it was read: left to `tree`, which hashes it again.
+      if (after.mtimeMs !== stat.mtimeMs || after.size !== stat.size || after.ino !== stat.ino) continue;
+      this.#known.set(path, { mtimeMs: stat.mtimeMs, size: stat.size, ino: stat.ino, sha: hash.digest('hex') });
+    }
   }
 
   /** One file's sha256 and size (a JS tool's bundle), hashed again only when it changed. */
@@ -103,6 +112,34 @@ export class TreeIndex {
     }
     return known;
   }
+}
+
+function tooLarge(limits: TreeLimits): ToolFailure {
+  return new ToolFailure(
+    'execution',
+    'MISCONFIGURED',
+    `${limits.what} is too large to run remotely (more than ${limits.files} files or ${limits.bytes / 1048576} MB); ${limits.advice}`,
+  );
+}
+
+/**
+ * The files of `dir` that are sent: regular files, and links to one inside it; `skip`ped names left
+ * out. The walk stops one file past the limit (enough for the caller to say it is too large).
+ */
+function listFiles(dir: string, limits: TreeLimits): string[] {
+  const realDir = realpathSync(dir);
+  const found: string[] = [];
+  const walk = (at: string) => {
+    for (const dirent of readdirSync(at, { withFileTypes: true })) {
+      if (found.length > limits.files) return;
+      if (limits.skip(dirent.name)) continue;
+      const path = join(at, dirent.name);
+      if (dirent.isDirectory()) walk(path);
+      else if (dirent.isFile() || (dirent.isSymbolicLink() && linksToFileInside(path, realDir))) found.push(path);
+    }
+  };
+  walk(dir);
+  return found;
 }
 
 /**
