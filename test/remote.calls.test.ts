@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
-import type { Engine, ToolResult } from '../src/index.js';
+import { DEFAULT_GRANTS, type Engine, type ToolResult } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { definition, type TempProject, tempProject } from './support/project.js';
 import { remoteEngine, Workers } from './support/remote.js';
@@ -38,6 +38,37 @@ const tools = {
 };
 
 describe('remote calls', () => {
+  it('get the secrets they were granted in their input, and what they hand back is scrubbed on the engine as a local call’s', async () => {
+    const secret = 'ghp_remote_secret_value_0123456789';
+    project = tempProject(
+      {
+        'sign.json': definition({ id: 'sign', entry: 'sign.js', permissions: ['exec.js', 'secret.read:token', 'vfs.write:/out/**'] }),
+        'sign.js': `export default async function run(input, ctx) {
+          ctx.log('info', 'token is ' + input.token);
+          await ctx.vfs.write('/out/token.txt', input.token);
+          if (input.fail) throw new Error('bad token ' + input.token);
+          return { token: input.token, length: input.token.length };
+        }`,
+      },
+      'arium-remote-',
+    );
+    const worker = await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url, {}, { secrets: { token: secret }, grants: [...DEFAULT_GRANTS, 'secret.read:token'] });
+    const seen: string[] = [];
+    engine.events.on('event', (event) => seen.push(JSON.stringify(event)));
+    const ok = await engine.call('sign', { token: { $secret: 'token' } });
+    expect(ok).toMatchObject({ ok: true, data: { token: '[secret:token]', length: secret.length }, meta: { worker: { id: worker.id } } });
+    expect(JSON.stringify(ok.meta)).not.toContain(secret);
+    const failed = await engine.call('sign', { token: { $secret: 'token' }, fail: true });
+    expect(failed).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
+    expect(JSON.stringify(failed)).not.toContain(secret);
+    expect(JSON.stringify(failed)).toContain('bad token [secret:token]');
+    // The file keeps the value (the tool wrote it); the diff and the events do not show it.
+    expect(engine.vfs.read('/out/token.txt').toString()).toBe(secret);
+    expect(seen.length).toBeGreaterThan(3);
+    expect(seen.join('\n')).not.toContain(secret);
+  });
+
   it('run on a worker, read and write the engine’s VFS through its checks, and commit only on success', async () => {
     project = tempProject(tools, 'arium-remote-');
     await workers.start(nats.url);
