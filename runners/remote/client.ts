@@ -1,10 +1,10 @@
-import { createHash, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
+import { type CallFiles, fileChunk } from './call-files.js';
 import { connectNats, NatsUnreachable, natsModule } from './connect.js';
 import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
@@ -51,14 +51,10 @@ function transport(code: ErrorCode, message: string, details: Record<string, unk
   return new ToolFailure('transport', code, message, { details });
 }
 
-interface Pending {
+interface Pending extends CallFiles {
   readonly ctx: RunContext;
   readonly id: string;
   readonly runner: string;
-  readonly tree: Tree;
-  /** The tool's bundle, when it imports packages: its path here by sha256. */
-  readonly bundle: { sha: string; path: string } | null;
-  readonly env: EnvTree | null;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   worker: { id: string; host: string } | null;
@@ -70,8 +66,6 @@ interface Pending {
   readonly downloads: Map<string, string[]>;
   /** Parts of a large message the worker is sending, by key. */
   readonly uploads: Map<string, string[]>;
-  /** Tool files being sent in chunks, read and checked against the tree's hash once. */
-  readonly blobs: Map<string, Buffer>;
 }
 
 /**
@@ -276,29 +270,7 @@ export class RemoteClient {
       };
       call.onAbort = onAbort;
       ctx.signal.addEventListener('abort', onAbort, { once: true });
-      let lastTick = Date.now();
-      call.watchdog = setInterval(() => {
-        // Time this thread was too busy to tick (a tick came late) is not the worker's silence: its
-        // messages of that time may be waiting unread on the socket.
-        const now = Date.now();
-        const stalled = now - lastTick - this.#keepaliveMs;
-        if (stalled > 0) call.lastSeen += stalled;
-        lastTick = now;
-        // Any message of the worker counts: it sends one soon after it takes the call and then every
-        // keepaliveMs. Until the first, the window is acceptMs (a busy worker may take a while to pick it up).
-        const silence = call.worker === null ? Math.max(this.#acceptMs, 3 * this.#keepaliveMs) : 3 * this.#keepaliveMs;
-        if (now - call.lastSeen > silence) {
-          const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker that took it';
-          this.#finish(
-            call,
-            transport('UNAVAILABLE', `${who} stopped answering during the call (no message for ${silence} ms); nothing it did was committed`, {
-              reason: 'worker-lost',
-              ...(call.worker ? { worker: call.worker.id } : {}),
-            }),
-          );
-        }
-      }, this.#keepaliveMs);
-      call.watchdog.unref?.();
+      this.#guard(call);
       const message: CallMessage = {
         t: 'call',
         v: PROTOCOL,
@@ -354,6 +326,35 @@ export class RemoteClient {
         );
       }
     });
+  }
+
+  /**
+   * Fails the call when its worker goes silent: any message of the worker counts, and it sends one soon
+   * after it takes the call and then every keepaliveMs; until the first, the window is acceptMs (a busy
+   * worker may take a while to pick it up).
+   */
+  #guard(call: Pending): void {
+    let lastTick = Date.now();
+    call.watchdog = setInterval(() => {
+      // Time this thread was too busy to tick (a tick came late) is not the worker's silence: its
+      // messages of that time may be waiting unread on the socket.
+      const now = Date.now();
+      const stalled = now - lastTick - this.#keepaliveMs;
+      if (stalled > 0) call.lastSeen += stalled;
+      lastTick = now;
+      const silence = call.worker === null ? Math.max(this.#acceptMs, 3 * this.#keepaliveMs) : 3 * this.#keepaliveMs;
+      if (now - call.lastSeen > silence) {
+        const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker that took it';
+        this.#finish(
+          call,
+          transport('UNAVAILABLE', `${who} stopped answering during the call (no message for ${silence} ms); nothing it did was committed`, {
+            reason: 'worker-lost',
+            ...(call.worker ? { worker: call.worker.id } : {}),
+          }),
+        );
+      }
+    }, this.#keepaliveMs);
+    call.watchdog.unref?.();
   }
 
   #routed(msg: Msg): void {
@@ -461,34 +462,8 @@ export class RemoteClient {
   }
 
   #blob(call: Pending, msg: Msg, message: Record<string, unknown>): void {
-    // Only the files of this call: its tools folder, its bundle, its environment.
     const sha = typeof message.sha === 'string' ? message.sha : '';
-    const path = call.tree.paths.get(sha) ?? (call.bundle?.sha === sha ? call.bundle.path : undefined) ?? call.env?.paths.get(sha);
-    if (path === undefined) {
-      msg.respond(encode({ t: 'blob', error: 'no such file in this call' }, 'remote.toWorker'));
-      return;
-    }
-    let bytes = call.blobs.get(sha);
-    if (bytes === undefined) {
-      try {
-        bytes = readFileSync(path);
-      } catch (error) {
-        msg.respond(encode({ t: 'blob', error: `the file is gone (${(error as Error).message})` }, 'remote.toWorker'));
-        return;
-      }
-      // Only the bytes the call listed leave this machine: a file replaced since (by a link to a host
-      // file, say) is not sent, whatever it now holds.
-      if (createHash('sha256').update(bytes).digest('hex') !== sha) {
-        msg.respond(encode({ t: 'blob', error: 'the file changed since the call was sent; retry the call' }, 'remote.toWorker'));
-        return;
-      }
-      call.blobs.set(sha, bytes);
-    }
-    // Base64 grows bytes by 4/3: a chunk stays well inside the server's max_payload.
-    const chunk = Math.max(16_384, Math.floor(((this.#nc?.info?.max_payload ?? 1_048_576) * 0.7) / 4) * 3);
-    const offset = Number.isSafeInteger(message.offset) && (message.offset as number) >= 0 ? (message.offset as number) : 0;
-    if (offset + chunk >= bytes.length) call.blobs.delete(sha);
-    msg.respond(encode({ t: 'blob', size: bytes.length, data: bytes.subarray(offset, offset + chunk).toString('base64') }, 'remote.toWorker'));
+    msg.respond(encode(fileChunk(call, sha, Number(message.offset), this.#maxPayload), 'remote.toWorker'));
   }
 
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
