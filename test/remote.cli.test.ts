@@ -83,7 +83,9 @@ describe('arium worker', () => {
       const doctor = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'doctor', '--json'], { env });
       expect(JSON.parse(doctor.out).checks).toContainEqual(expect.objectContaining({ name: 'remote workers', ok: true }));
       const text = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'workers'], { env });
-      expect(text.out).toMatch(/connected[\s\S]*js-runner,py-runner\s+js-runner isolated-vm, py-runner (bubblewrap|unshare|rlimits)\s+0\/3/);
+      expect(text.out).toMatch(
+        /connected[\s\S]*js-runner,py-runner\s+js-runner isolated-vm, py-runner (bubblewrap|unshare|rlimits)\s+0\/3\s+0 MB \/ 2048 MB/,
+      );
     } finally {
       stop.abort();
     }

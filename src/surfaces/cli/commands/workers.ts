@@ -31,7 +31,8 @@ async function run(ctx: Context): Promise<number> {
       ctx.out(c.yellow('no live workers (start one: arium worker --nats <url> --deployment <name>)'));
       return EXIT.ok;
     }
-    const rows = [['id', 'host', 'runners', 'sandbox', 'load', 'versions', 'state'].map((h) => c.bold(h))];
+    const rows = [['id', 'host', 'runners', 'sandbox', 'load', 'cache', 'versions', 'state'].map((h) => c.bold(h))];
+    const mb = (bytes: number) => `${Math.round(bytes / 1048576)} MB`;
     for (const w of remote.workers) {
       rows.push([
         w.id,
@@ -39,6 +40,7 @@ async function run(ctx: Context): Promise<number> {
         w.runners.join(','),
         sandboxSummary(w) || '-',
         `${w.in_flight}/${w.capacity}`,
+        w.cache ? `${mb(w.cache.bytes)} / ${mb(w.cache.max_bytes)}` : '-',
         `arium ${w.versions.arium}, node ${w.versions.node}`,
         w.draining ? c.yellow('draining') : `seen ${w.last_seen_ms} ms ago`,
       ]);
@@ -55,7 +57,7 @@ export const workersSpec: CommandSpec = {
   usage: 'arium workers',
   summary: 'the live remote workers of the project’s deployment, with their load (arium.json "remote")',
   details:
-    "Connects as the project’s engine does, asks the workers to announce themselves, and lists them:\nid, host, runners, how each runner isolates calls, calls running / capacity, versions.\n--json prints engine.status().remote (each worker's `sandboxes`: fields of its runners' status).",
+    "Connects as the project’s engine does, asks the workers to announce themselves, and lists them:\nid, host, runners, how each runner isolates calls, calls running / capacity, the cache's use / size,\nversions.\n--json prints engine.status().remote (each worker's `sandboxes`: fields of its runners' status).",
   flags: {},
   run,
 };
