@@ -184,6 +184,14 @@ describe('a worker with a small cache', () => {
     project?.remove();
   });
 
+  it('refuses a cache size that is not a whole number of bytes above 0, before it connects', async () => {
+    for (const maxBytes of [0, -1, 1.5, Number.NaN]) {
+      await expect(workers.start('nats://127.0.0.1:1', { cacheLimits: { maxBytes } })).rejects.toThrow(
+        `The cache's size must be a whole number of bytes above 0 (got ${maxBytes})`,
+      );
+    }
+  });
+
   it('serves edit after edit of a tool within its size, keeps the version a running call uses, and fetches an evicted one again', async () => {
     const big = (version: number) =>
       `// ${String(version).repeat(64 * 1024)}\nexport default async function run(input) { return { version: ${version}, ...input }; }\n`;

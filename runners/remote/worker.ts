@@ -88,14 +88,14 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const concurrency = options.concurrency ?? Math.max(1, cpus().length);
   if (!Number.isSafeInteger(concurrency) || concurrency < 1)
     throw new Error(`concurrency must be a whole number of calls, 1 or more (got ${concurrency})`);
+  const limits = options.cacheLimits ?? {};
+  if (limits.maxBytes !== undefined && !(Number.isSafeInteger(limits.maxBytes) && limits.maxBytes > 0)) {
+    throw new Error(`The cache's size must be a whole number of bytes above 0 (got ${limits.maxBytes})`);
+  }
   const nc = await connectNats(options.settings, `arium worker ${hostname()} ${process.pid}`);
   // Made once connected: a worker the server refuses leaves no folder behind.
   let cache: ToolCache;
   try {
-    const limits = options.cacheLimits ?? {};
-    if (limits.maxBytes !== undefined && !(Number.isSafeInteger(limits.maxBytes) && limits.maxBytes > 0)) {
-      throw new Error(`The cache's size must be a whole number of bytes above 0 (got ${limits.maxBytes})`);
-    }
     cache = new ToolCache(options.cacheDir ?? join(tmpdir(), 'arium-worker-cache'), limits);
   } catch (error) {
     await nc.close();
