@@ -95,12 +95,32 @@ describe('runs', () => {
     expect(body.error.message.length).toBeGreaterThan(10);
   });
 
+  // V8 names a position in some JSON.parse messages and not in others (Node 20: "Unexpected end of JSON
+  // input", "Unexpected token 'x', … is not valid JSON"); every malformed body gets one all the same.
+  it.each([
+    ['{"input": {"text": x}}', 19, 1, 20],
+    ['{"input": {"text": ', 19, 1, 20],
+    ['{"input": {}}}', 13, 1, 14],
+    ['{"input": {"a": 1,}}', 18, 1, 19],
+    ['{\n  "input": {\n    "text": tru\n  }\n}', 27, 3, 13],
+    ['{"input": {"text": "a\\qb"}}', 19, 1, 20],
+    ["{'input': {}}", 1, 1, 2],
+    ['{"input": {"n": 01}}', 17, 1, 18],
+  ])('malformed body %j: 400 with where it broke (character %i, line %i column %i)', async (payload, position, line, column) => {
+    const res = await inject('POST', '/v1/tools/demo.echo:run', payload);
+    expect(res.statusCode).toBe(400);
+    const { error } = res.json();
+    expect(error.code).toBe('INVALID_INPUT');
+    expect(error.details).toMatchObject({ position, line, column, problem: expect.any(String) });
+    expect(error.message).toContain(`at character ${position}, line ${line} column ${column}`);
+  });
+
   it('malformed JSON is 400 naming where it broke; a body over the limit is 413; not JSON at all is 415', async () => {
     const malformed = await inject('POST', '/v1/tools/demo.echo:run', '{"input": {"text": "hi"');
     expect(malformed.statusCode).toBe(400);
     expect(malformed.json()).toMatchObject({ ok: false, error: { code: 'INVALID_INPUT' } });
     expect(malformed.json().error.message).toMatch(/not valid JSON/);
-    expect(malformed.json().error.details).toEqual({ position: expect.any(Number) });
+    expect(malformed.json().error.details).toEqual({ position: 23, line: 1, column: 24, problem: 'CloseBraceExpected' });
     const huge = await inject('POST', '/v1/tools/demo.echo:run', { input: { text: 'x'.repeat(2 * 1024 * 1024) } });
     expect(huge.statusCode).toBe(413);
     expect(huge.json()).toMatchObject({ ok: false, error: { code: 'INPUT_TOO_LARGE', details: { limit: expect.any(Number) } } });

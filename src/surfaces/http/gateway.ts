@@ -14,6 +14,7 @@ import { asText } from '../../vfs/text-diff.js';
 import { surfaceFilter } from '../mcp/profile.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
+import { jsonBreak } from './json-body.js';
 import { McpSessions } from './mcp-http.js';
 
 /**
@@ -146,7 +147,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     try {
       done(null, JSON.parse(text));
     } catch (error) {
-      done(Object.assign(new SyntaxError((error as Error).message), { statusCode: 400 }), undefined);
+      done(Object.assign(new SyntaxError((error as Error).message), { statusCode: 400, body: text }), undefined);
     }
   });
 
@@ -199,13 +200,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         return reply.code(400).send(errorEnvelope('INVALID_INPUT', 'The body is empty; send a JSON object such as {"input": {}}', { traceId }));
     }
     if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error.statusCode === 400) {
-      const position = /position (\d+)/.exec(error.message);
-      return reply.code(400).send(
-        errorEnvelope('INVALID_INPUT', `The body is not valid JSON: ${error.message}`, {
-          traceId,
-          ...(position ? { details: { position: Number(position[1]) } } : {}),
-        }),
-      );
+      const body: unknown = (error as { body?: unknown }).body;
+      const at = typeof body === 'string' ? jsonBreak(body, error.message) : null;
+      return reply
+        .code(400)
+        .send(
+          errorEnvelope(
+            'INVALID_INPUT',
+            `The body is not valid JSON: ${error.message}${at ? ` (${at.problem} at character ${at.position}, line ${at.line} column ${at.column})` : ''}`,
+            { traceId, ...(at ? { details: { ...at } } : {}) },
+          ),
+        );
     }
     if (error instanceof ToolFailure)
       return reply
