@@ -47,6 +47,19 @@ describe('arium demo', () => {
     expect(doc.events.every((e: Json) => e.trace_id === doc.trace_id)).toBe(true);
   });
 
+  it('keeps what a person left in /notes: saved in a snapshot before the reset, said, and restorable', async () => {
+    const mine = '# my own notes, written from the inspector\n';
+    await cli(['call', 'fs.write', JSON.stringify({ path: '/notes/mine.md', content: mine }), ...P]);
+    const r = await cli(['demo', ...P]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/note: the demo starts from an empty \/notes: what \/notes held is saved in snapshot [0-9a-f]{12} "before-demo"/);
+    const gone = parseJson(await cli(['call', 'fs.read', '{"path":"/notes/mine.md"}', ...P, '--json']));
+    expect(gone).toMatchObject({ ok: false, error: { code: 'NOT_FOUND' } });
+    expect((await cli(['restore', 'before-demo', ...P])).code).toBe(0);
+    const back = parseJson(await cli(['call', 'fs.read', '{"path":"/notes/mine.md"}', ...P, '--json']));
+    expect(back).toMatchObject({ ok: true, data: { content: mine } });
+  });
+
   it('calls project tools with their first example, and notes a runner that is not available, an example-less tool and a bad file', async () => {
     const tools = join(ws.workspace, 'p', 'tools');
     copyFileSync(join(DEMO_TOOLS, 'demo-word-freq.json'), join(tools, 'demo-word-freq.json'));

@@ -64,8 +64,16 @@ async function session(ctx: Context, engine: Engine, setup: readonly string[]): 
     ctx.out(c.bold(`Arium demo — project ${engine.project}: ${tools.length - own.length} builtin tools, ${own.length} of its own`));
     ctx.out(c.dim(`Each step is one engine.call(); the ↳ lines are the events it emitted, as they happened (trace ${traceId}).`));
   }
-  // A fresh start each run: the session writes below /notes only.
-  if (engine.vfs.exists('/notes')) engine.vfs.delete('/notes', { recursive: true });
+  // The session writes below /notes only and starts each run from an empty /notes. What is there (a
+  // person's notes written from the inspector, or an earlier run's) is saved in a snapshot first and the
+  // reset is said, so a run never loses a file unseen.
+  if (engine.vfs.exists('/notes')) {
+    const saved = engine.snapshot({ label: 'before-demo', message: 'the live tree before arium demo reset /notes' });
+    engine.vfs.delete('/notes', { recursive: true });
+    note(
+      `the demo starts from an empty /notes: what /notes held is saved in snapshot ${saved.id.slice(0, 12)} "before-demo" (arium restore before-demo brings it back)`,
+    );
+  }
 
   for (const step of BUILTIN_STEPS) await call(step);
 
@@ -143,7 +151,8 @@ export const demoSpec: CommandSpec = {
   name: 'demo',
   usage: 'arium demo',
   summary: 'the main job: a scripted session on the demo project that prints every event as it happens',
-  details: `Writes, reads and rewrites /notes/todo.md (showing the unified diff fs.write returns), lists,
+  details: `Starts from an empty /notes (what was there is saved first, in a snapshot labelled
+"before-demo"), then writes, reads and rewrites /notes/todo.md (showing the unified diff fs.write returns), lists,
 hashes, then shows structured errors: a denied call, an invalid input, a path escaping the VFS, an
 unknown tool. Then it calls each project tool that has "examples" (JS and Python tools run when their
 runner is available; otherwise a note says why) and diffs the VFS against the snapshot taken at the
