@@ -107,6 +107,12 @@ export interface Runner {
   check?(tool: Tool): Promise<CodeProblem | null>;
   /** Called when a tool is added or changed, so the runner may warm caches off the call path. */
   prepare?(tool: Tool): void;
+  /**
+   * Work a call of `tool` needs done that is not the tool's own run (the JS runner bundling a tool's
+   * npm packages after an edit): awaited before the call's clock starts, so `timeout_ms` measures the
+   * tool and not the engine's preparation of it. A failure here is reported by `run`, not thrown.
+   */
+  ready?(tool: Tool): Promise<void>;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
   /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them `ctx.steps`. */

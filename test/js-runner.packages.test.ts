@@ -162,6 +162,26 @@ describe('tools importing packages', () => {
     }
   });
 
+  it('with warm-up on, builds at load and after an edit off the call’s clock, and the first call after each build reports it', async () => {
+    const warm = await open({ warmUp: true });
+    try {
+      project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "¿";\n');
+      await warm.refresh();
+      const first = await warm.call('t.pkg', { text: 'a: 1', title: 'hi', version: '2.0.0' });
+      expect(first.ok && first.data).toMatchObject({ loud: 'HI¿' });
+      expect(first.meta.bundle).toMatchObject({ built_ms: expect.any(Number) });
+      const again = await warm.call('t.pkg', { text: 'a: 1', title: 'hi', version: '2.0.0' });
+      expect(again.meta.bundle).not.toHaveProperty('built_ms');
+      project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "¿¡";\n');
+      // An edit the engine has not loaded yet: the call builds first, and the build is not the tool's time.
+      const edited = await warm.call('t.pkg', { text: 'a: 1', title: 'hi', version: '2.0.0' }, { timeout_ms: 1000 });
+      expect(edited.ok && edited.data).toMatchObject({ loud: 'HI¿¡' });
+      expect(edited.meta.bundle).toMatchObject({ built_ms: expect.any(Number) });
+    } finally {
+      await warm.close();
+    }
+  });
+
   it('serves concurrent first calls from one build', async () => {
     project.write('lib/shout.js', 'export const shout = (s) => s.toUpperCase() + "?";\n');
     const before = new Set(bundleFolders());

@@ -47,6 +47,32 @@ describe('a runner from outside the package', () => {
     expect(Object.keys(status.runners)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'tmpl-runner']);
   });
 
+  it('prepares a tool before the call’s clock starts: a slow ready() does not count against timeout_ms', async () => {
+    let readied = 0;
+    const slowReady: RunnerDefinition = {
+      ...templateRunner,
+      create: (context) => {
+        const inner = templateRunner.create(context) as Runner;
+        const runner: Runner = {
+          name: inner.name,
+          interruptible: inner.interruptible,
+          run: (ctx) => inner.run(ctx),
+          status: () => inner.status(),
+          close: () => inner.close(),
+          ready: async () => {
+            readied++;
+            await new Promise((resolve) => setTimeout(resolve, 400));
+          },
+        };
+        return runner;
+      },
+    };
+    const e = await open({ 'greet.json': greet, 'greet.tmpl': 'Hello, {{name}}!' }, { runners: [slowReady] });
+    const r = await e.call('text.greet', { name: 'Ada' }, { timeout_ms: 150 });
+    expect(r).toMatchObject({ ok: true, data: { text: 'Hello, Ada!' } });
+    expect(readied).toBe(1);
+  });
+
   it('is held to the permissions the tool declares and the caller is granted', async () => {
     const e = await open({ 'greet.json': greet, 'greet.tmpl': '{{file:/secrets/key}}' });
     e.vfs.write('/secrets/key', 'k');

@@ -78,6 +78,19 @@ export class Bundler {
   readonly #known = new Map<string, Known>();
   /** Builds under way, by entry: concurrent first calls wait for one build. */
   readonly #building = new Map<string, Promise<BundleOutcome | null>>();
+  /**
+   * How long each build no call has reported yet took, by entry: the first call after a build reports
+   * it in `meta.bundle.built_ms`, whether the build was made for a call, the load-time check or warm-up.
+   */
+  readonly #unreported = new Map<string, number>();
+
+  /** The time of the last build of `tool`'s bundle if no call has reported it yet; it is reported once. */
+  takeBuildTime(tool: Tool): number | undefined {
+    if (!tool.entryPath) return undefined;
+    const ms = this.#unreported.get(tool.entryPath);
+    this.#unreported.delete(tool.entryPath);
+    return ms;
+  }
 
   /**
    * The bundle a tool runs as, built if needed; null when the tool imports no package (it is loaded
@@ -98,7 +111,10 @@ export class Bundler {
   }
 
   forget(tool: Tool): void {
-    if (tool.entryPath) this.#known.delete(tool.entryPath);
+    if (tool.entryPath) {
+      this.#known.delete(tool.entryPath);
+      this.#unreported.delete(tool.entryPath);
+    }
   }
 
   async #resolve(entry: string, toolsDir: string): Promise<BundleOutcome | null> {
@@ -252,9 +268,9 @@ export class Bundler {
     const index: DiskIndex = { key: at.key, inputs: Object.fromEntries(toolInputs.map((path) => [path, sha256(readFileSync(path))])), bundle };
     writeFileSync(`${at.indexPath}.tmp-${process.pid}`, JSON.stringify(index));
     renameSync(`${at.indexPath}.tmp-${process.pid}`, at.indexPath);
-    return this.#remember(entry, toolsDir, toolInputs, at.pinFiles, {
-      ref: { entry: bundle, root: dir, bytes: text.length, built_ms: Math.round((performance.now() - started) * 10) / 10 },
-    });
+    const builtMs = Math.round((performance.now() - started) * 10) / 10;
+    this.#unreported.set(entry, builtMs);
+    return this.#remember(entry, toolsDir, toolInputs, at.pinFiles, { ref: { entry: bundle, root: dir, bytes: text.length, built_ms: builtMs } });
   }
 
   /** The tool's own files a failed build read (the entry at least). */

@@ -65,7 +65,8 @@ export class JsRunner implements Runner {
     }
     if (!bundled) return sandbox.call(ctx);
     const { ref } = bundled;
-    ctx.meta.bundle = { bytes: ref.bytes, ...(ref.built_ms !== undefined ? { built_ms: ref.built_ms } : {}) };
+    const builtMs = this.#bundler.takeBuildTime(ctx.tool);
+    ctx.meta.bundle = { bytes: ref.bytes, ...(builtMs !== undefined ? { built_ms: builtMs } : {}) };
     return sandbox.call(ctx, { entry: ref.entry, root: ref.root });
   }
 
@@ -84,6 +85,11 @@ export class JsRunner implements Runner {
         ...(bundled.ref.built_ms !== undefined ? { built_ms: bundled.ref.built_ms } : {}),
       },
     };
+  }
+
+  async ready(tool: Tool): Promise<void> {
+    // The bundle's outcome is kept: `run` finds it built and reports a problem it had.
+    await this.#bundle(tool).catch(() => {});
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {

@@ -40,6 +40,11 @@ export class RoutedRunner implements Runner {
     return this.#local.check?.(tool) ?? Promise.resolve(null);
   }
 
+  ready(tool: Tool): Promise<void> {
+    // A remote call ships what the local runner builds (a JS tool's bundle): built off the call's clock too.
+    return this.#local.ready?.(tool) ?? Promise.resolve();
+  }
+
   prepare(tool: Tool): void {
     // A tool that runs remotely needs no local sandbox kept warm.
     if (!this.remote(tool)) this.#local.prepare?.(tool);
