@@ -202,6 +202,23 @@ describe('tools, projects, history', () => {
     expect((await inject('GET', '/v1/diff?frm=x')).statusCode).toBe(400);
   });
 
+  it('declares every parameter of every path template in the OpenAPI document, and only those', async () => {
+    const doc = (await inject('GET', '/v1/openapi.json')).json();
+    const mismatches: string[] = [];
+    for (const [path, operations] of Object.entries(
+      doc.paths as Record<string, Record<string, { parameters?: { in: string; name: string; required?: boolean }[] }>>,
+    )) {
+      const inTemplate = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]).sort();
+      for (const [method, operation] of Object.entries(operations)) {
+        const declared = (operation.parameters ?? []).filter((p) => p.in === 'path');
+        if (declared.some((p) => p.required !== true)) mismatches.push(`${method} ${path}: a path parameter is not required`);
+        const names = declared.map((p) => p.name).sort();
+        if (names.join() !== inTemplate.join()) mismatches.push(`${method} ${path}: template ${inTemplate} but declares ${names}`);
+      }
+    }
+    expect(mismatches).toEqual([]);
+  });
+
   it('publishes an OpenAPI 3.1 document naming every route, whose envelope schema the answers match', async () => {
     const doc = (await inject('GET', '/v1/openapi.json')).json();
     expect(doc.openapi).toBe('3.1.0');

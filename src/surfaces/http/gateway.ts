@@ -230,6 +230,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   if (inspector) await registerInspector(app, options.inspectorDir ?? builtInspector());
 
   const routes = async (scope: FastifyInstance, fixed: string | null) => {
+    // Under /p/:project a route that declares its own path parameters must declare `project` too, or
+    // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
+    if (fixed === null) scope.addHook('onRoute', (route) => withProjectParam(route.schema));
     // Which engine a request is for: the default project, or the one named in the path.
     scope.addHook('preHandler', async (request) => {
       const project = fixed ?? (request.params as { project?: string }).project ?? '';
@@ -595,6 +598,18 @@ function connectionSignal(socket: Socket): AbortSignal {
     CONNECTION_SIGNALS.set(socket, signal);
   }
   return signal;
+}
+
+const PROJECT_PARAM = { type: 'string', description: 'A project of the workspace (a folder name)' } as const;
+
+function withProjectParam(schema: { params?: unknown } | undefined): void {
+  const params = schema?.params as { type?: string; properties?: Record<string, unknown>; required?: string[] } | undefined;
+  if (!schema || !params || params.type !== 'object') return;
+  schema.params = {
+    ...params,
+    properties: { project: PROJECT_PARAM, ...params.properties },
+    required: [...new Set(['project', ...(params.required ?? [])])],
+  };
 }
 
 /** Sends `body` with `status` (the route's typed reply knows only the statuses its schema lists). */
