@@ -9,7 +9,7 @@ import { type CallLimits, ERROR_MESSAGE_CHARS, MACRO_LIMITS, type Policy } from 
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
-import type { ResultMeta, ToolResult } from './result.js';
+import type { LogLine, ResultMeta, ToolResult } from './result.js';
 import type { Runner, StepCaller } from './runner.js';
 import { hasSecretReference, withSecrets } from './secrets/references.js';
 import type { Scrubber } from './secrets/scrub.js';
@@ -45,6 +45,12 @@ export interface CallOptions {
   approval?: ApprovalAnswer;
   /** Told when the call starts to wait for approval, to ask a person (a terminal prompt, an MCP elicitation). */
   onApproval?: (pending: PendingApproval) => void;
+  /**
+   * Told each log line of the call as the tool writes it (secrets scrubbed, within the call's log cap),
+   * for a surface that shows a long call's progress (MCP logging notifications). `meta.logs` still holds
+   * the lines of the run that produced the result; lines of a run thrown away on a CONFLICT were told too.
+   */
+  onLog?: (line: LogLine) => void;
 }
 
 export type { CallTarget, CapabilityRequest } from './capabilities.js';
@@ -244,6 +250,7 @@ export class Dispatcher {
             permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
           ),
         intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
+        ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
         steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
       };
       let { output, outputBytes, vfs } = parent ? await this.#executor.runStep(execution, parent) : await this.#executor.run(execution);
@@ -367,6 +374,18 @@ export class Dispatcher {
       this.#grantCache.set(key, set);
     }
     return set;
+  }
+
+  /** A caller's log listener, given each line scrubbed; a listener that throws does not fail the call. */
+  #logTeller(listener: (line: LogLine) => void): (line: LogLine) => void {
+    const { scrubber } = this.#d;
+    return (line) => {
+      try {
+        listener(scrubber.active ? { level: line.level, message: scrubber.text(line.message) } : line);
+      } catch {
+        // The listener's problem (a closed connection, say): the call goes on.
+      }
+    };
   }
 
   #limits(tool: Tool, opts: CallOptions): CallLimits {

@@ -44,6 +44,8 @@ export interface Execution {
   denied: DenialReporter;
   /** Reports an attempt to leave the sandbox that a runner refused (SecurityEvent). */
   intrusion: (operation: string, reason: string) => void;
+  /** Told each log line kept as the tool writes it (the caller's `onLog`, scrubbed by the dispatcher). */
+  onLog?: (line: LogLine) => void;
   /** Makes the step caller of a run, for a runner with the `steps` capability (a macro). */
   steps?: (scope: RunScope) => StepCaller;
 }
@@ -173,7 +175,7 @@ export class Executor {
   }
 
   #context(call: Execution, limits: CallLimits, signal: AbortSignal, within?: Transaction): { ctx: RunContext; vfs: ToolVfs; logs: LogBuffer } {
-    const logs = new LogBuffer(this.#d.policy.log_bytes);
+    const logs = new LogBuffer(this.#d.policy.log_bytes, call.onLog);
     const vfs = new ToolVfs(within ?? this.#d.state.begin(), call.tool.declared, call.grants, call.denied);
     const composite = call.steps && call.runner.capabilities?.includes('steps');
     const ctx: RunContext = {
@@ -186,6 +188,7 @@ export class Executor {
       vfs,
       history: call.runner.capabilities?.includes('history') ? this.#d.state : null,
       log: (level, message) => logs.push(level, message),
+      ...(call.onLog ? { streamLogs: true } : {}),
       intrusion: call.intrusion,
       meta: call.meta,
       steps: composite
@@ -323,9 +326,11 @@ class LogBuffer {
   readonly lines: LogLine[] = [];
   dropped = 0;
   #left: number;
+  readonly #tell: ((line: LogLine) => void) | undefined;
 
-  constructor(max: number) {
+  constructor(max: number, tell?: (line: LogLine) => void) {
     this.#left = max;
+    this.#tell = tell;
   }
 
   push(level: LogLine['level'], message: string): void {
@@ -336,6 +341,8 @@ class LogBuffer {
     }
     const kept = text.length > this.#left ? `${text.slice(0, this.#left)}…` : text;
     this.#left -= kept.length;
-    this.lines.push({ level, message: kept });
+    const line = { level, message: kept };
+    this.lines.push(line);
+    this.#tell?.(line);
   }
 }

@@ -25,6 +25,11 @@ export interface RunContext {
   /** Captures a log line for `meta.logs` (bounded by the dispatcher). */
   log(level: LogLine['level'], message: string): void;
   /**
+   * True when the caller follows the call's logs as they are written (an MCP client): a runner that
+   * gathers a sandbox's log lines until the call ends should pass each to `log` as it comes instead.
+   */
+  readonly streamLogs?: boolean;
+  /**
    * Reports an attempt of the tool to reach outside its sandbox that the runner refused (e.g. `import
    * node:fs`): one SecurityEvent with `action: "intrusion"`. The runner still fails the call itself.
    */

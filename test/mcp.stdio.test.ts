@@ -59,6 +59,10 @@ beforeAll(() => {
       "export default async function run(input, ctx) { console.log('hello from the tool'); console.warn('careful'); return { said: 2 }; }\n",
     'chatty.json': definition({ id: 'demo.chatty', entry: 'chatty.js' }),
     'list.js': 'export default async function run() { return [1, 2, 3]; }\n',
+    // Log, then run until cancelled: only a line sent while the tool runs can reach the client.
+    'follow.js': "export default async function run(input, ctx) { console.log('started ' + input.n); for (;;) {} }\n",
+    'follow.json': definition({ id: 'demo.follow', entry: 'follow.js', limits: { timeout_ms: 60000 } }),
+    ...py('follow_py', "ctx.log('started', input.get('n'))\nwhile True:\n    time.sleep(0.05)", [], { timeout_ms: 60000 }),
     'list.json': definition({ id: 'demo.list', entry: 'list.js' }),
     ...py(
       'slow_writer',
@@ -134,6 +138,22 @@ describe('arium mcp over stdio, with the SDK client', () => {
         { level: 'warning', logger: 'demo.chatty', data: 'careful' },
       ]),
     );
+  });
+
+  it.each(['demo.follow', 'follow_py'])('sends %s’s log lines while it runs, so a client can act on them (here: cancel it)', async (name) => {
+    const n = Math.floor(Math.random() * 1e9);
+    const cancel = new AbortController();
+    const heard = new Promise<{ level: string; data: unknown; logger?: string }>((resolve) => {
+      session.client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => {
+        if (note.params.data === `started ${n}`) {
+          resolve(note.params);
+          cancel.abort();
+        }
+      });
+    });
+    const call = session.client.callTool({ name, arguments: { n } }, undefined, { signal: cancel.signal }).catch((error: Error) => error);
+    expect(await heard).toEqual({ level: 'info', logger: name, data: `started ${n}` });
+    expect(String(await call)).toMatch(/abort|cancel/i);
   });
 
   it('twenty calls at once all come back, each with its own result', async () => {

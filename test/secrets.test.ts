@@ -125,6 +125,19 @@ describe('a secret passed by reference', () => {
     for (const r of [logged, split, thrown]) expectClean(r);
   });
 
+  it('log lines a caller follows as they are written (onLog) are scrubbed, from JS and Python alike', async () => {
+    const followed: string[] = [];
+    const js = await engine.call('leak.js', { token: ref, mode: 'log' }, { onLog: (line) => followed.push(line.message) });
+    expect(js.ok).toBe(true);
+    const py = await engine.call('leak.py', { token: ref }, { onLog: (line) => followed.push(line.message) });
+    expect(py.ok).toBe(true);
+    expect(followed).toContain('token=[secret:github]');
+    expect(followed.join('\n')).toContain('printed [secret:github]');
+    expectClean(followed);
+    // The result still holds every line of the run in meta.logs.
+    expect(js.meta.logs?.map((l) => l.message)).toEqual(['token=[secret:github]']);
+  }, 30_000);
+
   it('encoded (base64, also inside a longer text; URL; JSON): scrubbed', async () => {
     const b64 = data(await leakCall('base64'));
     expect(b64.b64).toBe('[secret:github]');

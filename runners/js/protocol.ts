@@ -30,6 +30,8 @@ export type ToWorker =
       input: unknown;
       limits: Omit<CallLimits, 'max_attempts'>;
       info: { tool: string; runId: string; traceId: string };
+      /** Send each log line as a `log` message when it is written, not with `done` (the caller follows them). */
+      stream_logs?: true;
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
@@ -50,6 +52,7 @@ export type FromWorker =
   | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[]; binary?: 1; blob?: number }
   | { t: 'done'; id: number; ok: true; data: unknown; logs: LogLine[]; dropped: number }
   | { t: 'done'; id: number; ok: false; error: WireError & { stack?: string }; logs: LogLine[]; dropped: number }
+  | { t: 'log'; id: number; level: LogLine['level']; message: string }
   | { t: 'draining'; reason: string }
   | { t: 'stats'; id: number; [key: string]: unknown }
   | { t: 'probe'; id: number; [key: string]: unknown };

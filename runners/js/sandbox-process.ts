@@ -192,6 +192,7 @@ export class SandboxProcess {
         // What the tool may know of its limits (ctx.limits): the same three fields as a Python tool's.
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
+        ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
       });
     });
   }
@@ -326,6 +327,11 @@ export class SandboxProcess {
       case 'done':
         this.#done(message);
         return;
+      case 'log': {
+        const pending = this.#calls.get(message.id);
+        if (pending && !pending.settled) pending.ctx.log(LEVELS.has(message.level) ? message.level : 'log', String(message.message));
+        return;
+      }
       case 'draining':
         this.#draining = true;
         this.onDrain?.();

@@ -169,6 +169,7 @@ export class ServerProcess {
         tool: ctx.tool.spec.id,
         run_id: ctx.runId,
         trace_id: ctx.traceId,
+        ...(ctx.streamLogs ? { stream_logs: true } : {}),
       });
     });
   }
@@ -268,6 +269,15 @@ export class ServerProcess {
     }
     if (frame.t === 'vfs') this.#vfs(frame);
     else if (frame.t === 'done') this.#done(frame);
+    else if (frame.t === 'log') this.#log(frame);
+  }
+
+  /** A log line of a call whose caller follows its logs, sent as it was written. */
+  #log(frame: Frame): void {
+    const pending = this.#calls.get(Number(frame.id));
+    if (!pending || pending.settled) return;
+    const level = typeof frame.level === 'string' && LEVELS.has(frame.level) ? frame.level : 'log';
+    pending.ctx.log(level as 'log', String(frame.message));
   }
 
   #vfs(frame: Frame): void {

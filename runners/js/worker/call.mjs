@@ -240,7 +240,10 @@ export class CallRun {
       }
       const text = sandboxFramesRemoved(String(b));
       this.#logBytes += text.length;
-      this.#logs.push({ level: LOG_LEVELS.has(a) ? a : 'log', message: text });
+      const level = LOG_LEVELS.has(a) ? a : 'log';
+      // A caller following the logs (an MCP client) hears each line now; otherwise they go with `done`.
+      if (this.#msg.stream_logs === true) this.#deps.post({ t: 'log', id: this.id, level, message: text });
+      else this.#logs.push({ level, message: text });
     } else if (op === 'dropped') {
       if (Number.isSafeInteger(a) && a > 0) this.#dropped += a;
     } else if (op === 'vfs' && Number.isSafeInteger(rid) && VFS_OPS.has(a) && Array.isArray(b)) {

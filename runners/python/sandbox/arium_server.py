@@ -622,7 +622,11 @@ class Server:
             text = text.encode("utf-8", "replace")[:budget].decode("utf-8", "ignore") + "…"
             call.dropped += 1
         call.log_bytes += min(size, budget)
-        call.logs.append({"level": level, "message": text})
+        if call.job.get("stream_logs") is True:
+            # A caller following the logs (an MCP client) hears each line now; otherwise they go with "done".
+            self.to_host({"t": "log", "id": call.id, "level": level, "message": text})
+        else:
+            call.logs.append({"level": level, "message": text})
 
     def on_pipe(self, fd, call):
         try:

@@ -150,10 +150,19 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
           reason: `approval is required, and this MCP client cannot be asked (it has no elicitation capability); use a client that supports elicitation, or serve the project with \`arium serve\` and call it there, where POST /v1/approvals/{run_id} or \`arium approve\` answers`,
         });
     };
+    // Each log line goes to the client as the tool writes it (secrets scrubbed by the engine), so a long
+    // call shows what it is doing; the notifications keep their order, as the SDK sends them in turn.
+    let logged: Promise<void> = Promise.resolve();
+    const onLog = (line: LogLine) => {
+      logged = logged.then(() =>
+        server.sendLoggingMessage({ level: LOG_LEVELS[line.level] ?? 'info', logger: id, data: line.message }, extra.sessionId).catch(() => {}),
+      );
+    };
     try {
       const call = engine.call(capability ? { capability: id } : id, request.params.arguments ?? {}, {
         signal: extra.signal,
         caller,
+        onLog,
         ...(capability ? { offered: visible } : {}),
         onApproval,
         ...(grants ? { grants } : {}),
@@ -165,11 +174,8 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     } finally {
       if (timer) clearInterval(timer);
     }
-    for (const line of result.meta.logs ?? []) {
-      await server
-        .sendLoggingMessage({ level: LOG_LEVELS[line.level] ?? 'info', logger: result.meta.tool, data: line.message }, extra.sessionId)
-        .catch(() => {});
-    }
+    // Every line was sent as it came: the result goes out after the last of them.
+    await logged;
     if (!result.ok) return errorResult(result.error);
     const data = result.data;
     const text = JSON.stringify(data) ?? 'null';
