@@ -140,7 +140,7 @@ export class Dispatcher {
           run_id: runId,
           trace_id: meta.trace_id,
           tool: label,
-          input: inputError ? '[rejected input]' : forEvent(copy, policy.event_payload_bytes),
+          input: inputError ? '[rejected input]' : this.#shown(copy),
           caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
           ...parentRun,
         });
@@ -262,7 +262,7 @@ export class Dispatcher {
           tool: label,
           duration_ms: meta.duration_ms,
           output_bytes: outputBytes,
-          input: forEvent(copy, policy.event_payload_bytes),
+          input: this.#shown(copy),
           output: forEvent(output, policy.event_payload_bytes),
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
@@ -300,7 +300,7 @@ export class Dispatcher {
           error,
           attempts: runs.count,
           // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
-          ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
+          ...(stage === 'validation' ? {} : { input: this.#shown(copy) }),
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
           ...parentRun,
           ...(meta.worker ? { worker: meta.worker } : {}),
@@ -394,6 +394,14 @@ export class Dispatcher {
       const target = this.#d.registry.get(step.tool);
       return target !== undefined && (target.declared.some((p) => OUTSIDE_EFFECTS.has(p.name)) || this.#actsOutside(target, depth + 1));
     });
+  }
+
+  /**
+   * An input as events show it: scrubbed before it is cut to the payload size, since a cut through a
+   * secret's value leaves its first characters, which scrubbing after the cut would not recognise.
+   */
+  #shown(input: unknown): unknown {
+    return forEvent(this.#d.scrubber.value(input), this.#d.policy.event_payload_bytes);
   }
 
   #security(runId: string, traceId: string, tool: string, permission: string | null, operation: string | null, reason: string): void {
