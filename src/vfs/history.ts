@@ -21,6 +21,11 @@ export interface DiffOptions {
   /** Leave out the unified patches (file list and counts only). */
   stat_only?: boolean;
   max_patch_chars?: number;
+  /**
+   * Only files the reader may see (a surface's `vfs.read` grants): the others are left out before
+   * renames are found, so a file moved in from a path it may not see is shown as added.
+   */
+  visible?: (path: string) => boolean;
 }
 
 export interface DiffResult extends TreeDiff {
@@ -91,6 +96,7 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
   const result = reading(`The diff of ${fromRef} and ${toRef}`, () =>
     diffTrees(state.objects, a.root, b.root, {
       ...(filter ? { filter } : {}),
+      ...(options.visible ? { visible: options.visible } : {}),
       patches: options.stat_only !== true,
       ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
     }),

@@ -58,6 +58,9 @@ function digest(buffer: Buffer | null): string {
   return buffer === null ? '-' : createHash('sha256').update(buffer).digest('base64');
 }
 
+/** The line a patch cut at `max_patch_chars` ends with. */
+export const PATCH_CUT = /\n… diff cut at \d+ characters$/;
+
 export function diffFiles(path: string, before: Buffer | null, after: Buffer | null, limits: DiffLimits = DEFAULT_DIFF_LIMITS): FileDiff {
   if ((before?.length ?? 0) + (after?.length ?? 0) < RECENT_MIN_BYTES) return diffNow(path, before, after, limits);
   const key = `${path}\0${limits.max_input_bytes}\0${limits.max_patch_chars}\0${digest(before)}\0${digest(after)}`;
