@@ -43,7 +43,7 @@ import {
   TreeView,
 } from './vfs/history.js';
 import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
-import { PATCH_CUT } from './vfs/text-diff.js';
+import { scrubCutPatches } from './vfs/text-diff.js';
 import { exportHost, importHost, type TransferReport } from './vfs/transfer.js';
 import type { TreeDiff } from './vfs/tree-diff.js';
 
@@ -517,7 +517,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
-  if (scrubber.active) state.scrub = (text) => scrubber.text(text);
+  if (scrubber.active) {
+    state.scrub = (text) => scrubber.text(text);
+    state.scrubHead = (text) => scrubber.head(text);
+  }
   const hostVfs = new HostVfs(state);
 
   let closed: Promise<void> | null = null;
@@ -553,7 +556,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
     snapshots: () => [...state.snapshots],
-    diff: (from, to, diffOptions) => scrubDiff(scrubber, diff(state, from, to, diffOptions)),
+    diff: (from, to, diffOptions) => scrubber.value(diff(state, from, to, diffOptions)),
     restore: (ref) => restore(state, ref),
     view: (ref) => (ref === 'live' ? hostVfs : new TreeView(state, ref)),
     changes: (runId, changeOptions = {}) => {
@@ -564,7 +567,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         patches: changeOptions.stat_only !== true,
         ...(changeOptions.max_patch_chars ? { max_patch_chars: changeOptions.max_patch_chars } : {}),
       });
-      return found ? scrubDiff(scrubber, { run_id: runId, ...found }) : null;
+      return found ? scrubber.value(scrubCutPatches({ run_id: runId, ...found }, state.scrubHead)) : null;
     },
     scrub: (value, scrubOptions) =>
       scrubOptions?.cut === true && typeof value === 'string' ? (scrubber.head(value) as typeof value) : scrubber.value(value),
@@ -587,17 +590,4 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
   };
   return engine;
-}
-
-/**
- * A diff with the secrets scrubbed. A patch cut at its size limit may end inside a secret, whose first
- * characters no whole form matches: the part before the cut is scrubbed as the beginning of a text.
- */
-function scrubDiff<D extends TreeDiff>(scrubber: Scrubber, found: D): D {
-  if (!scrubber.active) return found;
-  for (const file of found.files) {
-    const cut = file.patch ? PATCH_CUT.exec(file.patch) : null;
-    if (file.patch && cut) file.patch = scrubber.head(file.patch.slice(0, cut.index)) + cut[0];
-  }
-  return scrubber.value(found);
 }

@@ -4,6 +4,7 @@ import { CorruptObjectError } from '../store/objects.js';
 import type { ToolVfs } from '../tool-vfs.js';
 import { collectGarbage, type GcReport } from './gc.js';
 import type { SnapshotInfo, VfsState } from './state.js';
+import { scrubCutPatches } from './text-diff.js';
 import type { Transaction } from './transaction.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
 import { decodeTree } from './tree-index.js';
@@ -101,7 +102,7 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
       ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
     }),
   );
-  return { from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result };
+  return scrubCutPatches({ from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result }, state.scrubHead);
 }
 
 /** What a tree can be asked by someone looking at it: the live tree, or a snapshot's (`TreeView`). */
