@@ -275,7 +275,7 @@ export class Dispatcher {
     } catch (thrown) {
       meta.duration_ms = performance.now() - started;
       const { scrubber } = this.#d;
-      const error = scrubber.value(toErrorInfo(thrown, label, stage));
+      const error = scrubber.value(toErrorInfo(thrown, label, stage, (text) => scrubber.text(text)));
       if (scrubber.active && meta.logs) meta.logs = scrubber.lines(meta.logs);
       if (bus.active) {
         if (!invocationSent) {
@@ -420,15 +420,19 @@ export class Dispatcher {
   }
 }
 
-/** Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does. */
-export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorInfo {
+/**
+ * Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does.
+ * `scrub` runs on the message before it is cut: a cut through a secret's value leaves its first
+ * characters, which scrubbing after the cut would not recognise.
+ */
+export function toErrorInfo(thrown: unknown, tool: string, stage: Stage, scrub: (text: string) => string = (text) => text): ErrorInfo {
   if (isFailure(thrown)) {
     const info: ErrorInfo = {
       type: 'ToolError',
       tool,
       stage: thrown.stage,
       code: thrown.code,
-      message: bounded(thrown.message),
+      message: bounded(scrub(thrown.message)),
       retryable: isRetryable(thrown.code),
     };
     if (thrown.details) info.details = thrown.details;
@@ -446,7 +450,7 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
     tool,
     stage,
     code: 'INTERNAL',
-    message: bounded(`Internal error in the engine while running ${tool}: ${message}`),
+    message: bounded(scrub(`Internal error in the engine while running ${tool}: ${message}`)),
     retryable: false,
   };
 }
