@@ -146,7 +146,7 @@ export class Dispatcher {
           run_id: runId,
           trace_id: meta.trace_id,
           tool: label,
-          input: inputError ? '[rejected input]' : forEvent(copy, policy.event_payload_bytes),
+          input: inputError ? '[rejected input]' : this.#shown(copy),
           caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
           ...parentRun,
         });
@@ -269,7 +269,7 @@ export class Dispatcher {
           tool: label,
           duration_ms: meta.duration_ms,
           output_bytes: outputBytes,
-          input: forEvent(copy, policy.event_payload_bytes),
+          input: this.#shown(copy),
           output: forEvent(output, policy.event_payload_bytes),
           vfs: vfs.changed ? vfs.changes : null,
           attempts: runs.count,
@@ -282,7 +282,7 @@ export class Dispatcher {
     } catch (thrown) {
       meta.duration_ms = performance.now() - started;
       const { scrubber } = this.#d;
-      const error = scrubber.value(toErrorInfo(thrown, label, stage));
+      const error = scrubber.value(toErrorInfo(thrown, label, stage, (text) => scrubber.text(text)));
       if (scrubber.active && meta.logs) meta.logs = scrubber.lines(meta.logs);
       if (bus.active) {
         if (!invocationSent) {
@@ -307,7 +307,7 @@ export class Dispatcher {
           error,
           attempts: runs.count,
           // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
-          ...(stage === 'validation' ? {} : { input: forEvent(copy, policy.event_payload_bytes) }),
+          ...(stage === 'validation' ? {} : { input: this.#shown(copy) }),
           ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
           ...parentRun,
           ...(meta.worker ? { worker: meta.worker } : {}),
@@ -415,6 +415,14 @@ export class Dispatcher {
     });
   }
 
+  /**
+   * An input as events show it: scrubbed before it is cut to the payload size, since a cut through a
+   * secret's value leaves its first characters, which scrubbing after the cut would not recognise.
+   */
+  #shown(input: unknown): unknown {
+    return forEvent(this.#d.scrubber.value(input), this.#d.policy.event_payload_bytes);
+  }
+
   #security(runId: string, traceId: string, tool: string, permission: string | null, operation: string | null, reason: string): void {
     if (!this.#d.bus.active) return;
     this.#d.bus.publish({
@@ -431,15 +439,19 @@ export class Dispatcher {
   }
 }
 
-/** Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does. */
-export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorInfo {
+/**
+ * Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does.
+ * `scrub` runs on the message before it is cut: a cut through a secret's value leaves its first
+ * characters, which scrubbing after the cut would not recognise.
+ */
+export function toErrorInfo(thrown: unknown, tool: string, stage: Stage, scrub: (text: string) => string = (text) => text): ErrorInfo {
   if (isFailure(thrown)) {
     const info: ErrorInfo = {
       type: 'ToolError',
       tool,
       stage: thrown.stage,
       code: thrown.code,
-      message: bounded(thrown.message),
+      message: bounded(scrub(thrown.message)),
       retryable: isRetryable(thrown.code),
     };
     if (thrown.details) info.details = thrown.details;
@@ -457,7 +469,7 @@ export function toErrorInfo(thrown: unknown, tool: string, stage: Stage): ErrorI
     tool,
     stage,
     code: 'INTERNAL',
-    message: bounded(`Internal error in the engine while running ${tool}: ${message}`),
+    message: bounded(scrub(`Internal error in the engine while running ${tool}: ${message}`)),
     retryable: false,
   };
 }

@@ -43,6 +43,7 @@ import {
   TreeView,
 } from './vfs/history.js';
 import { InconsistentReadError, type RecoveryReport, type SnapshotInfo, StateCorruptError, VfsState } from './vfs/state.js';
+import { scrubCutPatches } from './vfs/text-diff.js';
 import { exportHost, importHost, type TransferReport } from './vfs/transfer.js';
 import type { TreeDiff } from './vfs/tree-diff.js';
 
@@ -185,7 +186,10 @@ export interface Engine {
    * The diff of what one committed call changed (its `run_id`), when the engine keeps a change log
    * (`changeLog`) and still holds that call; null otherwise.
    */
-  changes(runId: string, options?: Pick<DiffOptions, 'path' | 'file' | 'stat_only' | 'max_patch_chars'>): (TreeDiff & { run_id: string }) | null;
+  changes(
+    runId: string,
+    options?: Pick<DiffOptions, 'path' | 'file' | 'stat_only' | 'max_patch_chars' | 'visible'>,
+  ): (TreeDiff & { run_id: string }) | null;
   /** Copies a host folder into the VFS as one atomic change (links are never followed). */
   importFrom(hostDir: string, vfsPath?: string, onProgress?: (files: number) => void): TransferReport;
   /** Copies a VFS folder or file to a host folder, never writing outside it. */
@@ -197,8 +201,10 @@ export interface Engine {
   /**
    * A copy of a JSON-like value with the project's secret values (and their encoded forms) replaced by
    * `[secret:NAME]`: what results, events and diffs already get, for a host that shows files itself.
+   * `cut`: a string is the beginning of a longer text, so the first characters of a secret the cut
+   * went through are taken off its end too (scrubbing alone cannot recognise them).
    */
-  scrub<T>(value: T): T;
+  scrub<T>(value: T, options?: { cut?: boolean }): T;
   /**
    * Lets a waiting call run. Throws a `ToolFailure`: `NOT_FOUND` for a run id that waits for nothing,
    * `ALREADY_RESOLVED` (naming who answered first) for one already answered, `INVALID_INPUT` for a bad answer.
@@ -392,6 +398,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     max_pending: DEFAULT_APPROVALS.max_pending,
     remembered: DEFAULT_APPROVALS.remembered,
     payload_bytes: policy.event_payload_bytes,
+    scrub: (value) => scrubber.value(value),
   });
   let audit: AuditLog | null = null;
   const auditing = auditSettings(options.auditLog ?? config.audit_log, projectDir, options.auditLog === undefined ? projectDir : resolve('.'));
@@ -510,7 +517,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
-  if (scrubber.active) state.scrub = (text) => scrubber.text(text);
+  if (scrubber.active) {
+    state.scrub = (text) => scrubber.text(text);
+    state.scrubHead = (text) => scrubber.head(text);
+  }
   const hostVfs = new HostVfs(state);
 
   let closed: Promise<void> | null = null;
@@ -553,12 +563,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const filter = diffFilter(changeOptions);
       const found = state.changeLog?.diff(runId, {
         ...(filter ? { filter } : {}),
+        ...(changeOptions.visible ? { visible: changeOptions.visible } : {}),
         patches: changeOptions.stat_only !== true,
         ...(changeOptions.max_patch_chars ? { max_patch_chars: changeOptions.max_patch_chars } : {}),
       });
-      return found ? scrubber.value({ run_id: runId, ...found }) : null;
+      return found ? scrubber.value(scrubCutPatches({ run_id: runId, ...found }, state.scrubHead)) : null;
     },
-    scrub: (value) => scrubber.value(value),
+    scrub: (value, scrubOptions) =>
+      scrubOptions?.cut === true && typeof value === 'string' ? (scrubber.head(value) as typeof value) : scrubber.value(value),
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),

@@ -189,6 +189,11 @@ export class GrantSet {
     return new GrantSet(kept);
   }
 
+  /** Whether every path and secret `permissions` could reach is granted here (conservative: may say false wrongly, never true wrongly). */
+  covers(permissions: readonly Permission[]): boolean {
+    return permissions.every((p) => this.named(p.name).some((g) => scopeCovers(g, p)));
+  }
+
   /** The first declared permission this set does not grant, or null when all are granted. */
   missing(declared: readonly Permission[]): Permission | null {
     for (const d of declared) {

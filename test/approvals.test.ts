@@ -305,6 +305,7 @@ describe('the gate on its own', () => {
       max_pending: 1,
       remembered: 2,
       payload_bytes: 4096,
+      scrub: (value) => value,
     });
     const request = (runId: string) => ({
       runId,

@@ -111,3 +111,35 @@ describe('arium approvals / approve / deny, through a running gateway', () => {
     expect((await cli(['approve', ...P])).err).toContain('needs the run id');
   });
 });
+
+describe('arium snapshot and arium restore and approvals', () => {
+  const rules = (tools: string[]) =>
+    writeFileSync(join(ws.workspace, 'p', 'arium.json'), JSON.stringify({ audit_log: true, approvals: { rules: tools.map((tool) => ({ tool })) } }));
+  const content = async () => parseJson(await cli(['call', 'fs.read', '{"path":"/doc.txt"}', ...P, '--json'])).data.content;
+
+  it('a restore waits for approval as a call does: denied without a terminal, done with --approve, in the events', async () => {
+    await cli(['call', 'fs.write', '{"path":"/doc.txt","content":"one"}', ...P]);
+    expect((await cli(['snapshot', '--label', 'v1', ...P])).code).toBe(0);
+    await cli(['call', 'fs.write', '{"path":"/doc.txt","content":"two"}', ...P]);
+    rules(['vfs.restore', 'vfs.snapshot']);
+
+    const refused = await cli(['restore', 'v1', ...P, '--json']);
+    expect(refused.code).toBe(1);
+    expect(parseJson(refused).error).toMatchObject({ code: 'APPROVAL_DENIED' });
+    expect(parseJson(refused).error.message).toContain('--approve');
+    expect(await content()).toBe('two');
+    expect((await cli(['snapshot', '--label', 'v2', ...P, '--json'])).code).toBe(1);
+
+    const asked = await cli(['restore', 'v1', ...P], { answer: () => 'n' });
+    expect(asked.err).toContain('Approve vfs.restore with input {"snapshot":"v1"}');
+    expect(await content()).toBe('two');
+
+    const restored = await cli(['restore', 'v1', ...P, '--approve']);
+    expect(restored.code).toBe(0);
+    expect(restored.out).toContain('undoes this');
+    expect(await content()).toBe('one');
+    const events = (await cli(['events', ...P, '--json'])).out;
+    expect(events).toMatch(/"type":"ApprovalResolved"[^\n]*"tool":"vfs.restore"|"tool":"vfs.restore"[^\n]*"type":"ApprovalResolved"/);
+    expect(events).toContain('"by":"tester"');
+  });
+});

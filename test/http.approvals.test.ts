@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -28,6 +28,12 @@ beforeAll(async () => {
   writeFileSync(
     join(project.workspace, 'narrow', 'arium.json'),
     JSON.stringify({ approvals: { rules: [{ tool: 'fs.delete' }] }, surfaces: { http: { tools: ['fs.read'] } } }),
+  );
+  // A project whose snapshots and restores need approval, with an audit log.
+  mkdirSync(join(project.workspace, 'history', 'tools'), { recursive: true });
+  writeFileSync(
+    join(project.workspace, 'history', 'arium.json'),
+    JSON.stringify({ approvals: { rules: [{ tool: 'vfs.restore' }, { tool: 'vfs.snapshot' }] }, audit_log: true }),
   );
   gateway = await createGateway({
     workspace: project.workspace,
@@ -140,6 +146,59 @@ describe('approvals over HTTP', () => {
     expect((await json('POST', `/v1/approvals/${runId}`, { decision: 'approve', by: 'x' })).status).toBe(404);
     expect((await json('POST', `/p/other/v1/approvals/${runId}`, { decision: 'approve', by: 'x' })).status).toBe(200);
     expect((await run).body).toMatchObject({ ok: false, error: { code: 'NOT_FOUND' } });
+  });
+});
+
+describe('the routes that change state wait for approval as calls do', () => {
+  it('POST /v1/snapshots and POST /v1/restore wait, are listed, change nothing until approved, and are in the events and the audit log', async () => {
+    await json('GET', '/p/history/v1/approvals');
+    const engine = gateway.engines().get('history');
+    engine?.vfs.write('/h.txt', 'before');
+    const stream = await openEvents(`${base}/p/history/v1/events`);
+    try {
+      const taking = json('POST', '/p/history/v1/snapshots', { label: 'saved' });
+      const snapshotRun = await pendingRun('/p/history');
+      expect((await json('GET', '/p/history/v1/approvals')).body.approvals?.[0]).toMatchObject({ tool: 'vfs.snapshot', input: { label: 'saved' } });
+      expect(engine?.snapshots()).toEqual([]);
+      expect((await json('POST', `/p/history/v1/approvals/${snapshotRun}`, { decision: 'approve', by: 'ops' })).status).toBe(200);
+      const taken = await taking;
+      expect(taken).toMatchObject({ status: 201, body: { label: 'saved' } });
+
+      engine?.vfs.write('/h.txt', 'after');
+      const restoring = json('POST', '/p/history/v1/restore', { ref: 'saved' });
+      const restoreRun = await pendingRun('/p/history');
+      expect(engine?.vfs.read('/h.txt').toString()).toBe('after');
+      expect((await json('POST', `/p/history/v1/approvals/${restoreRun}`, { decision: 'deny', by: 'sec', reason: 'no' })).status).toBe(200);
+      expect(await restoring).toMatchObject({ status: 403, body: { ok: false, error: { code: 'APPROVAL_DENIED' } } });
+      expect(engine?.vfs.read('/h.txt').toString()).toBe('after');
+
+      const again = json('POST', '/p/history/v1/restore', { ref: 'saved' });
+      const againRun = await pendingRun('/p/history');
+      expect((await json('POST', `/p/history/v1/approvals/${againRun}`, { decision: 'approve', by: 'ops' })).status).toBe(200);
+      expect(await again).toMatchObject({ status: 200, body: { restored: { label: 'saved' } } });
+      expect(engine?.vfs.read('/h.txt').toString()).toBe('before');
+
+      await waitFor(() => stream.events.some((e) => e.event === 'ToolResultEvent' && e.data.includes(againRun)));
+      for (const runId of [snapshotRun, restoreRun, againRun]) {
+        const mine = stream.events.filter((e) => e.data.includes(runId)).map((e) => e.event);
+        expect(mine).toEqual(expect.arrayContaining(['ToolInvocationEvent', 'ApprovalRequested', 'ApprovalResolved']));
+      }
+      const audit = readFileSync(join(project.workspace, 'history', '.arium', 'audit.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { type: string; run_id: string; tool: string; caller?: string });
+      for (const runId of [snapshotRun, restoreRun, againRun]) {
+        expect(audit.filter((e) => e.run_id === runId).map((e) => e.type)).toEqual(
+          expect.arrayContaining(['ToolInvocationEvent', 'ApprovalRequested', 'ApprovalResolved']),
+        );
+      }
+      expect(audit.find((e) => e.run_id === againRun && e.type === 'ToolInvocationEvent')).toMatchObject({
+        tool: 'vfs.restore',
+        caller: expect.stringMatching(/^http:/),
+      });
+    } finally {
+      stream.close();
+    }
   });
 });
 

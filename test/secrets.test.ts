@@ -30,6 +30,7 @@ export default async function run(input, ctx) {
     case 'log': console.log('token=' + t); return {};
     case 'split': console.log(t.slice(0, 9)); console.log(t.slice(9)); return {};
     case 'throw': throw new Error('could not use ' + t);
+    case 'long-throw': throw new Error('x'.repeat(input.pad) + t);
     case 'write': await ctx.vfs.write('/out/leak.txt', 'before\\n' + t + '\\nafter\\n'); return { written: true };
     case 'base64': return { b64: btoa(t), inside: btoa('xx' + t + 'yy') };
     case 'url': return { url: 'https://x.test/?q=' + encodeURIComponent(t) };
@@ -137,6 +138,18 @@ describe('a secret passed by reference', () => {
     // The result still holds every line of the run in meta.logs.
     expect(js.meta.logs?.map((l) => l.message)).toEqual(['token=[secret:github]']);
   }, 30_000);
+
+  it('an error message cut at its limit inside the value: none of it is left', async () => {
+    // The message is cut at 4,096 characters, a few characters into the value.
+    const thrown = await leakCall('long-throw', { pad: 4096 - 10 });
+    expect(thrown.ok).toBe(false);
+    const event = events.find((e) => e.run_id === thrown.meta.run_id && e.type === 'ToolErrorEvent');
+    for (const message of [thrown.ok ? '' : thrown.error.message, event?.type === 'ToolErrorEvent' ? event.error.message : '']) {
+      const kept = message.slice(0, message.lastIndexOf('… ('));
+      expect(kept.length).toBeGreaterThan(4000);
+      for (let k = 3; k < VALUE.length; k++) expect(kept.endsWith(VALUE.slice(0, k))).toBe(false);
+    }
+  });
 
   it('encoded (base64, also inside a longer text; URL; JSON): scrubbed', async () => {
     const b64 = data(await leakCall('base64'));

@@ -15,7 +15,7 @@ export interface PendingApproval {
   trace_id: string;
   /** The tool's id. */
   tool: string;
-  /** The input, secret-looking keys masked, cut like an event's. */
+  /** The input, secrets scrubbed and secret-looking keys masked, cut like an event's. */
   input: unknown;
   caller: string | null;
   rule: MatchedRule;
@@ -47,6 +47,12 @@ export interface ApprovalGateOptions {
   remembered: number;
   /** The policy's `event_payload_bytes`: the shown input is cut to it. */
   payload_bytes: number;
+  /**
+   * Replaces the project's secret values by `[secret:NAME]`: the input a call waits with has the values
+   * of its `{"$secret": NAME}` references, and every place that shows it (the list, the events, an MCP
+   * elicitation, a terminal prompt) gets it scrubbed, before it is cut.
+   */
+  scrub: <T>(value: T) => T;
 }
 
 export interface ApprovalRequest {
@@ -99,7 +105,7 @@ export class ApprovalGate {
       run_id: request.runId,
       trace_id: request.traceId,
       tool: request.tool,
-      input: forEvent(request.input, this.#o.payload_bytes),
+      input: forEvent(this.#o.scrub(request.input), this.#o.payload_bytes),
       caller: request.caller,
       rule: request.rule,
       requested_at: requested.toISOString(),

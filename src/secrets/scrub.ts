@@ -11,6 +11,8 @@ export const MIN_SECRET_LENGTH = 8;
 export class Scrubber {
   readonly #pattern: RegExp | null;
   readonly #names = new Map<string, string>();
+  /** The forms, longest first. */
+  readonly #forms: string[];
 
   constructor(secrets: ReadonlyMap<string, string>) {
     const forms: string[] = [];
@@ -25,6 +27,7 @@ export class Scrubber {
     }
     // Longest first, so a form that contains another is replaced whole.
     forms.sort((a, b) => b.length - a.length);
+    this.#forms = forms;
     this.#pattern = forms.length === 0 ? null : new RegExp(forms.map(escapeRegExp).join('|'), 'g');
   }
 
@@ -37,6 +40,23 @@ export class Scrubber {
     if (this.#pattern === null || value.length < MIN_SECRET_LENGTH) return value;
     this.#pattern.lastIndex = 0;
     return value.replace(this.#pattern, (form) => `[secret:${this.#names.get(form)}]`);
+  }
+
+  /**
+   * The beginning of a longer text, cut off at its end: a secret the cut went through has only its
+   * first characters here, which no whole form matches, so besides the whole forms anything the text
+   * ends with that begins a form is taken off. (Scrubbing after the cut, the whole forms alone left
+   * those characters in.)
+   */
+  head(value: string): string {
+    if (this.#pattern === null) return value;
+    const scrubbed = this.text(value);
+    const longest = (this.#forms[0] as string).length;
+    for (let at = Math.max(0, scrubbed.length - longest + 1); at < scrubbed.length; at++) {
+      const tail = scrubbed.slice(at);
+      if (this.#forms.some((form) => form.length > tail.length && form.startsWith(tail))) return scrubbed.slice(0, at);
+    }
+    return scrubbed;
   }
 
   /** A copy of a JSON-like value with every string (keys too) scrubbed; the value itself when nothing matched. */

@@ -116,14 +116,16 @@ export class ChangeLog {
   }
 
   /** The diff of one recorded call (files renamed as the call moved them are reported as renames), or null when it is not kept. */
-  diff(runId: string, options: Pick<TreeDiffOptions, 'patches' | 'max_patch_chars' | 'filter'> = {}): TreeDiff | null {
+  diff(runId: string, options: Pick<TreeDiffOptions, 'patches' | 'max_patch_chars' | 'filter' | 'visible'> = {}): TreeDiff | null {
     const call = this.#calls.get(runId);
     if (!call) return null;
-    const deleted = call.files.filter((f) => f.existed && !f.exists && f.before !== null);
+    const visible = options.visible;
+    const shown = visible ? call.files.filter((f) => visible(f.path)) : call.files;
+    const deleted = shown.filter((f) => f.existed && !f.exists && f.before !== null);
     const renamedFrom = new Set<ChangedFile>();
     const files: FileChange[] = [];
     const byPath = new Map<string, ChangedFile>();
-    for (const f of call.files) {
+    for (const f of shown) {
       byPath.set(f.path, f);
       if (!f.existed && f.exists && f.after !== null) {
         const source = deleted.find((d) => !renamedFrom.has(d) && (d.before as Buffer).equals(f.after as Buffer));

@@ -4,6 +4,7 @@ import { CorruptObjectError } from '../store/objects.js';
 import type { ToolVfs } from '../tool-vfs.js';
 import { collectGarbage, type GcReport } from './gc.js';
 import type { SnapshotInfo, VfsState } from './state.js';
+import { scrubCutPatches } from './text-diff.js';
 import type { Transaction } from './transaction.js';
 import { diffTrees, opsBetween, type TreeDiff } from './tree-diff.js';
 import { decodeTree } from './tree-index.js';
@@ -21,6 +22,11 @@ export interface DiffOptions {
   /** Leave out the unified patches (file list and counts only). */
   stat_only?: boolean;
   max_patch_chars?: number;
+  /**
+   * Only files the reader may see (a surface's `vfs.read` grants): the others are left out before
+   * renames are found, so a file moved in from a path it may not see is shown as added.
+   */
+  visible?: (path: string) => boolean;
 }
 
 export interface DiffResult extends TreeDiff {
@@ -91,11 +97,12 @@ export function diff(state: VfsState, from: TreeRef | undefined, to: TreeRef | u
   const result = reading(`The diff of ${fromRef} and ${toRef}`, () =>
     diffTrees(state.objects, a.root, b.root, {
       ...(filter ? { filter } : {}),
+      ...(options.visible ? { visible: options.visible } : {}),
       patches: options.stat_only !== true,
       ...(options.max_patch_chars ? { max_patch_chars: options.max_patch_chars } : {}),
     }),
   );
-  return { from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result };
+  return scrubCutPatches({ from: { ref: fromRef, snapshot: a.snapshot }, to: { ref: toRef, snapshot: b.snapshot }, ...result }, state.scrubHead);
 }
 
 /** What a tree can be asked by someone looking at it: the live tree, or a snapshot's (`TreeView`). */

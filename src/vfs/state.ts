@@ -84,6 +84,8 @@ export class VfsState {
   changeLog: ChangeLog | null = null;
   /** Replaces the project's secret values in text the state keeps (snapshot labels and messages); set by the engine. */
   scrub: (text: string) => string = (text) => text;
+  /** The same, for the beginning of a longer text (a patch cut at its limit): see `Scrubber.head`. */
+  scrubHead: (text: string) => string = (text) => text;
   readonly #index = new TreeIndex();
   #journal: JournalPort | null = null;
   readonly #checkpointBytes: number;

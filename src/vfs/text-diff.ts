@@ -58,6 +58,21 @@ function digest(buffer: Buffer | null): string {
   return buffer === null ? '-' : createHash('sha256').update(buffer).digest('base64');
 }
 
+/** The line a patch cut at `max_patch_chars` ends with. */
+const PATCH_CUT = /\n… diff cut at \d+ characters$/;
+
+/**
+ * Scrubs the patches of `found` cut at their limit with `head`, which takes off the first characters
+ * of a secret the cut went through (scrubbing the whole patch later would not recognise them).
+ */
+export function scrubCutPatches<D extends { files: Array<{ patch: string | null }> }>(found: D, head: (text: string) => string): D {
+  for (const file of found.files) {
+    const cut = file.patch ? PATCH_CUT.exec(file.patch) : null;
+    if (file.patch && cut) file.patch = head(file.patch.slice(0, cut.index)) + cut[0];
+  }
+  return found;
+}
+
 export function diffFiles(path: string, before: Buffer | null, after: Buffer | null, limits: DiffLimits = DEFAULT_DIFF_LIMITS): FileDiff {
   if ((before?.length ?? 0) + (after?.length ?? 0) < RECENT_MIN_BYTES) return diffNow(path, before, after, limits);
   const key = `${path}\0${limits.max_input_bytes}\0${limits.max_patch_chars}\0${digest(before)}\0${digest(after)}`;

@@ -30,6 +30,8 @@ export interface TreeDiff {
 export interface TreeDiffOptions {
   /** Keep only files whose path (or old path) matches. */
   filter?: (path: string) => boolean;
+  /** Only files the reader may see: the others are dropped before renames are found. */
+  visible?: (path: string) => boolean;
   /** Include unified patches (default true); `false` gives only the file list and counts (line counts too). */
   patches?: boolean;
   /** Total patch characters before the remaining patches are left out. */
@@ -95,8 +97,10 @@ function walk(objects: Objects, a: string | null, b: string | null, dir: string,
 }
 
 export function diffTrees(objects: Objects, from: string | null, to: string | null, options: TreeDiffOptions = {}): TreeDiff {
-  const raw: RawChange[] = [];
+  let raw: RawChange[] = [];
   walk(objects, from, to, '/', raw);
+  const visible = options.visible;
+  if (visible) raw = raw.filter((c) => visible(c.path));
   // A deleted file whose exact content reappears at an added path was renamed.
   const deletedByHash = new Map<string, RawChange[]>();
   for (const c of raw) if (c.status === 'deleted' && c.before) deletedByHash.set(c.before[2], [...(deletedByHash.get(c.before[2]) ?? []), c]);

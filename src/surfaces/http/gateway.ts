@@ -11,7 +11,7 @@ import type { EngineEvent } from '../../events.js';
 import { ProjectLockedError } from '../../store/lock.js';
 import type { ToolInfo } from '../../tool.js';
 import { asText } from '../../vfs/text-diff.js';
-import { surfaceFilter } from '../mcp/profile.js';
+import { SurfaceAccess } from '../access.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
 import { jsonBreak } from './json-body.js';
@@ -58,6 +58,8 @@ interface Served {
   /** The project's `surfaces.http` profile, compiled once: which tools it offers, its grants. */
   visible: (id: string) => boolean;
   grants: readonly string[] | undefined;
+  /** What the routes besides the runs may read, show and answer: the same grants. */
+  access: SurfaceAccess;
 }
 
 const RUN_BODY_SCHEMA = {
@@ -123,7 +125,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         }
         opened.set(project, engine);
         const profile = engine.config.surfaces?.http;
-        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000), visible: surfaceFilter(profile), grants: profile?.grants };
+        const access = new SurfaceAccess(engine, profile, 'http');
+        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000), visible: access.offered, grants: profile?.grants, access };
       })();
       served.set(project, entry);
       // A project that failed to open is tried again by the next request (it may have been made since).
@@ -255,6 +258,35 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     });
     const engineOf = (request: FastifyRequest) => (request as FastifyRequest & { served: Served }).served;
     const visible = (request: FastifyRequest) => engineOf(request).visible;
+    /**
+     * Runs a builtin for a route that changes state (a snapshot, a restore), as a call from this
+     * surface: offered by its profile, with its grants, through approvals, events and the audit log.
+     */
+    const runBuiltin = async (request: FastifyRequest, reply: FastifyReply, id: string, input: unknown, created = false) => {
+      const { engine, grants, access } = engineOf(request);
+      const traceId = header(request.headers['x-trace-id']);
+      if (!access.offered(id)) {
+        return send(
+          reply,
+          403,
+          errorEnvelope('DENIED', `${request.method} ${request.routeOptions.url} runs ${id}, which surfaces.http.tools does not offer`, {
+            stage: 'permission',
+            toolId: id,
+            traceId,
+          }),
+        );
+      }
+      const result = await engine.call(id, input, {
+        caller: `http:${request.ip}`,
+        signal: connectionSignal(request.raw.socket),
+        ...(traceId ? { trace_id: traceId } : {}),
+        ...(grants ? { grants } : {}),
+      });
+      if (result.ok) return send(reply, created ? 201 : 200, result.data);
+      const status = failureStatus(result.error);
+      if (status === 429) reply.header('retry-after', '1');
+      return send(reply, status, runEnvelope(id, result));
+    };
 
     scope.get(
       '/v1/tools',
@@ -366,33 +398,42 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
     );
 
-    scope.get('/v1/snapshots', { schema: { summary: 'The snapshot log, oldest first' } }, async (request) => ({
-      snapshots: engineOf(request).engine.snapshots(),
-    }));
+    scope.get(
+      '/v1/snapshots',
+      {
+        schema: {
+          summary: 'The snapshot log, oldest first (needs vfs.read)',
+          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
+        },
+      },
+      async (request) => ({ snapshots: engineOf(request).access.snapshots() }),
+    );
 
     scope.post(
       '/v1/snapshots',
       {
         schema: {
-          summary: 'Save the live VFS as a snapshot',
+          summary: 'Save the live VFS as a snapshot: a call of vfs.snapshot (needs vfs.read on /, goes through approvals)',
           body: {
             type: ['object', 'null'],
             additionalProperties: false,
-            properties: { label: { type: 'string', minLength: 1, maxLength: 200 }, message: { type: 'string', maxLength: 4000 } },
+            properties: {
+              label: { type: 'string', minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
+              message: { type: 'string', maxLength: 2000 },
+            },
           },
+          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
+          response: { 201: { description: 'The snapshot', type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
         },
       },
-      async (request, reply) => {
-        const body = (request.body ?? {}) as { label?: string; message?: string };
-        return reply.code(201).send(engineOf(request).engine.snapshot(body));
-      },
+      async (request, reply) => runBuiltin(request, reply, 'vfs.snapshot', request.body ?? {}, true),
     );
 
     scope.get(
       '/v1/diff',
       {
         schema: {
-          summary: 'Compare snapshots or live (default: newest snapshot → live)',
+          summary: 'Compare snapshots or live (default: newest snapshot → live); files without vfs.read are left out',
           querystring: {
             type: 'object',
             additionalProperties: false,
@@ -402,7 +443,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
       async (request) => {
         const q = request.query as { from?: string; to?: string; path?: string; file?: string; stat?: string };
-        return engineOf(request).engine.diff(q.from, q.to, {
+        const { engine, access } = engineOf(request);
+        return engine.diff(q.from, q.to, {
+          visible: (path) => access.mayRead(path),
           ...(q.path ? { path: q.path } : {}),
           ...(q.file ? { file: q.file } : {}),
           ...(q.stat === 'true' ? { stat_only: true } : {}),
@@ -414,11 +457,21 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       '/v1/restore',
       {
         schema: {
-          summary: 'Bring the live VFS back to a snapshot',
-          body: { type: 'object', required: ['ref'], additionalProperties: false, properties: { ref: { type: 'string', minLength: 1 } } },
+          summary: 'Bring the live VFS back to a snapshot: a call of vfs.restore (needs vfs.read and vfs.write on /, goes through approvals)',
+          body: {
+            type: 'object',
+            required: ['ref'],
+            additionalProperties: false,
+            properties: { ref: { type: 'string', minLength: 1, maxLength: 200 } },
+          },
+          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
+          response: {
+            200: { description: 'What was restored, and the snapshot that undoes it', type: 'object', additionalProperties: true },
+            ...ERROR_RESPONSES,
+          },
         },
       },
-      async (request) => engineOf(request).engine.restore((request.body as { ref: string }).ref),
+      async (request, reply) => runBuiltin(request, reply, 'vfs.restore', { snapshot: (request.body as { ref: string }).ref }),
     );
 
     scope.get('/v1/project', { schema: { summary: 'The project served here, and the projects of the workspace' } }, async (request) => {
@@ -444,37 +497,52 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
     scope.get(
       '/v1/fs/list',
-      { schema: { summary: 'The entries of one folder of the live tree or of a snapshot (folders first, then by name)', querystring: TREE_QUERY } },
+      {
+        schema: {
+          summary: 'The entries of one folder of the live tree or of a snapshot (folders first, then by name); needs vfs.read on it',
+          querystring: TREE_QUERY,
+          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
+        },
+      },
       async (request) => {
         const q = request.query as { path: string; at?: string };
         const at = q.at ?? 'live';
-        const { entries } = engineOf(request).engine.view(at).list(q.path);
+        const { engine, access } = engineOf(request);
+        const { entries } = access.tree(at).list(q.path);
         const sorted = [...entries].sort((a, b) =>
           a.type === b.type ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.type === 'directory' ? -1 : 1,
         );
-        return { at, path: q.path, entries: sorted };
+        return { at, path: engine.scrub(q.path), entries: sorted };
       },
     );
 
     scope.get(
       '/v1/fs/read',
-      { schema: { summary: 'One file of the live tree or of a snapshot: text up to 1 MiB, or its size and hash', querystring: TREE_QUERY } },
+      {
+        schema: {
+          summary: 'One file of the live tree or of a snapshot: text up to 1 MiB, or its size and hash; needs vfs.read on it',
+          querystring: TREE_QUERY,
+          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
+        },
+      },
       async (request) => {
         const q = request.query as { path: string; at?: string };
         const at = q.at ?? 'live';
-        const { engine } = engineOf(request);
-        const bytes = engine.view(at).read(q.path);
-        const head = bytes.length > FILE_TEXT_BYTES ? bytes.subarray(0, FILE_TEXT_BYTES) : bytes;
+        const { engine, access } = engineOf(request);
+        const bytes = access.tree(at).read(q.path);
+        const cut = bytes.length > FILE_TEXT_BYTES;
+        const head = cut ? bytes.subarray(0, FILE_TEXT_BYTES) : bytes;
         // A cut may split a character: the text is what decodes, the cut noted.
-        const text = asText(head) ?? (bytes.length > FILE_TEXT_BYTES ? asText(head.subarray(0, lastCharBoundary(head))) : null);
+        const text = asText(head) ?? (cut ? asText(head.subarray(0, lastCharBoundary(head))) : null);
         return {
           at,
-          path: q.path,
+          path: engine.scrub(q.path),
           size: bytes.length,
           sha256: createHash('sha256').update(bytes).digest('hex'),
           binary: text === null,
-          text: text === null ? null : engine.scrub(text),
-          truncated: text !== null && bytes.length > FILE_TEXT_BYTES,
+          // Scrubbed as the beginning of a longer text: a secret the cut goes through is left out whole.
+          text: text === null ? null : engine.scrub(text, { cut }),
+          truncated: text !== null && cut,
         };
       },
     );
@@ -483,7 +551,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       '/v1/runs/:run_id/diff',
       {
         schema: {
-          summary: 'What one committed call changed in the VFS, while the change log still holds it',
+          summary: 'What one committed call changed in the VFS, while the change log still holds it; files without vfs.read are left out',
           params: { type: 'object', properties: { run_id: { type: 'string', maxLength: 200 } } },
           querystring: {
             type: 'object',
@@ -495,7 +563,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       async (request, reply) => {
         const { run_id: runId } = request.params as { run_id: string };
         const q = request.query as { path?: string; file?: string; stat?: string };
-        const found = engineOf(request).engine.changes(runId, {
+        const { engine, access } = engineOf(request);
+        const found = engine.changes(runId, {
+          visible: (path) => access.mayRead(path),
           ...(q.path ? { path: q.path } : {}),
           ...(q.file ? { file: q.file } : {}),
           ...(q.stat === 'true' ? { stat_only: true } : {}),
@@ -515,14 +585,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
     scope.get(
       '/v1/approvals',
-      { schema: { summary: 'Calls waiting for a person’s approval (oldest first), of the tools this gateway offers' } },
+      { schema: { summary: 'Calls waiting for a person’s approval (oldest first) that this gateway’s profile may see' } },
       async (request) => {
-        const show = visible(request);
-        return {
-          approvals: engineOf(request)
-            .engine.approvals()
-            .filter((p) => show(p.tool)),
-        };
+        const { engine, access } = engineOf(request);
+        return { approvals: engine.approvals().filter((p) => access.seesCall(p.tool)) };
       },
     );
 
@@ -539,10 +605,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       async (request) => {
         const { run_id: runId } = request.params as { run_id: string };
         const body = request.body as { decision: 'approve' | 'deny'; by: string; reason?: string };
-        const { engine } = engineOf(request);
+        const { engine, access } = engineOf(request);
         const waiting = engine.approvals().find((p) => p.run_id === runId);
-        // An approval of a tool this gateway does not offer is as unknown here as one that does not exist.
-        if (waiting && !visible(request)(waiting.tool)) {
+        // An approval this gateway may not see is as unknown here as one that does not exist.
+        if (waiting && !access.seesCall(waiting.tool)) {
           throw new ToolFailure('validation', 'NOT_FOUND', `No approval is pending for run ${runId}; GET /v1/approvals lists them`, {
             details: { run_id: runId },
           });
@@ -552,11 +618,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
     );
 
-    scope.get('/v1/events', { schema: { summary: 'Engine events as server-sent events; Last-Event-ID resumes' } }, async (request, reply) => {
-      const lastId = Number(header(request.headers['last-event-id']) ?? (request.query as { last_event_id?: string }).last_event_id ?? Number.NaN);
-      reply.hijack();
-      engineOf(request).events.stream(reply.raw, Number.isFinite(lastId) ? lastId : null);
-    });
+    scope.get(
+      '/v1/events',
+      { schema: { summary: 'Engine events as server-sent events, of the calls this gateway’s profile may see; Last-Event-ID resumes' } },
+      async (request, reply) => {
+        const lastId = Number(header(request.headers['last-event-id']) ?? (request.query as { last_event_id?: string }).last_event_id ?? Number.NaN);
+        const { events, access } = engineOf(request);
+        reply.hijack();
+        events.stream(reply.raw, Number.isFinite(lastId) ? lastId : null, (event) => access.seesEvent(event));
+      },
+    );
 
     // MCP over Streamable HTTP: the SDK's transport, one per session.
     scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
@@ -617,10 +688,11 @@ function send(reply: FastifyReply, status: number, body: unknown): FastifyReply 
   return reply.code(status).send(body);
 }
 
-function failureStatus(failure: ToolFailure): number {
+/** The status of a route's failure (a run's failure is a 200 answer; a route's is not). */
+function failureStatus(failure: Pick<ToolFailure, 'code'>): number {
   if (failure.code === 'NOT_FOUND') return 404;
   if (failure.code === 'UNAVAILABLE') return 503;
-  if (failure.code === 'MISCONFIGURED') return 500;
+  if (failure.code === 'MISCONFIGURED' || failure.code === 'INTERNAL') return 500;
   const status = statusOf(failure.code);
   return status === 200 ? 400 : status;
 }
@@ -703,10 +775,12 @@ class EventLog {
     this.engine.events.off('event', this.#listener);
   }
 
-  stream(res: ServerResponse, lastId: number | null): void {
+  /** Streams the events `shown` keeps; the ids stay the log's, so a gap is still told as one. */
+  stream(res: ServerResponse, lastId: number | null, shown: (event: EngineEvent) => boolean): void {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
     res.write(': arium events\n\n');
     const send = (entry: { id: number; event: EngineEvent }) => {
+      if (!shown(entry.event)) return;
       const ok = res.write(`id: ${entry.id}\nevent: ${entry.event.type}\ndata: ${JSON.stringify(entry.event)}\n\n`);
       // A reader that does not keep up is let go rather than buffered without end: it reconnects with Last-Event-ID.
       if (!ok && res.writableLength > 8 * 1024 * 1024) res.end();

@@ -17,9 +17,11 @@ import {
 import type { PendingApproval } from '../../approvals/gate.js';
 import type { Engine } from '../../engine.js';
 import type { ErrorInfo } from '../../errors.js';
+import { ToolFailure } from '../../errors.js';
 import type { ToolResultEvent } from '../../events.js';
 import type { LogLine } from '../../result.js';
-import { type SurfaceProfile, surfaceFilter } from './profile.js';
+import { SurfaceAccess } from '../access.js';
+import type { SurfaceProfile } from './profile.js';
 import { mcpTool } from './tool-shape.js';
 
 /**
@@ -87,7 +89,8 @@ function pendingResult(approval: PendingApproval): CallToolResult {
 }
 
 export function createMcpServer(engine: Engine, options: McpServerOptions = {}): AriumMcpServer {
-  const visible = surfaceFilter(options.profile);
+  const access = new SurfaceAccess(engine, options.profile, 'mcp');
+  const visible = access.offered;
   const caller = options.caller ?? 'mcp';
   const grants = options.profile?.grants;
   const prefix = `arium://${engine.project}/`;
@@ -235,13 +238,16 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         uriTemplate: `${prefix}diff/{from}/{to}`,
         name: 'vfs-diff',
         title: 'A diff between two snapshots (or "live")',
+        description: 'Only the files the grants let this client read; the others are left out',
         mimeType: 'application/json',
       },
     ],
   }));
 
   server.setRequestHandler(ListResourcesRequestSchema, async () => {
-    const resources: Resource[] = [{ uri: `${prefix}snapshots`, name: 'snapshots', title: 'The snapshot log', mimeType: 'application/json' }];
+    const resources: Resource[] = [
+      { uri: `${prefix}snapshots`, name: 'snapshots', title: 'The snapshot log (needs vfs.read)', mimeType: 'application/json' },
+    ];
     const listed = await engine.call('fs.list', { path: '/', recursive: true, limit: 1000 }, { caller, ...(grants ? { grants } : {}) });
     if (listed.ok) {
       for (const entry of (listed.data as { entries: Array<{ path: string; type: string; size?: number }> }).entries) {
@@ -256,13 +262,14 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     const uri = request.params.uri;
     const rest = uri.startsWith(prefix) ? uri.slice(prefix.length) : null;
     if (rest === 'snapshots') {
-      return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(engine.snapshots()) }] };
+      return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(refused(uri, () => access.snapshots())) }] };
     }
     if (rest?.startsWith('diff/')) {
       const [from, to, ...more] = rest.slice(5).split('/').map(decodeURIComponent);
       if (!from || !to || more.length > 0) throw new McpError(ErrorCode.InvalidParams, `A diff resource is ${prefix}diff/{from}/{to} (got ${uri})`);
       try {
-        return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(engine.diff(from, to)) }] };
+        const found = engine.diff(from, to, { visible: (path) => access.mayRead(path) });
+        return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(found) }] };
       } catch (error) {
         throw new McpError(ErrorCode.InvalidParams, `Cannot diff ${from} → ${to}: ${(error as Error).message}`);
       }
@@ -285,7 +292,9 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     const uri = request.params.uri;
     if (!uri.startsWith(`${prefix}vfs/`))
       throw new McpError(ErrorCode.InvalidParams, `Only VFS paths (${prefix}vfs/…) can be subscribed to, not ${uri}`);
-    decodePath(uri.slice(prefix.length + 3), uri);
+    const path = decodePath(uri.slice(prefix.length + 3), uri);
+    // A notification that a path changed tells about it: only paths this client may read.
+    if (!access.mayRead(path)) throw new McpError(ErrorCode.InvalidParams, `${uri}: DENIED: vfs.read on ${path} is not granted to this client`);
     subscribed.add(uri);
     return {};
   });
@@ -317,6 +326,16 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       engine.events.off('registry', onRegistry);
     },
   };
+}
+
+/** `read()`, with a refusal (a permission the profile lacks) as the resource's error. */
+function refused<T>(uri: string, read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    if (error instanceof ToolFailure) throw new McpError(ErrorCode.InvalidParams, `${uri}: ${error.code}: ${error.message}`);
+    throw error;
+  }
 }
 
 /** A VFS path as it appears in a resource URI: each segment percent-encoded, `/` kept. */

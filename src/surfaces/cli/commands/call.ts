@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { PendingApproval } from '../../../approvals/gate.js';
+import type { CallOptions } from '../../../dispatcher.js';
 import type { Engine } from '../../../engine.js';
 import { bool, int, maxPositionals, str, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
@@ -62,7 +63,7 @@ async function run(ctx: Context): Promise<number> {
   return withEngine(ctx, async (engine) => {
     const result = await engine.call(target, input, {
       caller: 'cli',
-      ...(approve ? { approval: { by: ctx.io.user } } : { onApproval: (pending: PendingApproval) => askApproval(ctx, engine, pending) }),
+      ...approvalOptions(ctx, engine, approve),
       ...(traceId ? { trace_id: traceId } : {}),
       ...(timeout ? { timeout_ms: timeout } : {}),
       // Ctrl-C cancels the call (CANCELLED) so the sandbox is stopped and the engine closes cleanly.
@@ -72,6 +73,11 @@ async function run(ctx: Context): Promise<number> {
     else ctx.out(formatResult(result, ctx.c));
     return result.ok ? EXIT.ok : EXIT.toolFailed;
   });
+}
+
+/** How a command's call meets an `approvals` rule: approved beforehand (`--approve`), or asked at the terminal. */
+export function approvalOptions(ctx: Context, engine: Engine, approve: boolean): Pick<CallOptions, 'approval' | 'onApproval'> {
+  return approve ? { approval: { by: ctx.io.user } } : { onApproval: (pending: PendingApproval) => askApproval(ctx, engine, pending) };
 }
 
 /**

@@ -1,8 +1,11 @@
+import { ToolFailure } from '../../../errors.js';
+import type { RestoreResult } from '../../../vfs/history.js';
 import { bool, int, maxPositionals as noExtra, str, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
 import { colourPatch, formatResult, table } from '../format.js';
 import { EXIT } from '../io.js';
+import { approvalOptions } from './call.js';
 
 /** Progress on stderr, so stdout stays the result (and --json stays one document). */
 export function progress(ctx: Context, what: string): (n: number | string, count?: number) => void {
@@ -15,8 +18,13 @@ async function snapshot(ctx: Context): Promise<number> {
   noExtra(ctx.parsed, 0, 'arium snapshot [--label L] [--message M]');
   const label = str(ctx.parsed, 'label');
   const message = str(ctx.parsed, 'message');
+  const approve = bool(ctx.parsed, 'approve');
   return withEngine(ctx, async (engine) => {
-    const result = await engine.call('vfs.snapshot', { ...(label ? { label } : {}), ...(message ? { message } : {}) }, { caller: 'cli' });
+    const result = await engine.call(
+      'vfs.snapshot',
+      { ...(label ? { label } : {}), ...(message ? { message } : {}) },
+      { caller: 'cli', ...approvalOptions(ctx, engine, approve), signal: ctx.io.interrupt() },
+    );
     if (!result.ok) {
       if (ctx.json) ctx.emit(result);
       else ctx.out(formatResult(result, ctx.c));
@@ -82,8 +90,20 @@ async function restore(ctx: Context): Promise<number> {
   noExtra(ctx.parsed, 1, 'arium restore <snapshot>');
   const [ref] = ctx.parsed.positionals;
   if (!ref) throw new UsageError('arium restore needs a snapshot id, prefix or label (see arium log)');
-  return withEngine(ctx, (engine) => {
-    const r = engine.restore(ref);
+  const approve = bool(ctx.parsed, 'approve');
+  return withEngine(ctx, async (engine) => {
+    // A call of vfs.restore, as from every surface: permissions, approvals, events and the audit log apply.
+    const result = await engine.call(
+      'vfs.restore',
+      { snapshot: ref },
+      { caller: 'cli', ...approvalOptions(ctx, engine, approve), signal: ctx.io.interrupt() },
+    );
+    if (!result.ok) {
+      // Reported as a refused restore always was: the error on stderr, and with --json on stdout.
+      const { stage, code, message, details } = result.error;
+      throw new ToolFailure(stage, code, message, details === undefined ? {} : { details });
+    }
+    const r = result.data as RestoreResult;
     if (ctx.json) ctx.emit(r);
     else {
       ctx.out(`${ctx.c.green('restored')} ${ctx.c.bold(r.restored.id)}: ${r.written} files written, ${r.deleted} removed`);
@@ -103,11 +123,14 @@ async function gc(ctx: Context): Promise<number> {
   });
 }
 
+const APPROVE_FLAG = { help: 'approve it beforehand, if an approvals rule matches it (recorded as by your OS user name)' };
+
 export const snapshotSpec: CommandSpec = {
   name: 'snapshot',
-  usage: 'arium snapshot [--label <label>] [--message <text>]',
+  usage: 'arium snapshot [--label <label>] [--message <text>] [--approve]',
   summary: 'save the VFS as a snapshot (content-addressed: it stores only what changed)',
   flags: {
+    approve: APPROVE_FLAG,
     label: { value: true, arg: '<label>', help: 'a name to refer to the snapshot by (arium diff <label>, arium restore <label>)' },
     message: { value: true, arg: '<text>', help: 'what the snapshot is for' },
   },
@@ -136,9 +159,9 @@ export const diffSpec: CommandSpec = {
 
 export const restoreSpec: CommandSpec = {
   name: 'restore',
-  usage: 'arium restore <snapshot>',
+  usage: 'arium restore <snapshot> [--approve]',
   summary: 'bring the VFS back to a snapshot (the live tree is saved first, so it can be undone)',
-  flags: {},
+  flags: { approve: APPROVE_FLAG },
   run: restore,
 };
 
