@@ -74,6 +74,9 @@ export function publishSchema(schema: unknown, target: SchemaTarget): PublishedS
   try {
     if (!isNode(schema) || own(schema, 'type') !== 'object')
       throw new Unpublishable('', 'type', 'the root must be an object schema ("type": "object")');
+    const deep = tooDeep(schema, '', 0);
+    if (deep !== null)
+      throw new Unpublishable(deep, 'depth', `nested more than ${MAX_WALK_DEPTH} levels deep; no model API takes a schema this deep`);
     result = flattenRoot(clone(schema), notes);
     if (target === 'openai-strict') result = new StrictPass(notes, nullable).object(result);
     if (target === 'gemini') {
@@ -96,6 +99,21 @@ export function publishSchema(schema: unknown, target: SchemaTarget): PublishedS
   const problems = checkSchema(result, target);
   if (problems.length > 0) return { schema: null, rewrites: [], problems, nullable: [] };
   return { schema: result, rewrites: [...notes.lines], problems: [], nullable };
+}
+
+/**
+ * Where `value` nests past MAX_WALK_DEPTH schemas, if it does (a schema level is two levels of JSON:
+ * a keyword's map or list, then the schema); never recurses deeper, so a hostile schema cannot
+ * exhaust the stack of the walks and copies that follow.
+ */
+function tooDeep(value: unknown, at: string, depth: number): string | null {
+  if (value === null || typeof value !== 'object') return null;
+  if (depth > 2 * MAX_WALK_DEPTH) return at || '/';
+  for (const [key, sub] of Object.entries(value)) {
+    const found = tooDeep(sub, `${at}/${pointerKey(key)}`, depth + 1);
+    if (found !== null) return found;
+  }
+  return null;
 }
 
 // --- The top level, for every target ---------------------------------------------------------------
@@ -248,7 +266,10 @@ class StrictPass {
   private node(value: unknown, path: string[] | null, at: string, depth: number): Node {
     if (depth > MAX_WALK_DEPTH) throw new Unpublishable(at, 'depth', `nested more than ${MAX_WALK_DEPTH} levels deep`);
     if (!isNode(value)) throw new Unpublishable(at, 'type', `${at || '/'} accepts anything, which OpenAI strict mode cannot say`);
-    const node = expandKeyEnum(value, this.notes);
+    const node = normalize(value, this.notes);
+    if (Array.isArray(own(node, 'items')) || Object.hasOwn(node, 'prefixItems')) {
+      throw new Unpublishable(`${at}/items`, 'items', `${at || '/'} is a tuple (a schema per position), which OpenAI strict mode cannot say`);
+    }
     const out: Node = {};
     const hints: string[] = [];
     for (const [key, sub] of Object.entries(node)) {
@@ -403,6 +424,37 @@ function expandKeyEnum(node: Node, notes: Notes): Node {
   return out;
 }
 
+/**
+ * Equivalent forms a vendor takes: `unevaluatedProperties: false` on an object that combines no other
+ * schema is `additionalProperties: false`; a tuple whose item schemas and rest schema are all the
+ * same is an array of that schema.
+ */
+function normalize(node: Node, notes: Notes): Node {
+  let out = expandKeyEnum(node, notes);
+  const applies = ['allOf', 'anyOf', 'oneOf', '$ref', 'if', 'dependentSchemas'].some((k) => Object.hasOwn(out, k));
+  if (own(out, 'unevaluatedProperties') === false && !applies && own(out, 'additionalProperties') === undefined) {
+    out = without(out, 'unevaluatedProperties');
+    put(out, 'additionalProperties', false);
+  }
+  const tuple = Array.isArray(own(out, 'prefixItems')) ? 'prefixItems' : Array.isArray(own(out, 'items')) ? 'items' : null;
+  if (tuple) {
+    const rest = tuple === 'prefixItems' ? own(out, 'items') : own(out, 'additionalItems');
+    const entries = own(out, tuple) as unknown[];
+    if (isNode(rest) && entries.every((e) => JSON.stringify(e) === JSON.stringify(rest))) {
+      out = without(without(out, 'prefixItems'), 'additionalItems');
+      put(out, 'items', rest);
+      notes.add('a tuple whose items all have one schema published as an array of it');
+    }
+  }
+  return out;
+}
+
+function without(node: Node, key: string): Node {
+  const out: Node = {};
+  for (const [k, v] of Object.entries(node)) if (k !== key) put(out, k, v);
+  return out;
+}
+
 // --- Gemini ------------------------------------------------------------------------------------------
 
 const GEMINI_KEPT = new Set([
@@ -480,7 +532,7 @@ class GeminiPass {
       this.notes.add('local $ref written out in place (Gemini takes no $ref)');
       return this.node(node, at, depth + 1, [...refs, ref]);
     }
-    node = expandKeyEnum(node, this.notes);
+    node = normalize(node, this.notes);
     const out: Node = {};
     const hints: string[] = [];
     for (const [key, sub] of Object.entries(node)) {
@@ -496,6 +548,8 @@ class GeminiPass {
         this.notes.add('oneOf published as anyOf (Gemini has no oneOf); Arium checks that exactly one matches');
         continue;
       }
+      if (key === 'prefixItems')
+        throw new Unpublishable(`${at}/prefixItems`, key, `${at || '/'} is a tuple (a schema per position), which Gemini cannot say`);
       if (key === 'examples' && Array.isArray(sub) && sub.length > 0) {
         put(out, 'example', sub[0]);
         continue;
