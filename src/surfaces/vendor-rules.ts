@@ -124,12 +124,18 @@ const GEMINI_FORMATS: Record<string, Set<string>> = {
  */
 const GEMINI_PARAMETER_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 
-/** Tool names. OpenAI and Anthropic: `^[a-zA-Z0-9_-]{1,64}$` (platform.openai.com/docs/api-reference/chat/create
- * `tools[].function.name`; docs.anthropic.com/en/api/messages `tools[].name`). Gemini: starts with a letter or
- * an underscore, then letters, digits, underscores, dots, colons, dashes, 64 at most (ai.google.dev/api/caching#FunctionDeclaration). */
+/**
+ * Tool names. OpenAI: `^[a-zA-Z0-9_-]{1,64}$` ("a-z, A-Z, 0-9, or contain underscores and dashes, with a
+ * maximum length of 64": platform.openai.com/docs/api-reference/chat/create, `tools[].function.name`).
+ * Anthropic: `^[a-zA-Z0-9_-]{1,128}$` ("tools.0.custom.name: String should match pattern
+ * '^[a-zA-Z0-9_-]{1,128}$'": home-assistant/core#147760; anthropics/claude-code#96152). Gemini: starts
+ * with a letter or an underscore, then letters, digits, underscores, dots, colons, dashes, 64 at most
+ * (ai.google.dev/api/caching#FunctionDeclaration; cloud.google.com/vertex-ai/docs/reference/rest/v1beta1/FunctionDeclaration).
+ * `vendorName` makes names of 64 characters at most, which all three take.
+ */
 export const TOOL_NAME: Record<'openai' | 'anthropic' | 'gemini', RegExp> = {
   openai: /^[a-zA-Z0-9_-]{1,64}$/,
-  anthropic: /^[a-zA-Z0-9_-]{1,64}$/,
+  anthropic: /^[a-zA-Z0-9_-]{1,128}$/,
   gemini: /^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$/,
 };
 
