@@ -16,8 +16,16 @@ import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support
 let project: TempProject;
 let elsewhere: string;
 
+/** An input nested 70 objects deep: past what any model API takes, so listed to none. */
+function deepSchema(levels: number): Record<string, unknown> {
+  let schema: Record<string, unknown> = { type: 'string' };
+  for (let i = 0; i < levels; i++) schema = { type: 'object', properties: { x: schema } };
+  return schema;
+}
+
 beforeAll(() => {
   project = tempProject({
+    'deep.json': definition({ id: 'note.deep', schema: deepSchema(70) }),
     'tool.js': TRIVIAL_JS,
     'either.json': definition({
       id: 'note.either',
@@ -81,6 +89,8 @@ describe('arium mcp-config', () => {
       expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['fs.write', 'system.hash', 'note.either']));
       for (const tool of tools) expect(checkSchema(tool.inputSchema, 'mcp'), tool.name).toEqual([]);
       expect(tools.find((t) => t.name === 'system.hash')?.inputSchema).not.toHaveProperty('oneOf');
+      // One tool no model API takes is left out of the list, not sent to break every request.
+      expect(tools.map((t) => t.name)).not.toContain('note.deep');
       const wrote = await client.callTool({ name: 'fs.write', arguments: { path: '/hello.txt', content: 'hi\n' } });
       expect(wrote.isError, JSON.stringify(wrote)).toBeFalsy();
       const hashed = await client.callTool({ name: 'system.hash', arguments: { path: '/hello.txt' } });
@@ -93,5 +103,9 @@ describe('arium mcp-config', () => {
       await client.close();
     }
     expect(stderr).toContain('MCP server for project "p"');
+    const listed = JSON.parse((await runCli(project.workspace, ['tools', '--workspace', project.workspace, '--project', 'p', '--json'])).out);
+    expect(listed.problems).toContainEqual(
+      expect.objectContaining({ id: 'note.deep', vendor: 'mcp', message: expect.stringContaining('levels deep') }),
+    );
   });
 });
