@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/index.js';
 import { checkRequestTools, type RequestBreak } from '../src/surfaces/vendor-rules.js';
-import { openEngine, type TempProject, tempProject } from './support/project.js';
+import { definition, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**
  * examples/agent-loop run offline: the real `openai` and `@anthropic-ai/sdk` clients (and fetch, for
@@ -186,7 +186,25 @@ describe('examples/agent-loop against a scripted model', () => {
   let project: TempProject;
   let engine: Engine;
   beforeAll(async () => {
-    project = tempProject();
+    // A tool of the project's own whose schema no vendor takes as written (top-level anyOf, a nested
+    // oneOf, minLength): every request lists it, so each scripted model refuses the run unless the
+    // export reshaped it.
+    project = tempProject({
+      'tool.js': TRIVIAL_JS,
+      'find.json': definition({
+        id: 'notes.find',
+        schema: {
+          type: 'object',
+          properties: {
+            id: { type: 'integer' },
+            title: { type: 'string', minLength: 1 },
+            sort: { oneOf: [{ const: 'asc' }, { const: 'desc' }] },
+          },
+          anyOf: [{ required: ['id'] }, { required: ['title'] }],
+          additionalProperties: false,
+        },
+      }),
+    });
     engine = await openEngine(project);
   });
   afterAll(async () => {
