@@ -27,6 +27,7 @@ import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
 import { Scrubber } from './secrets/scrub.js';
 import { type ResolvedSecret, resolveSecrets, SecretConfigError, secretSources } from './secrets/sources.js';
 import type { StateStore } from './store/port.js';
+import { publishProblems } from './surfaces/export.js';
 import { type Tool, type ToolInfo, toolInfo } from './tool.js';
 import { ChangeLog, type ChangeLogLimits, DEFAULT_CHANGE_LOG } from './vfs/change-log.js';
 import type { GcReport } from './vfs/gc.js';
@@ -166,7 +167,10 @@ export interface Engine {
   call<T = unknown>(id: CallTarget, input: unknown, options?: CallOptions): Promise<ToolResult<T>>;
   tools(): ToolInfo[];
   tool(id: string): ToolInfo | undefined;
-  /** Definition files that did not load, with the reason. */
+  /**
+   * Definition files that did not load, with the reason; and tools that load but that a model API
+   * cannot take (`vendor` set): the exports and MCP's tools/list leave them out for that vendor.
+   */
   problems(): RegistryProblem[];
   /** Re-reads the tools folder now (the watcher does this on its own). */
   refresh(): Promise<void>;
@@ -523,6 +527,20 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
   const hostVfs = new HostVfs(state);
 
+  // Per loaded version of a tool (a reload makes a new Tool): its schema is walked once, not per listing.
+  const publishing = new WeakMap<Tool, RegistryProblem[]>();
+  const problems = (): RegistryProblem[] => [
+    ...registry.problems(),
+    ...registry.list().flatMap((tool) => {
+      let found = publishing.get(tool);
+      if (!found) {
+        found = publishProblems(toolInfo(tool));
+        publishing.set(tool, found);
+      }
+      return found.map((p) => ({ ...p }));
+    }),
+  ];
+
   let closed: Promise<void> | null = null;
   const engine: Engine = {
     project,
@@ -540,7 +558,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const tool = registry.get(id);
       return tool ? toolInfo(tool) : undefined;
     },
-    problems: () => registry.problems(),
+    problems,
     refresh: () => registry.refresh(),
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
@@ -548,7 +566,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return {
         project,
         tools: registry.list().length,
-        problems: registry.problems().length,
+        problems: problems().length,
         transactions: state.open,
         runners: statuses,
         ...(remote ? { remote: remote.status() } : {}),

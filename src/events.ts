@@ -96,6 +96,11 @@ export interface RegistryProblem {
   id?: string;
   /** True when the engine still serves the last good version of this file. */
   stale?: boolean;
+  /**
+   * Set when the tool loads and runs but a model API cannot take its schema (`openai`, `anthropic`,
+   * `gemini`, `mcp`): the exports and MCP's tools/list leave it out for that vendor.
+   */
+  vendor?: string;
 }
 
 export interface RegistryChangeEvent {

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -7,13 +8,17 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/index.js';
-import { openEngine, type TempProject, tempProject } from './support/project.js';
+import { checkRequestTools, type RequestBreak } from '../src/surfaces/vendor-rules.js';
+import { definition, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**
- * examples/agent-loop run offline: the real `openai` and `@anthropic-ai/sdk` clients talk to a scripted
- * model on loopback that speaks each vendor's API. The script asks for tools (two at once, one of
- * which fails), checks that every result came back in the next request, and answers with what the
- * tools returned: the loop, the clients' wire format and the export's name mapping are what is tested.
+ * examples/agent-loop run offline: the real `openai` and `@anthropic-ai/sdk` clients (and fetch, for
+ * Gemini) talk to a scripted model on loopback that speaks each vendor's API. The script asks for
+ * tools (two at once, one of which fails), checks that every result came back in the next request,
+ * and answers with what the tools returned: the loop, the clients' wire format and the export's name
+ * mapping are what is tested. Before it answers, the scripted model checks the request's tool list
+ * against the vendor's rules (src/surfaces/vendor-rules.ts) and refuses it as the real API does, in
+ * the API's own error shape: a tool list the vendor would refuse fails here too.
  */
 
 const ROOT = join(import.meta.dirname, '..');
@@ -23,14 +28,22 @@ interface Seen {
   body: Record<string, unknown>;
 }
 
-const requests: { openai: Seen[]; anthropic: Seen[] } = { openai: [], anthropic: [] };
+const requests: { openai: Seen[]; anthropic: Seen[]; gemini: Seen[] } = { openai: [], anthropic: [], gemini: [] };
+/** Every request the scripted models refused, with why. */
+const refused: Array<{ vendor: string; breaks: RequestBreak[] }> = [];
 let server: Server;
 let base: string;
 
 /** What the scripted model does at each turn, from what the conversation holds so far. */
 function openaiTurn(body: { messages: Array<{ role: string; content?: string | null; tool_call_id?: string }> }): Record<string, unknown> {
   const tools = body.messages.filter((m) => m.role === 'tool');
-  const call = (id: string, name: string, args: unknown) => ({ id, type: 'function', function: { name, arguments: JSON.stringify(args) } });
+  // A strict function's arguments hold every property, null for those the model leaves out, as strict mode makes them.
+  const declared = (body as { tools?: Array<{ function: { name: string; strict?: boolean; parameters?: { properties?: object } } }> }).tools ?? [];
+  const call = (id: string, name: string, args: Record<string, unknown>) => {
+    const fn = declared.find((t) => t.function.name === name)?.function;
+    const full = fn?.strict ? { ...Object.fromEntries(Object.keys(fn.parameters?.properties ?? {}).map((k) => [k, null])), ...args } : args;
+    return { id, type: 'function', function: { name, arguments: JSON.stringify(full) } };
+  };
   let message: Record<string, unknown>;
   if (tools.length === 0) {
     message = {
@@ -84,6 +97,40 @@ function anthropicTurn(body: { messages: Array<{ role: string; content: unknown 
   };
 }
 
+function geminiTurn(body: { contents: Array<{ role: string; parts: Array<Record<string, unknown>> }> }): Record<string, unknown> {
+  const responses = body.contents.flatMap((c) => c.parts).filter((p) => p.functionResponse) as Array<{
+    functionResponse: { name: string; response: { result?: Record<string, unknown>; error?: { code: string } } };
+  }>;
+  const call = (name: string, args: unknown) => ({ functionCall: { name, args } });
+  let parts: unknown[];
+  if (responses.length === 0) parts = [call('fs__write', { path: '/gem.txt', content: 'gemini was here' }), call('system__hash', { text: 'abc' })];
+  else if (responses.length === 2) parts = [call('fs__read', { path: '/gem.txt' })];
+  else {
+    const [, hashed, read] = responses;
+    parts = [{ text: `${read?.functionResponse.response.result?.content} / ${hashed?.functionResponse.response.result?.digest}` }];
+  }
+  return { candidates: [{ content: { role: 'model', parts }, finishReason: 'STOP', index: 0 }], modelVersion: 'scripted' };
+}
+
+/** The vendor's answer to a request whose tool list breaks its rules, in that vendor's error shape. */
+function refusal(vendor: 'openai' | 'anthropic' | 'gemini', breaks: RequestBreak[]): Record<string, unknown> {
+  const first = breaks[0] as RequestBreak;
+  if (vendor === 'openai') {
+    return {
+      error: {
+        message: `Invalid schema for function: ${first.message}`,
+        type: 'invalid_request_error',
+        param: first.param,
+        code: 'invalid_function_parameters',
+      },
+    };
+  }
+  if (vendor === 'anthropic') return { type: 'error', error: { type: 'invalid_request_error', message: `${first.param}: ${first.message}` } };
+  return {
+    error: { code: 400, message: breaks.map((b) => `* GenerateContentRequest.${b.param}: ${b.message}`).join('\n'), status: 'INVALID_ARGUMENT' },
+  };
+}
+
 beforeAll(async () => {
   server = createServer((req, res) => {
     let text = '';
@@ -92,8 +139,26 @@ beforeAll(async () => {
     });
     req.on('end', () => {
       const body = JSON.parse(text || '{}');
+      const vendor =
+        req.url === '/v1/chat/completions'
+          ? 'openai'
+          : req.url === '/v1/messages'
+            ? 'anthropic'
+            : req.url?.startsWith('/v1beta/models/')
+              ? 'gemini'
+              : null;
+      const breaks = vendor ? checkRequestTools(vendor, body.tools) : [];
+      if (vendor && breaks.length > 0) {
+        refused.push({ vendor, breaks });
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(refusal(vendor, breaks)));
+        return;
+      }
       let reply: Record<string, unknown>;
-      if (req.url === '/v1/chat/completions') {
+      if (vendor === 'gemini') {
+        requests.gemini.push({ body });
+        reply = geminiTurn(body);
+      } else if (req.url === '/v1/chat/completions') {
         requests.openai.push({ body });
         reply = openaiTurn(body);
       } else if (req.url === '/v1/messages') {
@@ -113,13 +178,33 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await new Promise<void>((resolve) => server.close(() => resolve()));
+  // No test here expects a refusal it did not assert: each one that does empties the list.
+  expect(refused).toEqual([]);
 });
 
 describe('examples/agent-loop against a scripted model', () => {
   let project: TempProject;
   let engine: Engine;
   beforeAll(async () => {
-    project = tempProject();
+    // A tool of the project's own whose schema no vendor takes as written (top-level anyOf, a nested
+    // oneOf, minLength): every request lists it, so each scripted model refuses the run unless the
+    // export reshaped it.
+    project = tempProject({
+      'tool.js': TRIVIAL_JS,
+      'find.json': definition({
+        id: 'notes.find',
+        schema: {
+          type: 'object',
+          properties: {
+            id: { type: 'integer' },
+            title: { type: 'string', minLength: 1 },
+            sort: { oneOf: [{ const: 'asc' }, { const: 'desc' }] },
+          },
+          anyOf: [{ required: ['id'] }, { required: ['title'] }],
+          additionalProperties: false,
+        },
+      }),
+    });
     engine = await openEngine(project);
   });
   afterAll(async () => {
@@ -162,6 +247,58 @@ describe('examples/agent-loop against a scripted model', () => {
       ['toolu_2', true],
     ]);
     expect(JSON.parse(blocks[1]?.content ?? '')).toMatchObject({ error: { code: 'UNKNOWN_TOOL' } });
+  });
+
+  it('openai strict: every tool the export makes strict is taken; the nulls strict mode sends are dropped again', async () => {
+    requests.openai.length = 0;
+    const { runAgent } = await import('../examples/agent-loop/openai.mjs');
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'offline', maxRetries: 0 });
+    const { answer } = await runAgent({ prompt: 'write a poem and read it back', engine, client, strict: true });
+    expect(answer).toBe('The poem says: roses are red');
+    const tools = (requests.openai[0] as Seen).body.tools as Array<{ function: { name: string; strict?: boolean } }>;
+    expect(tools.filter((t) => !t.function.strict).map((t) => t.function.name)).toEqual(['shell__run']);
+    // fs.write got append, overwrite, … as null and ran with their defaults (overwrite: true, over the first test's poem).
+    const sent = JSON.parse(
+      ((requests.openai[1] as Seen).body.messages as Array<{ tool_calls?: Array<{ function: { arguments: string } }> }>)[2]?.tool_calls?.[0]?.function
+        .arguments ?? '{}',
+    );
+    expect(sent).toMatchObject({ path: '/poem.txt', append: null, overwrite: null });
+    const fed = (requests.openai[1] as Seen).body.messages as Array<{ role: string; content: string }>;
+    expect(JSON.parse(fed.find((m) => m.role === 'tool')?.content ?? '')).toMatchObject({ path: '/poem.txt', created: false });
+  });
+
+  it('gemini: function declarations and functionCall / functionResponse parts; system.hash is declared without its oneOf', async () => {
+    requests.gemini.length = 0;
+    const { runAgent } = await import('../examples/agent-loop/gemini.mjs');
+    const { answer, steps } = await runAgent({ prompt: 'write and hash', engine, apiKey: 'offline', baseUrl: base, model: 'scripted' });
+    expect(answer).toBe(`gemini was here / ${createHash('sha256').update('abc').digest('hex')}`);
+    expect(steps).toBe(3);
+    const declarations = ((requests.gemini[0] as Seen).body.tools as Array<{ functionDeclarations: Array<{ name: string }> }>)[0]
+      ?.functionDeclarations;
+    expect(declarations?.map((d) => d.name)).toEqual(expect.arrayContaining(['fs__write', 'system__hash', 'shell__run']));
+  });
+
+  it('the scripted models refuse what the APIs refuse: system.hash’s own schema fails every request that lists it', async () => {
+    const raw = engine.tools().filter((t) => t.id === 'fs.read' || t.id === 'system.hash');
+    const anthropic = new Anthropic({ baseURL: base, apiKey: 'offline', maxRetries: 0 });
+    const tools = raw.map((t) => ({ name: t.id.replace('.', '__'), description: t.description, input_schema: t.schema as { type: 'object' } }));
+    await expect(
+      anthropic.messages.create({ model: 'scripted', max_tokens: 10, tools, messages: [{ role: 'user', content: 'hi' }] }),
+    ).rejects.toMatchObject({
+      status: 400,
+      message: expect.stringMatching(/tools\.1\.custom\.input_schema: Anthropic refuses \\?"oneOf\\?" at the top level/),
+    });
+    const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'offline', maxRetries: 0 });
+    const functions = raw.map((t) => ({ type: 'function' as const, function: { name: t.id.replace('.', '__'), parameters: t.schema } }));
+    await expect(
+      openai.chat.completions.create({ model: 'scripted', tools: functions, messages: [{ role: 'user', content: 'hi' }] }),
+    ).rejects.toMatchObject({
+      status: 400,
+      param: 'tools[1].function.parameters',
+      message: expect.stringContaining('OpenAI refuses "oneOf" at the top level'),
+    });
+    expect(refused.map((r) => r.vendor)).toEqual(['anthropic', 'openai']);
+    refused.length = 0;
   });
 
   it('runs as a script, pointed at the endpoint by environment variables only', async () => {

@@ -47,9 +47,13 @@ describe('arium tools', () => {
     expect(openai.tools.find((t: { function: { name: string } }) => t.function.name === 'fs__read')).toMatchObject({ type: 'function' });
     const anthropic = parseJson(await cli(['tools', ...P, '--format', 'anthropic']));
     expect(anthropic.tools.find((t: { name: string }) => t.name === 'fs__read')).toHaveProperty('input_schema');
-    const wrong = await cli(['tools', ...P, '--format', 'gemini']);
+    expect(openai.tools.find((t: { function: { name: string } }) => t.function.name === 'system__hash').function.strict).toBe(true);
+    const gemini = parseJson(await cli(['tools', ...P, '--format', 'gemini']));
+    expect(gemini.tools.find((t: { name: string }) => t.name === 'system__hash').parameters.oneOf).toBeUndefined();
+    expect(gemini.rewrites).toContainEqual({ tool: 'system.hash', message: expect.stringContaining('top-level oneOf merged') });
+    const wrong = await cli(['tools', ...P, '--format', 'cohere']);
     expect(wrong.code).toBe(2);
-    expect(wrong.err).toContain('--format takes openai, anthropic, mcp (got "gemini")');
+    expect(wrong.err).toContain('--format takes openai, anthropic, gemini, mcp (got "cohere")');
     expect((await cli(['tools', ...P, '--format', 'mcp', '--strict'])).code).toBe(2);
   });
 });

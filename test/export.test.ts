@@ -24,6 +24,10 @@ beforeAll(async () => {
     'tool.js': TRIVIAL_JS,
     'note.json': definition({ id: 'notes.add', schema: NOTE_SCHEMA, output_schema: { type: 'object' } }),
     'loose.json': definition({ id: 'text.loose', schema: { type: 'object', properties: { s: { type: 'string', minLength: 2 } } } }),
+    'map.json': definition({
+      id: 'text.map',
+      schema: { type: 'object', properties: { tags: { type: 'object', additionalProperties: { type: 'string' } } } },
+    }),
     'clash-a.json': definition({ id: 'a.b' }),
     'clash-b.json': definition({ id: 'a__b' }),
     'long.json': definition({ id: `very.${'long'.repeat(20)}.name` }),
@@ -90,10 +94,23 @@ describe('exportTools', () => {
       required: ['title', 'tags', 'meta', 'level'],
       additionalProperties: false,
     });
-    // minLength is not a strict-mode keyword: exported without strict, and said.
-    expect((out.tools[1] as { function: Record<string, unknown> }).function.strict).toBeUndefined();
+    // minLength is not a strict-mode keyword: said in the description, the tool still strict.
+    expect((out.tools[1] as { function: Record<string, unknown> }).function).toMatchObject({
+      strict: true,
+      parameters: { properties: { s: { type: ['string', 'null'], description: 'at least 2 characters' } } },
+    });
+    expect(out.problems).toEqual([]);
+    expect(out.rewrites).toContainEqual({ tool: 'text.loose', message: expect.stringContaining('"minLength" said in the description') });
+  });
+
+  it('strict (openai): a map with free keys cannot be strict; exported without strict, saying which property and why', () => {
+    const out = exportTools([tool('text.map')], 'openai', { strict: true });
+    expect((out.tools[0] as { function: Record<string, unknown> }).function.strict).toBeUndefined();
     expect(out.problems).toEqual([
-      { tool: 'text.loose', message: 'exported without strict: /properties/s uses "minLength", which strict mode does not take' },
+      {
+        tool: 'text.map',
+        message: expect.stringMatching(/^exported without strict: additionalProperties at \/properties\/tags\/additionalProperties: .*a map/),
+      },
     ]);
   });
 });

@@ -189,20 +189,30 @@ function userFolder(name: string): string {
   return dir;
 }
 
-/** The desktop client config: the server it names starts (workspace pointed at a copy) and lists tools to the SDK client. */
+/**
+ * The desktop client config: absolute paths (node, bin/arium.js in the user's node_modules, the
+ * workspace, pointed at a copy); the server it names starts from another folder and lists tools.
+ */
 async function checkMcpConfig(block: Block): Promise<void> {
   const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
   const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
-  const server = (JSON.parse(block.code) as { mcpServers: Record<string, { command: string; args: string[] }> }).mcpServers.arium;
-  expect(server?.command).toBe('npx');
+  const server = (JSON.parse(block.code) as { mcpServers: Record<string, { command: string; args: string[]; env: Record<string, string> }> })
+    .mcpServers.arium;
+  expect(server?.command).toBe('/usr/local/bin/node');
+  expect(server?.args[0]).toBe('/path/to/node_modules/arium/bin/arium.js');
+  expect(Object.keys(server?.env ?? {})).toEqual(['PATH']);
   const dir = userFolder('mcp-config');
-  const args = (server?.args ?? []).map((a) => (a === '/path/to/workspace' ? join(dir, 'workspace') : a));
+  const place: Record<string, string> = {
+    '/path/to/workspace': join(dir, 'workspace'),
+    '/path/to/node_modules/arium/bin/arium.js': join(dir, 'node_modules', 'arium', 'bin', 'arium.js'),
+  };
+  const args = (server?.args ?? []).map((a) => place[a] ?? a);
   const client = new Client({ name: 'readme', version: '1' });
   await client.connect(
     new StdioClientTransport({
-      command: 'npx',
-      args: ['--offline', ...args],
-      cwd: dir,
+      command: process.execPath,
+      args,
+      cwd: tmpdir(),
       stderr: 'pipe',
       env: { PATH: process.env.PATH ?? '', HOME: dir },
     }),

@@ -10,6 +10,8 @@ export function runAgent(options: {
   engine: Engine;
   client: OpenAI;
   model?: string;
+  /** OpenAI strict mode for every tool whose schema it can take. */
+  strict?: boolean;
   maxSteps?: number;
   log?: (line: string) => void;
 }): Promise<AgentRun>;

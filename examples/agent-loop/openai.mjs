@@ -9,8 +9,9 @@ import { pathToFileURL } from 'node:url';
 import { callExported, createEngine, exportTools } from 'arium';
 import OpenAI from 'openai';
 
-export async function runAgent({ prompt, engine, client, model = 'gpt-4o-mini', maxSteps = 10, log = () => {} }) {
-  const exported = exportTools(engine.tools(), 'openai');
+export async function runAgent({ prompt, engine, client, model = 'gpt-4o-mini', strict = false, maxSteps = 10, log = () => {} }) {
+  // strict: OpenAI's strict mode for every tool that can take it (the export says why the others cannot).
+  const exported = exportTools(engine.tools(), 'openai', { strict });
   const messages = [
     { role: 'system', content: 'You can use tools. Paths are in a virtual filesystem rooted at /.' },
     { role: 'user', content: prompt },

@@ -26,6 +26,8 @@ export interface Problem {
   at?: string;
   id?: string;
   stale?: boolean;
+  /** Set when the tool loads but this model API cannot take its schema (openai, anthropic, gemini, mcp). */
+  vendor?: string;
 }
 
 export interface Snapshot {

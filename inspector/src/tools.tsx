@@ -5,6 +5,9 @@ import { fieldOf, formCanExpress, formPointers, initialValue, SchemaForm, type V
 export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null; problems: Problem[]; error: string | null }) {
   const [selected, setSelected] = useState<string | null>(null);
   const tool = tools?.find((t) => t.id === selected) ?? tools?.[0] ?? null;
+  // A schema a model API cannot take is no load problem: the tool runs, and its view says which API.
+  const load = problems.filter((p) => p.vendor === undefined);
+  const unpublished = problems.filter((p) => p.vendor !== undefined);
 
   return (
     <div class="split">
@@ -25,10 +28,14 @@ export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null
             </li>
           ))}
         </ul>
-        {problems.length > 0 ? <Problems problems={problems} /> : null}
+        {load.length > 0 ? <Problems problems={load} /> : null}
       </nav>
       <section class="main" aria-label="Tool">
-        {tool ? <ToolDetail key={tool.id} tool={tool} /> : tools ? <p class="muted">No tools.</p> : null}
+        {tool ? (
+          <ToolDetail key={tool.id} tool={tool} unpublished={unpublished.filter((p) => p.id === tool.id)} />
+        ) : tools ? (
+          <p class="muted">No tools.</p>
+        ) : null}
       </section>
     </div>
   );
@@ -53,7 +60,7 @@ function Problems({ problems }: { problems: Problem[] }) {
   );
 }
 
-function ToolDetail({ tool }: { tool: ToolInfo }) {
+function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Problem[] }) {
   const expressible = formCanExpress(tool.schema);
   const [value, setValue] = useState<Record<string, unknown>>(() => initialValue(tool.schema));
   const [jsonMode, setJsonMode] = useState(!expressible);
@@ -130,6 +137,20 @@ function ToolDetail({ tool }: { tool: ToolInfo }) {
         <code class="tool-id">{tool.id}</code>
       </header>
       {tool.description ? <p class="description">{tool.description}</p> : null}
+      {unpublished.length > 0 ? (
+        <section class="problems" aria-label="Model APIs that cannot take this tool" data-testid="schema-problems">
+          <h3>Not offered to some model APIs</h3>
+          <ul>
+            {unpublished.map((p) => (
+              <li key={`${p.vendor} ${p.at ?? ''} ${p.message}`}>
+                <span class="badge">{p.vendor}</span>
+                {p.at ? <code class="problem-at">{p.at}</code> : null}
+                <div class="problem-message">{p.message}</div>
+              </li>
+            ))}
+          </ul>
+        </section>
+      ) : null}
       <dl class="facts">
         <dt>Runner</dt>
         <dd>{tool.runner}</dd>

@@ -2,42 +2,53 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { CallOptions } from '../dispatcher.js';
 import type { Engine } from '../engine.js';
 import { ToolFailure } from '../errors.js';
+import type { RegistryProblem } from '../events.js';
 import type { ToolResult } from '../result.js';
 import type { ToolInfo } from '../tool.js';
-import { mcpTool } from './mcp/tool-shape.js';
+import { mcpListing } from './mcp/tool-shape.js';
+import { describeBreak, type PublishedSchema, publishSchema } from './publish-schema.js';
+import { TOOL_NAME } from './vendor-rules.js';
 
 /**
  * A project's tools in the tool schemas of function-calling APIs, and the way back from a model's tool
- * call to `engine.call`. OpenAI and Anthropic want names of `[a-zA-Z0-9_-]{1,64}`, so ids are mapped
- * (`.` → `__`, too long → cut with a hash) and the map, not a string rule, turns names back into ids.
+ * call to `engine.call`. The APIs want names of `[a-zA-Z0-9_-]{1,64}` (Gemini also dots and colons, and
+ * a letter or `_` first), so ids are mapped (`.` → `__`, too long → cut with a hash) and the map, not a
+ * string rule, turns names back into ids. Schemas go out in the shape each API takes
+ * (src/surfaces/publish-schema.ts); a tool an API cannot take is left out and reported, since one
+ * refused tool makes the API refuse the whole request.
  */
 
-export type Vendor = 'openai' | 'anthropic' | 'mcp';
-export const VENDORS: readonly Vendor[] = ['openai', 'anthropic', 'mcp'];
+export type Vendor = 'openai' | 'anthropic' | 'gemini' | 'mcp';
+export const VENDORS: readonly Vendor[] = ['openai', 'anthropic', 'gemini', 'mcp'];
 
 export interface ExportOptions {
   /**
    * OpenAI strict mode (`strict: true`): every object closed (`additionalProperties: false`), every
    * property required, the ones that were optional made nullable (a `null` from the model is dropped
-   * again by `resolveCall`, so the tool's defaults apply). A tool whose schema uses a keyword strict
-   * mode does not take is exported without `strict`, and a problem says which keyword.
+   * again by `resolveCall`, so the tool's defaults apply). A tool whose schema strict mode cannot take
+   * even rewritten is exported without `strict`, and a problem says why.
    */
   strict?: boolean;
 }
 
 export interface ExportedTools {
   vendor: Vendor;
-  /** The tools in the vendor's format, in the engine's order. */
+  /**
+   * The tools in the vendor's format, in the engine's order. Gemini: function declarations, to be sent
+   * as `tools: [{ functionDeclarations: exported.tools }]`.
+   */
   tools: unknown[];
   /** Vendor name → tool id, for every exported tool. */
   names: Record<string, string>;
-  /** Tools left out or changed, and why (a name clash after mapping; a schema strict mode cannot take). */
+  /** Tools left out or exported without strict, and why (a name clash after mapping; a schema the vendor refuses). */
   problems: Array<{ tool: string; message: string }>;
-  /** For strict exports: per vendor name, the properties made nullable (dropped again when null). */
+  /** Schemas published in another shape than the tool's own, and how (the engine still checks the tool's own). */
+  rewrites: Array<{ tool: string; message: string }>;
+  /** For strict exports: per vendor name, the properties made nullable (dropped again when null; `*`: each item of an array). */
   nullable?: Record<string, string[][]>;
 }
 
-const NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+const VENDOR_LABEL: Record<Vendor, string> = { openai: 'OpenAI', anthropic: 'Anthropic', gemini: 'Gemini', mcp: 'MCP' };
 
 /** An id as a vendor name: `.` → `__`; over 64 characters, cut and suffixed with a hash of the id. */
 export function vendorName(id: string): string {
@@ -48,10 +59,20 @@ export function vendorName(id: string): string {
 
 export function exportTools(tools: readonly ToolInfo[], vendor: Vendor, options: ExportOptions = {}): ExportedTools {
   if (!VENDORS.includes(vendor)) throw new TypeError(`Unknown vendor "${vendor}"; one of ${VENDORS.join(', ')}`);
-  const out: ExportedTools = { vendor, tools: [], names: {}, problems: [] };
+  const out: ExportedTools = { vendor, tools: [], names: {}, problems: [], rewrites: [] };
+  const problem = (tool: string, message: string) => out.problems.push({ tool, message });
+  const rewrote = (tool: string, published: PublishedSchema) => {
+    for (const message of published.rewrites) out.rewrites.push({ tool, message });
+  };
   if (vendor === 'mcp') {
     for (const tool of tools) {
-      out.tools.push(mcpTool(tool));
+      const listing = mcpListing(tool);
+      if (!listing.tool) {
+        for (const b of listing.problems) problem(tool.id, `left out: ${describeBreak(b)}`);
+        continue;
+      }
+      for (const message of listing.rewrites) out.rewrites.push({ tool: tool.id, message });
+      out.tools.push(listing.tool);
       out.names[tool.id] = tool.id;
     }
     return out;
@@ -62,127 +83,82 @@ export function exportTools(tools: readonly ToolInfo[], vendor: Vendor, options:
     const name = vendorName(tool.id);
     byName.set(name, [...(byName.get(name) ?? []), tool]);
   }
-  if (options.strict && vendor === 'openai') out.nullable = {};
+  const strict = options.strict === true && vendor === 'openai';
+  if (strict) out.nullable = {};
   for (const tool of tools) {
     const name = vendorName(tool.id);
     const clash = byName.get(name) as ToolInfo[];
     if (clash.length > 1) {
       const others = clash.filter((t) => t !== tool).map((t) => `"${t.id}"`);
-      out.problems.push({
-        tool: tool.id,
-        message: `its name "${name}" is also the name of ${others.join(', ')} once dots become "__": rename one of them`,
-      });
+      problem(tool.id, `its name "${name}" is also the name of ${others.join(', ')} once dots become "__": rename one of them`);
       continue;
     }
-    if (!NAME.test(name)) {
-      out.problems.push({ tool: tool.id, message: `"${name}" is not a name ${vendor} accepts ([a-zA-Z0-9_-]{1,64})` });
+    if (!TOOL_NAME[vendor].test(name)) {
+      problem(tool.id, `"${name}" is not a name ${VENDOR_LABEL[vendor]} accepts (${TOOL_NAME[vendor].source})`);
       continue;
     }
+    let published = publishSchema(tool.schema, strict ? 'openai-strict' : vendor);
+    let isStrict = strict;
+    if (strict && published.problems.length > 0) {
+      problem(tool.id, `exported without strict: ${published.problems.map(describeBreak).join('; ')}`);
+      published = publishSchema(tool.schema, 'openai');
+      isStrict = false;
+    }
+    if (published.problems.length > 0) {
+      problem(
+        tool.id,
+        `left out, ${VENDOR_LABEL[vendor]} would refuse every request that lists it: ${published.problems.map(describeBreak).join('; ')}`,
+      );
+      continue;
+    }
+    rewrote(tool.id, published);
     out.names[name] = tool.id;
     const description = tool.description;
     if (vendor === 'anthropic') {
-      out.tools.push({ name, description, input_schema: tool.schema });
-      continue;
-    }
-    const fn: Record<string, unknown> = { name, description, parameters: tool.schema };
-    if (options.strict) {
-      const strict = strictSchema(tool.schema);
-      if ('problem' in strict) {
-        out.problems.push({ tool: tool.id, message: `exported without strict: ${strict.problem}` });
-      } else {
-        fn.parameters = strict.schema;
+      out.tools.push({ name, description, input_schema: published.schema });
+    } else if (vendor === 'gemini') {
+      out.tools.push(published.schema ? { name, description, parameters: published.schema } : { name, description });
+    } else {
+      const fn: Record<string, unknown> = { name, description, parameters: published.schema };
+      if (isStrict) {
         fn.strict = true;
-        if (strict.nullable.length > 0) (out.nullable as Record<string, string[][]>)[name] = strict.nullable;
+        if (published.nullable.length > 0) (out.nullable as Record<string, string[][]>)[name] = published.nullable;
       }
+      out.tools.push({ type: 'function', function: fn });
     }
-    out.tools.push({ type: 'function', function: fn });
   }
   return out;
 }
 
-/** Keywords OpenAI's strict mode takes (its structured-outputs subset); any other one makes a schema non-strict. */
-const STRICT_KEYWORDS = new Set([
-  'type',
-  'properties',
-  'required',
-  'additionalProperties',
-  'items',
-  'enum',
-  'const',
-  'anyOf',
-  'description',
-  'title',
-  '$defs',
-  '$ref',
-  'pattern',
-  'format',
-  'minimum',
-  'maximum',
-  'exclusiveMinimum',
-  'exclusiveMaximum',
-  'multipleOf',
-  'minItems',
-  'maxItems',
-  '$schema',
-]);
-
-type StrictOutcome = { schema: Record<string, unknown>; nullable: string[][] } | { problem: string };
-
-/** The schema as strict mode wants it, and the paths of the properties made nullable. */
-export function strictSchema(schema: unknown): StrictOutcome {
-  const nullable: string[][] = [];
-  const walk = (node: unknown, path: string[], at: string): unknown => {
-    if (node === true || node === false || node === null || typeof node !== 'object' || Array.isArray(node)) {
-      if (node === true) throw new StrictError(`${at || '/'} accepts anything, which strict mode cannot say`);
-      return node;
+/**
+ * What keeps a tool out of the function-calling exports and MCP's tools/list, per vendor, as problems
+ * of its definition file: the tool still loads and runs, but a model reached through that vendor does
+ * not see it. OpenAI strict mode is left out: a tool it cannot take is exported without strict.
+ */
+export function publishProblems(tool: ToolInfo): RegistryProblem[] {
+  const out: RegistryProblem[] = [];
+  for (const vendor of VENDORS) {
+    const breaks = vendor === 'mcp' ? mcpListing(tool).problems : publishSchema(tool.schema, vendor).problems;
+    for (const b of breaks) {
+      out.push({
+        file: tool.source,
+        id: tool.id,
+        at: `/schema${b.pointer === '/' ? '' : b.pointer}`,
+        vendor,
+        message: `not published to ${VENDOR_LABEL[vendor]}: ${b.message}`,
+      });
     }
-    const copy: Record<string, unknown> = {};
-    for (const [key, value] of Object.entries(node as Record<string, unknown>)) {
-      if (key === 'default' || key === 'examples') continue; // not taken; the engine applies defaults itself
-      if (!STRICT_KEYWORDS.has(key)) throw new StrictError(`${at || '/'} uses "${key}", which strict mode does not take`);
-      copy[key] = value;
+    if (vendor !== 'mcp' && !TOOL_NAME[vendor].test(vendorName(tool.id))) {
+      out.push({
+        file: tool.source,
+        id: tool.id,
+        at: '/id',
+        vendor,
+        message: `not published to ${VENDOR_LABEL[vendor]}: "${vendorName(tool.id)}" is not a tool name it takes (${TOOL_NAME[vendor].source})`,
+      });
     }
-    if (copy.type === 'object' || copy.properties !== undefined) {
-      const properties = (copy.properties ?? {}) as Record<string, unknown>;
-      if (copy.additionalProperties !== undefined && copy.additionalProperties !== false) {
-        throw new StrictError(`${at || '/'} allows additional properties, which strict mode does not`);
-      }
-      const required = new Set((copy.required as string[] | undefined) ?? []);
-      const out: Record<string, unknown> = {};
-      for (const [name, sub] of Object.entries(properties)) {
-        let converted = walk(sub, [...path, name], `${at}/properties/${name}`) as Record<string, unknown>;
-        if (!required.has(name)) {
-          converted = makeNullable(converted);
-          nullable.push([...path, name]);
-        }
-        out[name] = converted;
-      }
-      copy.properties = out;
-      copy.required = Object.keys(out);
-      copy.additionalProperties = false;
-    }
-    if (copy.items !== undefined) copy.items = walk(copy.items, path, `${at}/items`);
-    if (Array.isArray(copy.anyOf)) copy.anyOf = copy.anyOf.map((s, i) => walk(s, path, `${at}/anyOf/${i}`));
-    if (copy.$defs && typeof copy.$defs === 'object') {
-      copy.$defs = Object.fromEntries(Object.entries(copy.$defs as Record<string, unknown>).map(([k, v]) => [k, walk(v, [], `${at}/$defs/${k}`)]));
-    }
-    return copy;
-  };
-  try {
-    return { schema: walk(schema, [], '') as Record<string, unknown>, nullable };
-  } catch (error) {
-    if (error instanceof StrictError) return { problem: error.message };
-    throw error;
   }
-}
-
-class StrictError extends Error {}
-
-function makeNullable(schema: Record<string, unknown>): Record<string, unknown> {
-  const type = schema.type;
-  if (typeof type === 'string') return { ...schema, type: [type, 'null'] };
-  if (Array.isArray(type)) return type.includes('null') ? schema : { ...schema, type: [...type, 'null'] };
-  return { anyOf: [schema, { type: 'null' }] };
+  return out;
 }
 
 /**
@@ -212,18 +188,23 @@ export function resolveCall(exported: ExportedTools, name: string, args: unknown
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     throw new ToolFailure('validation', 'INVALID_INPUT', `The arguments of the call to "${name}" must be a JSON object`, { details: { tool: id } });
   }
-  for (const path of exported.nullable?.[name] ?? []) dropNull(input as Record<string, unknown>, path);
+  for (const path of (exported.nullable && Object.hasOwn(exported.nullable, name) ? exported.nullable[name] : undefined) ?? []) dropNull(input, path);
   return { id, input: input as Record<string, unknown> };
 }
 
-function dropNull(input: Record<string, unknown>, path: string[]): void {
-  let node: unknown = input;
-  for (const key of path.slice(0, -1)) {
-    if (node === null || typeof node !== 'object') return;
-    node = (node as Record<string, unknown>)[key];
+function dropNull(node: unknown, path: readonly string[]): void {
+  if (node === null || typeof node !== 'object') return;
+  const [key, ...rest] = path;
+  if (key === undefined) return;
+  if (key === '*') {
+    if (Array.isArray(node)) for (const item of node) dropNull(item, rest);
+    return;
   }
-  const last = path[path.length - 1] as string;
-  if (node !== null && typeof node === 'object' && (node as Record<string, unknown>)[last] === null) delete (node as Record<string, unknown>)[last];
+  if (Array.isArray(node) || !Object.hasOwn(node, key)) return;
+  const value = (node as Record<string, unknown>)[key];
+  if (rest.length === 0) {
+    if (value === null) delete (node as Record<string, unknown>)[key];
+  } else dropNull(value, rest);
 }
 
 /**

@@ -10,6 +10,7 @@ import { diffSpec, gcSpec, logSpec, restoreSpec, snapshotSpec } from './commands
 import { initSpec } from './commands/init.js';
 import { installSpec } from './commands/install.js';
 import { mcpSpec } from './commands/mcp.js';
+import { mcpConfigSpec } from './commands/mcp-config.js';
 import { schemaSpec } from './commands/schema.js';
 import { serveSpec } from './commands/serve.js';
 import { toolsSpec } from './commands/tools.js';
@@ -29,6 +30,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     demoSpec,
     eventsSpec,
     mcpSpec,
+    mcpConfigSpec,
     serveSpec,
     approvalsSpec,
     approveSpec,

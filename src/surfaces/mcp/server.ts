@@ -104,7 +104,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
 
   const tools = () => engine.tools().filter((t) => visible(t.id));
 
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools().map(mcpTool) }));
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools().flatMap((t) => mcpTool(t) ?? []) }));
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     const id = request.params.name;

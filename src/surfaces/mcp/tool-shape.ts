@@ -1,5 +1,7 @@
 import type { Tool as McpTool } from '@modelcontextprotocol/sdk/types.js';
 import type { ToolInfo } from '../../tool.js';
+import { publishSchema } from '../publish-schema.js';
+import type { RuleBreak } from '../vendor-rules.js';
 
 // How a tool looks to MCP, apart from the server: `arium tools --format mcp` and the export API use it
 // too, and must not load the SDK (with zod) at run time to do so. Only its types are imported here.
@@ -24,18 +26,38 @@ export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations'
   };
 }
 
-/** A tool as MCP lists it. */
-export function mcpTool(tool: ToolInfo): McpTool {
+/** A tool as MCP lists it, or why it cannot be listed; and how its schema was reshaped to be. */
+export interface McpListing {
+  tool: McpTool | null;
+  rewrites: string[];
+  problems: RuleBreak[];
+}
+
+/**
+ * MCP clients hand `inputSchema` on to the model they drive (Claude Code to Anthropic's API, others
+ * to OpenAI's), and those APIs refuse a whole request for one tool they cannot take: so a tool is
+ * listed with a schema MCP, Anthropic and OpenAI all take (target `mcp` in src/surfaces/vendor-rules.ts),
+ * or not listed. The engine still checks each call against the tool's own schema.
+ */
+export function mcpListing(tool: ToolInfo): McpListing {
+  const published = publishSchema(tool.schema, 'mcp');
+  if (!published.schema) return { tool: null, rewrites: [], problems: published.problems };
   const listed: McpTool = {
     name: tool.id,
     title: tool.name ?? tool.id,
     description: tool.description,
-    inputSchema: tool.schema as McpTool['inputSchema'],
+    inputSchema: published.schema as McpTool['inputSchema'],
     annotations: annotationsOf(tool),
   };
-  // MCP's structuredContent is an object: only an object output schema can describe it.
+  // MCP's structuredContent is an object: only an object output schema can describe it
+  // (modelcontextprotocol.io/specification/2025-06-18/server/tools: `outputSchema: { type: "object", … }`).
   if (tool.output_schema && (tool.output_schema as { type?: unknown }).type === 'object') {
     listed.outputSchema = tool.output_schema as McpTool['outputSchema'];
   }
-  return listed;
+  return { tool: listed, rewrites: published.rewrites, problems: [] };
+}
+
+/** A tool as MCP lists it; null when it cannot be listed (`mcpListing` says why). */
+export function mcpTool(tool: ToolInfo): McpTool | null {
+  return mcpListing(tool).tool;
 }

@@ -33,13 +33,22 @@ async function run(ctx: Context): Promise<number> {
       const own = tools.filter((t) => t.runner !== 'builtin').length;
       ctx.out(c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own} builtin, ${own} from tools/)`));
       ctx.out(table(tools.map((t) => [c.cyan(t.id), t.runner, t.permissions.join(',') || '-', t.description])));
-      if (problems.length > 0) {
+      const load = problems.filter((p) => p.vendor === undefined);
+      const publishing = problems.filter((p) => p.vendor !== undefined);
+      if (load.length > 0) {
         ctx.out('');
-        ctx.out(c.yellow(`${problems.length} definition file${problems.length === 1 ? '' : 's'} did not load:`));
-        for (const p of problems) {
+        ctx.out(c.yellow(`${load.length} definition file${load.length === 1 ? '' : 's'} did not load:`));
+        for (const p of load) {
           const stale = p.stale ? c.dim(' (the last good version is still served)') : '';
           ctx.out(`  ${c.bold(p.file)}${p.at ? c.dim(` at ${p.at}`) : ''}: ${p.message}${stale}`);
         }
+      }
+      if (publishing.length > 0) {
+        ctx.out('');
+        ctx.out(
+          c.yellow(`${publishing.length} tool schema problem${publishing.length === 1 ? '' : 's'} (the tool runs, but a model API cannot take it):`),
+        );
+        for (const p of publishing) ctx.out(`  ${c.bold(p.id ?? p.file)}${p.at ? c.dim(` at ${p.at}`) : ''}: ${p.message}`);
       }
       return EXIT.ok;
     },
@@ -49,15 +58,17 @@ async function run(ctx: Context): Promise<number> {
 
 export const toolsSpec: CommandSpec = {
   name: 'tools',
-  usage: 'arium tools [--format openai|anthropic|mcp] [--strict]',
+  usage: 'arium tools [--format openai|anthropic|gemini|mcp] [--strict]',
   summary: 'list the tools (builtins and the project’s own) and the definition files that did not load',
   details: [
     'Columns: id, runner, permissions, description. With --json: { project, tools, problems }, each tool with its schemas.',
-    'With --format: the tools as a function-calling API takes them, as JSON: { vendor, tools, names, problems }',
-    '(names maps each vendor name back to its tool id; dots become "__"). --strict (openai): strict-mode schemas.',
+    'With --format: the tools as a function-calling API takes them, as JSON: { vendor, tools, names, problems, rewrites }',
+    '(names maps each vendor name back to its tool id; dots become "__"; rewrites says which schemas were reshaped for',
+    'the vendor, problems which tools were left out or are not strict, and why). --strict (openai): strict-mode schemas.',
+    'gemini: function declarations, sent as tools: [{ functionDeclarations: tools }].',
   ].join('\n'),
   flags: {
-    format: { value: true, arg: '<vendor>', help: 'openai, anthropic or mcp: print the tools in that tool schema' },
+    format: { value: true, arg: '<vendor>', help: 'openai, anthropic, gemini or mcp: print the tools in that tool schema' },
     strict: { help: "with --format openai: OpenAI's strict mode (every property required, optional ones nullable)" },
   },
   run,
