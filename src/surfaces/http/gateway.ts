@@ -7,12 +7,13 @@ import swagger from '@fastify/swagger';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
-import type { EngineEvent } from '../../events.js';
+import type { EngineEvent, SecurityEvent } from '../../events.js';
 import { ProjectLockedError } from '../../store/lock.js';
 import type { ToolInfo } from '../../tool.js';
 import { asText } from '../../vfs/text-diff.js';
 import { surfaceFilter } from '../mcp/profile.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
+import { type HeaderRefusal, hostRules, refusal } from './host-guard.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
 import { McpSessions } from './mcp-http.js';
 
@@ -42,6 +43,14 @@ export interface GatewayOptions {
   inspector?: boolean;
   /** Where the built inspector is (default: `dist/inspector` of this installation). */
   inspectorDir?: string;
+  /**
+   * Host names clients may reach the gateway by, besides loopback names (`localhost`, `*.localhost`) and
+   * IP addresses: every request's `Host` is checked, against DNS rebinding (host-guard.ts). `arium serve
+   * --allow-host`; the name `--host` binds is added by `arium serve`.
+   */
+  allowedHosts?: string[];
+  /** Origins (`http://host:port`) besides the gateway's own whose pages may send it requests. `arium serve --allow-origin`. */
+  allowedOrigins?: string[];
 }
 
 export interface Gateway {
@@ -92,6 +101,7 @@ const ERROR_RESPONSES = Object.fromEntries(
 );
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const rules = hostRules(options.allowedHosts, options.allowedOrigins);
   const app = Fastify({
     bodyLimit: options.bodyLimit ?? 1024 * 1024 + 64 * 1024,
     // Validation errors list every problem, as the engine's own do.
@@ -160,6 +170,46 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' }, apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
     },
+  });
+
+  /**
+   * A refused request is a SecurityEvent of the project its path names when that one is open, else of
+   * every open engine, else of the default project's (opened for it, as a first request would open it).
+   */
+  const reportRefused = (request: FastifyRequest, refused: HeaderRefusal) => {
+    const path = request.url.split('?')[0] as string;
+    const event: SecurityEvent = {
+      type: 'SecurityEvent',
+      at: new Date().toISOString(),
+      run_id: null,
+      trace_id: null,
+      tool: /\/v1\/tools\/([^/:]+)/.exec(path)?.[1] ?? '',
+      action: 'request_refused',
+      permission: null,
+      operation: `${request.method} ${path.length > 200 ? `${path.slice(0, 200)}…` : path}`,
+      reason: refused.reason,
+      request: { header: refused.header, value: refused.value, address: request.ip },
+    };
+    const named = /^\/p\/([^/]+)/.exec(path)?.[1];
+    const engine = opened.get(named === undefined ? options.project : decoded(named));
+    const engines = engine ? [engine] : [...opened.values()];
+    for (const each of engines) each.events.publish(event);
+    if (engines.length === 0 && !closing)
+      open(options.project).then(
+        ({ engine }) => engine.events.publish(event),
+        () => {},
+      );
+  };
+
+  // First of all: a request by a name or from a page this gateway does not answer is refused before
+  // anything else looks at it (also /healthz, which names the open projects, and the inspector's files).
+  app.addHook('onRequest', async (request, reply) => {
+    const refused = refusal(rules, request.headers.host, header(request.headers.origin) ?? undefined);
+    if (!refused) return;
+    reportRefused(request, refused);
+    return reply
+      .code(403)
+      .send(errorEnvelope('DENIED', refused.message, { stage: 'permission', details: { header: refused.header, value: refused.value } }));
   });
 
   const expected = options.apiKey ? digest(options.apiKey) : null;
@@ -573,6 +623,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
+}
+
+function decoded(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }
 
 /**
