@@ -134,3 +134,30 @@ export const DEFAULT_APPROVALS = Object.freeze({
  * that meets one anyway (a tool reloaded under it) fails naming the chain.
  */
 export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
+
+/**
+ * The HTTP gateway (`arium serve`, `createGateway`): how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
+ */
+export interface GatewayLimits {
+  /** Open MCP sessions (`/mcp`) in all; a new one past it is refused with 503 until one closes or expires. */
+  mcp_sessions: number;
+  /**
+   * Open MCP sessions per API key (per client address when the gateway needs no key); past it a new one is
+   * refused with 429, so one client cannot take every session.
+   */
+  mcp_sessions_per_key: number;
+  /**
+   * An MCP session with no request and no stream open for this long is closed and its server freed; the
+   * client's next request is 404, which tells an MCP client to initialize a new session.
+   */
+  mcp_session_idle_ms: number;
+  /** Resource subscriptions one MCP session may hold; one more is a JSON-RPC error naming the limit. */
+  mcp_subscriptions: number;
+}
+
+export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
+  mcp_sessions: 1000,
+  mcp_sessions_per_key: 100,
+  mcp_session_idle_ms: 15 * 60 * 1000,
+  mcp_subscriptions: 1000,
+});

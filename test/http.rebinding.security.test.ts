@@ -85,6 +85,7 @@ describe('a foreign Host (DNS rebinding)', () => {
     const session = await send('POST', '/mcp', { ...evil, ...MCP_HEADERS }, INITIALIZE);
     expect(session.status).toBe(403);
     expect(session.headers['mcp-session-id']).toBeUndefined();
+    expect(gateway.mcpSessions().sessions).toBe(0);
     const events = await send('GET', '/v1/events?last_event_id=0', { ...evil, accept: 'text/event-stream' });
     expect(events.status).toBe(403);
     expect(events.text).not.toContain('ToolResultEvent');
@@ -187,6 +188,7 @@ describe('a foreign Origin (a page of another site)', () => {
       const run = await send('POST', '/v1/tools/fs.write:run', { origin, ...json }, JSON.stringify({ input: { path: '/x.txt', content: 'x' } }));
       expect(run.status, origin).toBe(403);
     }
+    expect(gateway.mcpSessions().sessions).toBe(0);
   });
 
   it('the gateway’s own page (same origin) and clients that send no Origin keep working', async () => {

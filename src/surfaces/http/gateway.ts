@@ -8,6 +8,7 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
 import type { EngineEvent, SecurityEvent } from '../../events.js';
+import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from '../../limits.js';
 import { ProjectLockedError } from '../../store/lock.js';
 import type { ToolInfo } from '../../tool.js';
 import { asText } from '../../vfs/text-diff.js';
@@ -15,7 +16,7 @@ import { surfaceFilter } from '../mcp/profile.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
 import { type HeaderRefusal, hostRules, refusal } from './host-guard.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
-import { McpSessions } from './mcp-http.js';
+import { type McpSessionStats, McpSessions } from './mcp-http.js';
 
 /**
  * `arium serve`: the HTTP gateway (Fastify, with JSON-Schema validation of every request). One server
@@ -51,12 +52,16 @@ export interface GatewayOptions {
   allowedHosts?: string[];
   /** Origins (`http://host:port`) besides the gateway's own whose pages may send it requests. `arium serve --allow-origin`. */
   allowedOrigins?: string[];
+  /** MCP session bounds; each field defaults to `DEFAULT_GATEWAY_LIMITS` (limits.ts). */
+  limits?: Partial<GatewayLimits>;
 }
 
 export interface Gateway {
   readonly app: FastifyInstance;
   /** Engines opened so far, by project. */
   engines(): Map<string, Engine>;
+  /** The MCP sessions open at `/mcp` (every project's), their subscriptions, and the work of notifying them. */
+  mcpSessions(): McpSessionStats;
   close(): Promise<void>;
 }
 
@@ -101,6 +106,7 @@ const ERROR_RESPONSES = Object.fromEntries(
 );
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const limits = gatewayLimits(options.limits);
   const rules = hostRules(options.allowedHosts, options.allowedOrigins);
   const app = Fastify({
     bodyLimit: options.bodyLimit ?? 1024 * 1024 + 64 * 1024,
@@ -111,7 +117,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   });
   const served = new Map<string, Promise<Served>>();
   const opened = new Map<string, Engine>();
-  const mcp = new McpSessions();
+  const mcp = new McpSessions(limits);
   const inspector = options.inspector !== false;
   let closing = false;
 
@@ -604,7 +610,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
       const { engine } = engineOf(request);
       reply.hijack();
-      await mcp.handle(engine, request.raw, reply.raw, request.body);
+      await mcp.handle(engine, sessionKey(request, expected !== null), request.raw, reply.raw, request.body);
     });
   };
 
@@ -614,6 +620,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     app,
     engines: () => new Map(opened),
+    mcpSessions: () => mcp.stats(),
     close: async () => {
       closing = true;
       await mcp.close();
@@ -623,6 +630,23 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
+}
+
+/**
+ * Who holds MCP sessions, for their per-key bound: the API key given (its digest) on a gateway that checks
+ * keys, else the client's address (a key nobody checks would let a client pick a new one per session).
+ */
+function sessionKey(request: FastifyRequest, keyed: boolean): string {
+  const given = keyed ? (bearer(request.headers.authorization) ?? header(request.headers['x-api-key'])) : null;
+  return given === null ? `address ${request.ip}` : `key ${digest(given).toString('hex')}`;
+}
+
+function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimits> {
+  const limits = { ...DEFAULT_GATEWAY_LIMITS, ...given };
+  for (const [name, value] of Object.entries(limits)) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Gateway limit ${name} must be a positive integer (got ${String(value)})`);
+  }
+  return Object.freeze(limits);
 }
 
 function decoded(segment: string): string {
