@@ -136,9 +136,21 @@ export const DEFAULT_APPROVALS = Object.freeze({
 export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
 
 /**
- * The HTTP gateway (`arium serve`, `createGateway`): how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
+ * The HTTP gateway (`arium serve`, `createGateway`): how long a client may take to send a request, and
+ * how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
  */
 export interface GatewayLimits {
+  /**
+   * A request's headers must arrive within this time of its first byte (Node's `headersTimeout`), or
+   * the connection is answered 408 and closed: a client that trickles headers holds a socket otherwise.
+   */
+  headers_timeout_ms: number;
+  /**
+   * A whole request, headers and body, must arrive within this time (Node's `requestTimeout`), or it is
+   * answered 408 and closed. It ends when the request is received: a long tool run, or a stream the
+   * server sends (`/v1/events`, an MCP GET stream), is a response and is not bounded by it.
+   */
+  request_timeout_ms: number;
   /** Open MCP sessions (`/mcp`) in all; a new one past it is refused with 503 until one closes or expires. */
   mcp_sessions: number;
   /**
@@ -156,6 +168,8 @@ export interface GatewayLimits {
 }
 
 export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
+  headers_timeout_ms: 15_000,
+  request_timeout_ms: 60_000,
   mcp_sessions: 1000,
   mcp_sessions_per_key: 100,
   mcp_session_idle_ms: 15 * 60 * 1000,

@@ -1,10 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readdirSync, statSync } from 'node:fs';
-import type { ServerResponse } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import swagger from '@fastify/swagger';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
 import type { EngineEvent, SecurityEvent } from '../../events.js';
@@ -52,7 +52,7 @@ export interface GatewayOptions {
   allowedHosts?: string[];
   /** Origins (`http://host:port`) besides the gateway's own whose pages may send it requests. `arium serve --allow-origin`. */
   allowedOrigins?: string[];
-  /** MCP session bounds; each field defaults to `DEFAULT_GATEWAY_LIMITS` (limits.ts). */
+  /** Request timeouts and MCP session bounds; each field defaults to `DEFAULT_GATEWAY_LIMITS` (limits.ts). */
   limits?: Partial<GatewayLimits>;
 }
 
@@ -114,6 +114,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false } },
     logger: false,
     forceCloseConnections: true,
+    // A request must arrive whole in time: a client that trickles its headers or body holds a socket and
+    // a request for as long as it likes otherwise (Fastify turns Node's request timeout off by default).
+    requestTimeout: limits.request_timeout_ms,
+    http: {
+      headersTimeout: limits.headers_timeout_ms,
+      requestTimeout: limits.request_timeout_ms,
+      // Node looks for late requests every 30 s by default: a timeout of seconds would be one of 30.
+      connectionsCheckingInterval: Math.max(50, Math.min(5000, Math.floor(limits.headers_timeout_ms / 4))),
+    },
+    clientErrorHandler: clientErrorAnswer(limits),
   });
   const served = new Map<string, Promise<Served>>();
   const opened = new Map<string, Engine>();
@@ -646,7 +656,42 @@ function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimi
   for (const [name, value] of Object.entries(limits)) {
     if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Gateway limit ${name} must be a positive integer (got ${String(value)})`);
   }
+  if (limits.headers_timeout_ms > limits.request_timeout_ms) {
+    throw new TypeError(
+      `Gateway limit headers_timeout_ms (${limits.headers_timeout_ms}) must not exceed request_timeout_ms (${limits.request_timeout_ms}): the headers are part of the request`,
+    );
+  }
   return Object.freeze(limits);
+}
+
+/**
+ * The answer to a connection Node gives up on before the gateway sees a request: too slow (408), headers
+ * too large (431) or not HTTP (400), in the gateway's envelope, then the connection is closed.
+ */
+function clientErrorAnswer(limits: Readonly<GatewayLimits>): (error: ConnectionError, socket: Socket) => void {
+  return (error, socket) => {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, envelope] =
+      error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [
+            408,
+            errorEnvelope(
+              'TIMEOUT',
+              `The request did not arrive in time: headers must arrive within ${limits.headers_timeout_ms} ms and the whole request within ${limits.request_timeout_ms} ms (headers_timeout_ms, request_timeout_ms)`,
+              { stage: 'transport' },
+            ),
+          ]
+        : error.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, errorEnvelope('INVALID_INPUT', 'The request headers are too large', { stage: 'transport' })]
+          : [400, errorEnvelope('INVALID_INPUT', `The request is not valid HTTP (${error.code})`, { stage: 'transport' })];
+    if (socket.writable && socket.bytesWritten === 0) {
+      const body = JSON.stringify(envelope);
+      socket.write(
+        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy(error);
+  };
 }
 
 function decoded(segment: string): string {
