@@ -192,6 +192,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
    * A refused request is a SecurityEvent of the project its path names when that one is open, else of
    * every open engine, else of the default project's (opened for it, as a first request would open it).
    */
+  let openedToReport = false;
   const reportRefused = (request: FastifyRequest, refused: HeaderRefusal) => {
     const path = request.url.split('?')[0] as string;
     const event: SecurityEvent = {
@@ -199,7 +200,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       at: new Date().toISOString(),
       run_id: null,
       trace_id: null,
-      tool: /\/v1\/tools\/([^/:]+)/.exec(path)?.[1] ?? '',
+      tool: /\/v1\/tools\/([^/:]+)/.exec(path)?.[1]?.slice(0, 128) ?? '',
       action: 'request_refused',
       permission: null,
       operation: `${request.method} ${path.length > 200 ? `${path.slice(0, 200)}…` : path}`,
@@ -210,11 +211,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     const engine = opened.get(named === undefined ? options.project : decoded(named));
     const engines = engine ? [engine] : [...opened.values()];
     for (const each of engines) each.events.publish(event);
-    if (engines.length === 0 && !closing)
+    // Once: a default project that cannot be opened is not tried again for every refused request.
+    if (engines.length === 0 && !closing && !openedToReport) {
+      openedToReport = true;
       open(options.project).then(
         ({ engine }) => engine.events.publish(event),
         () => {},
       );
+    }
   };
 
   // First of all: a request by a name or from a page this gateway does not answer is refused before

@@ -103,10 +103,13 @@ export class McpSessions {
       mcp.detach();
       release();
     };
-    await mcp.server.connect(transport);
-    await transport.handleRequest(req, res, body);
-    // An initialize the transport refused made no session: nothing may keep its server or its slot.
-    if (session === undefined) await transport.close();
+    try {
+      await mcp.server.connect(transport);
+      await transport.handleRequest(req, res, body);
+    } finally {
+      // An initialize that failed or was refused made no session: nothing may keep its server or its slot.
+      if (session === undefined) await transport.close();
+    }
   }
 
   async close(): Promise<void> {
