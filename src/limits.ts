@@ -165,6 +165,12 @@ export interface GatewayLimits {
   mcp_session_idle_ms: number;
   /** Resource subscriptions one MCP session may hold; one more is a JSON-RPC error naming the limit. */
   mcp_subscriptions: number;
+  /**
+   * JSON bytes of its last messages (at most 1,000) one MCP session keeps, so that a client that lost a
+   * stream gets them again with `Last-Event-ID`; older ones go first, and resuming after one that is gone
+   * is refused (400): the client missed more than the session kept.
+   */
+  mcp_replay_bytes: number;
 }
 
 export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
@@ -174,4 +180,5 @@ export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
   mcp_sessions_per_key: 100,
   mcp_session_idle_ms: 15 * 60 * 1000,
   mcp_subscriptions: 1000,
+  mcp_replay_bytes: 4 * 1024 * 1024,
 });

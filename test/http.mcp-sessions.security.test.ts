@@ -210,3 +210,29 @@ describe('subscriptions', () => {
     expect(heard.light).toHaveLength(2);
   }, 180_000);
 });
+
+describe('replay', () => {
+  it('a session keeps at most mcp_replay_bytes of its last messages for clients that reconnect', async () => {
+    const budget = 64 * 1024;
+    const { gateway, base } = await serve({ mcp_replay_bytes: budget });
+    const client = await connect(base);
+    const big = 'x'.repeat(20 * 1024);
+    for (let i = 0; i < 20; i++) await client.callTool({ name: 'demo.echo', arguments: { big, i } });
+    // Twenty answers of 20 KB each were sent; only the newest that fit in 64 KB are kept.
+    const held = gateway.mcpSessions().replay_bytes;
+    expect(held).toBeGreaterThan(20 * 1024);
+    expect(held).toBeLessThanOrEqual(budget);
+
+    // Each answer went out with an event id, for a client that loses its stream to resume after.
+    const session = (client.transport as StreamableHTTPClientTransport).sessionId as string;
+    const answer = await post(
+      base,
+      { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'demo.echo', arguments: { big } } },
+      {
+        'mcp-session-id': session,
+      },
+    );
+    expect(answer.text).toMatch(/^id: \S+_\d+$/m);
+    expect(gateway.mcpSessions().replay_bytes).toBeLessThanOrEqual(budget);
+  }, 60_000);
+});

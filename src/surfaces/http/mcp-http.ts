@@ -14,12 +14,15 @@ export interface McpSessionStats {
   subscriptions: number;
   /** Subscriptions looked at by every change so far, in sessions open or closed: the work of notifying them. */
   subscriptions_examined: number;
+  /** JSON bytes the sessions keep for replay to clients that reconnect (`mcp_replay_bytes` each at most). */
+  replay_bytes: number;
 }
 
 interface Session {
   readonly transport: StreamableHTTPServerTransport;
   readonly engine: Engine;
   readonly mcp: AriumMcpServer;
+  readonly replay: BoundedEventStore;
   /** Requests and streams of the session open now; a session with none is idle. */
   open: number;
   /** When the last of them closed. */
@@ -54,11 +57,13 @@ export class McpSessions {
   stats(): McpSessionStats {
     let subscriptions = 0;
     let examined = this.#examinedBefore;
+    let replay = 0;
     for (const session of this.#sessions.values()) {
       subscriptions += session.mcp.subscriptions.size;
       examined += session.mcp.subscriptions.examined;
+      replay += session.replay.bytes;
     }
-    return { sessions: this.#sessions.size, subscriptions, subscriptions_examined: examined };
+    return { sessions: this.#sessions.size, subscriptions, subscriptions_examined: examined, replay_bytes: replay };
   }
 
   /** `key` names who asks (the API key's digest, or the client's address): sessions are counted by it. */
@@ -78,6 +83,9 @@ export class McpSessions {
     const refused = this.#refusal(key);
     if (refused) return refuse(res, refused.status, refused.envelope);
     const release = this.#take(key);
+    // Each session's server listens to its engine, as many as `mcp_sessions` allows: not the leak
+    // Node warns of past 10 listeners.
+    if (engine.events.getMaxListeners() < this.limits.mcp_sessions + 10) engine.events.setMaxListeners(this.limits.mcp_sessions + 10);
     const mcp = createMcpServer(engine, {
       caller: 'mcp-http',
       // Over the gateway an approval can be answered by POST /v1/approvals/{run_id}: the call waits for it.
@@ -85,12 +93,13 @@ export class McpSessions {
       maxSubscriptions: this.limits.mcp_subscriptions,
       ...(engine.config.surfaces?.mcp ? { profile: engine.config.surfaces.mcp } : {}),
     });
+    const replay = new BoundedEventStore(1000, this.limits.mcp_replay_bytes);
     let session: Session | undefined;
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
-      eventStore: new BoundedEventStore(1000),
+      eventStore: replay,
       onsessioninitialized: (sessionId) => {
-        session = { transport, engine, mcp, open: 0, since: Date.now() };
+        session = { transport, engine, mcp, replay, open: 0, since: Date.now() };
         this.#sessions.set(sessionId, session);
         this.#busy(session, res);
       },
@@ -185,17 +194,36 @@ function refuse(res: ServerResponse, status: number, envelope: RunEnvelope): voi
   res.end(JSON.stringify(envelope));
 }
 
-/** The last `size` messages of a session's streams, for replay after a reconnect. */
+/**
+ * The last messages of a session's streams, for replay after a reconnect: at most `count`, and at most
+ * `bytes` of JSON (the newest is kept whatever its size). A count alone let one session keep a thousand
+ * tool results of up to the output cap each.
+ */
 class BoundedEventStore implements EventStore {
-  readonly #events = new Map<string, { streamId: string; message: JSONRPCMessage }>();
+  readonly #events = new Map<string, { streamId: string; message: JSONRPCMessage; bytes: number }>();
   #seq = 0;
+  #bytes = 0;
 
-  constructor(readonly size: number) {}
+  constructor(
+    readonly count: number,
+    readonly budget: number,
+  ) {}
+
+  /** JSON bytes held now. */
+  get bytes(): number {
+    return this.#bytes;
+  }
 
   async storeEvent(streamId: string, message: JSONRPCMessage): Promise<string> {
     const id = `${streamId}_${++this.#seq}`;
-    this.#events.set(id, { streamId, message });
-    if (this.#events.size > this.size) this.#events.delete(this.#events.keys().next().value as string);
+    const bytes = Buffer.byteLength(JSON.stringify(message));
+    this.#events.set(id, { streamId, message, bytes });
+    this.#bytes += bytes;
+    while (this.#events.size > 1 && (this.#events.size > this.count || this.#bytes > this.budget)) {
+      const [oldest, event] = this.#events.entries().next().value as [string, { bytes: number }];
+      this.#events.delete(oldest);
+      this.#bytes -= event.bytes;
+    }
     return id;
   }
 
