@@ -66,16 +66,19 @@ export interface ToolErrorEvent extends BaseEvent {
 
 export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {
   type: 'SecurityEvent';
-  /** The call's ids; null for a widening found by a reload, which belongs to no call. */
+  /** The call's ids; null for a widening found by a reload, or a refused request, which belong to no call. */
   run_id: string | null;
   trace_id: string | null;
+  /** The tool; for a refused request, the one its path names, or empty when it names none. */
   tool: string;
   /**
    * `denied`: a permission was missing; `intrusion`: the tool tried to leave its sandbox;
    * `widened`: a reloaded definition asks for more than the version it replaces, and is served;
-   * `widening_refused`: the same, refused because the project says so (`permission_widening`).
+   * `widening_refused`: the same, refused because the project says so (`permission_widening`);
+   * `request_refused`: the HTTP gateway refused a request by its `Host` or `Origin` (DNS rebinding, a
+   * cross-site page): `operation` is the method and path, `request` says which header.
    */
-  action: 'denied' | 'intrusion' | 'widened' | 'widening_refused';
+  action: 'denied' | 'intrusion' | 'widened' | 'widening_refused' | 'request_refused';
   /** The permission that was missing, for `denied`. */
   permission: string | null;
   /** What the tool tried, e.g. `vfs.write /etc/x` or `import node:fs`; for a widening, `reload tools/x.json`. */
@@ -85,6 +88,8 @@ export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {
   previous_permissions?: string[];
   permissions?: string[];
   added_permissions?: string[];
+  /** For `request_refused`: the header refused, its value (cut to 200 characters), and the client's address. */
+  request?: { header: 'host' | 'origin'; value: string; address: string };
 }
 
 export interface RegistryProblem {

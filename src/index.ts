@@ -29,7 +29,7 @@ export type {
   ToolResultEvent,
   VfsChangeSummary,
 } from './events.js';
-export type { CallLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
+export type { CallLimits, GatewayLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
 export { DEFAULT_APPROVALS, DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';

@@ -134,3 +134,51 @@ export const DEFAULT_APPROVALS = Object.freeze({
  * that meets one anyway (a tool reloaded under it) fails naming the chain.
  */
 export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
+
+/**
+ * The HTTP gateway (`arium serve`, `createGateway`): how long a client may take to send a request, and
+ * how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
+ */
+export interface GatewayLimits {
+  /**
+   * A request's headers must arrive within this time of its first byte (Node's `headersTimeout`), or
+   * the connection is answered 408 and closed: a client that trickles headers holds a socket otherwise.
+   */
+  headers_timeout_ms: number;
+  /**
+   * A whole request, headers and body, must arrive within this time (Node's `requestTimeout`), or it is
+   * answered 408 and closed. It ends when the request is received: a long tool run, or a stream the
+   * server sends (`/v1/events`, an MCP GET stream), is a response and is not bounded by it.
+   */
+  request_timeout_ms: number;
+  /** Open MCP sessions (`/mcp`) in all; a new one past it is refused with 503 until one closes or expires. */
+  mcp_sessions: number;
+  /**
+   * Open MCP sessions per API key (per client address when the gateway needs no key); past it a new one is
+   * refused with 429, so one client cannot take every session.
+   */
+  mcp_sessions_per_key: number;
+  /**
+   * An MCP session with no request and no stream open for this long is closed and its server freed; the
+   * client's next request is 404, which tells an MCP client to initialize a new session.
+   */
+  mcp_session_idle_ms: number;
+  /** Resource subscriptions one MCP session may hold; one more is a JSON-RPC error naming the limit. */
+  mcp_subscriptions: number;
+  /**
+   * JSON bytes of its last messages (at most 1,000) one MCP session keeps, so that a client that lost a
+   * stream gets them again with `Last-Event-ID`; older ones go first, and resuming after one that is gone
+   * is refused (400): the client missed more than the session kept.
+   */
+  mcp_replay_bytes: number;
+}
+
+export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
+  headers_timeout_ms: 15_000,
+  request_timeout_ms: 60_000,
+  mcp_sessions: 1000,
+  mcp_sessions_per_key: 100,
+  mcp_session_idle_ms: 15 * 60 * 1000,
+  mcp_subscriptions: 1000,
+  mcp_replay_bytes: 4 * 1024 * 1024,
+});

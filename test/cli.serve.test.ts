@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
@@ -36,6 +37,21 @@ async function waitFor(condition: () => boolean, ms = 15_000): Promise<void> {
     if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/** A GET to `address` naming `host` in the Host header (fetch cannot), answering the status and the error's message. */
+function getAs(address: string, path: string, headers: Record<string, string>): Promise<{ status: number; message: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${address}${path}`, { headers, setHost: !('host' in headers) }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => {
+        text += c.toString();
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, message: res.statusCode === 200 ? undefined : JSON.parse(text).error?.message }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
 }
 
 describe('arium serve', () => {
@@ -89,6 +105,30 @@ describe('arium serve', () => {
     server.child.kill('SIGINT');
     await server.exited;
     expect(server.output()).not.toContain(key);
+  }, 30_000);
+
+  it('answers only its own names and origins, and those --allow-host and --allow-origin add', async () => {
+    const dir = projects.length;
+    const server = start(['--allow-host', 'devbox.lan', '--allow-host', 'build.lan', '--allow-origin', 'http://localhost:5173']);
+    const addrFile = join(projects[dir]?.workspace as string, '.arium', 'arium.addr');
+    await waitFor(() => existsSync(addrFile));
+    const address = readFileSync(addrFile, 'utf8').trim();
+    const port = new URL(address).port;
+    expect((await getAs(address, '/v1/tools', { host: `devbox.lan:${port}` })).status).toBe(200);
+    expect((await getAs(address, '/v1/tools', { host: `build.lan:${port}` })).status).toBe(200);
+    expect((await getAs(address, '/v1/tools', { origin: 'http://localhost:5173' })).status).toBe(200);
+    const rebound = await getAs(address, '/v1/tools', { host: `evil.example:${port}` });
+    expect(rebound.status).toBe(403);
+    expect(rebound.message).toContain('arium serve --allow-host evil.example');
+    const crossSite = await getAs(address, '/healthz', { origin: 'http://evil.example' });
+    expect(crossSite.status).toBe(403);
+    expect(crossSite.message).toContain('arium serve --allow-origin http://evil.example');
+    server.child.kill('SIGINT');
+    expect(await server.exited).toBe(0);
+
+    const bad = start(['--allow-host', 'devbox.lan:8080']);
+    expect(await bad.exited).toBe(2);
+    expect(bad.output()).toContain('"devbox.lan:8080" is not a host name to allow');
   }, 30_000);
 
   it('refuses a port out of range and arguments it does not take', async () => {

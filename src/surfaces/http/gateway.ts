@@ -1,21 +1,23 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readdirSync, statSync } from 'node:fs';
-import type { ServerResponse } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import swagger from '@fastify/swagger';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
-import type { EngineEvent } from '../../events.js';
+import type { EngineEvent, SecurityEvent } from '../../events.js';
+import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from '../../limits.js';
 import { ProjectLockedError } from '../../store/lock.js';
 import type { ToolInfo } from '../../tool.js';
 import { asText } from '../../vfs/text-diff.js';
 import { SurfaceAccess } from '../access.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
+import { type HeaderRefusal, hostRules, refusal } from './host-guard.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
 import { jsonBreak } from './json-body.js';
-import { McpSessions } from './mcp-http.js';
+import { type McpSessionStats, McpSessions } from './mcp-http.js';
 
 /**
  * `arium serve`: the HTTP gateway (Fastify, with JSON-Schema validation of every request). One server
@@ -43,12 +45,24 @@ export interface GatewayOptions {
   inspector?: boolean;
   /** Where the built inspector is (default: `dist/inspector` of this installation). */
   inspectorDir?: string;
+  /**
+   * Host names clients may reach the gateway by, besides loopback names (`localhost`, `*.localhost`) and
+   * IP addresses: every request's `Host` is checked, against DNS rebinding (host-guard.ts). `arium serve
+   * --allow-host`; the name `--host` binds is added by `arium serve`.
+   */
+  allowedHosts?: string[];
+  /** Origins (`http://host:port`) besides the gateway's own whose pages may send it requests. `arium serve --allow-origin`. */
+  allowedOrigins?: string[];
+  /** Request timeouts and MCP session bounds; each field defaults to `DEFAULT_GATEWAY_LIMITS` (limits.ts). */
+  limits?: Partial<GatewayLimits>;
 }
 
 export interface Gateway {
   readonly app: FastifyInstance;
   /** Engines opened so far, by project. */
   engines(): Map<string, Engine>;
+  /** The MCP sessions open at `/mcp` (every project's), their subscriptions, and the work of notifying them. */
+  mcpSessions(): McpSessionStats;
   close(): Promise<void>;
 }
 
@@ -95,16 +109,28 @@ const ERROR_RESPONSES = Object.fromEntries(
 );
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const limits = gatewayLimits(options.limits);
+  const rules = hostRules(options.allowedHosts, options.allowedOrigins);
   const app = Fastify({
     bodyLimit: options.bodyLimit ?? 1024 * 1024 + 64 * 1024,
     // Validation errors list every problem, as the engine's own do.
     ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false } },
     logger: false,
     forceCloseConnections: true,
+    // A request must arrive whole in time: a client that trickles its headers or body holds a socket and
+    // a request for as long as it likes otherwise (Fastify turns Node's request timeout off by default).
+    requestTimeout: limits.request_timeout_ms,
+    http: {
+      headersTimeout: limits.headers_timeout_ms,
+      requestTimeout: limits.request_timeout_ms,
+      // Node looks for late requests every 30 s by default: a timeout of seconds would be one of 30.
+      connectionsCheckingInterval: Math.max(50, Math.min(5000, Math.floor(limits.headers_timeout_ms / 4))),
+    },
+    clientErrorHandler: clientErrorAnswer(limits),
   });
   const served = new Map<string, Promise<Served>>();
   const opened = new Map<string, Engine>();
-  const mcp = new McpSessions();
+  const mcp = new McpSessions(limits);
   const inspector = options.inspector !== false;
   let closing = false;
 
@@ -164,6 +190,50 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' }, apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' } } },
     },
+  });
+
+  /**
+   * A refused request is a SecurityEvent of the project its path names when that one is open, else of
+   * every open engine, else of the default project's (opened for it, as a first request would open it).
+   */
+  let openedToReport = false;
+  const reportRefused = (request: FastifyRequest, refused: HeaderRefusal) => {
+    const path = request.url.split('?')[0] as string;
+    const event: SecurityEvent = {
+      type: 'SecurityEvent',
+      at: new Date().toISOString(),
+      run_id: null,
+      trace_id: null,
+      tool: /\/v1\/tools\/([^/:]+)/.exec(path)?.[1]?.slice(0, 128) ?? '',
+      action: 'request_refused',
+      permission: null,
+      operation: `${request.method} ${path.length > 200 ? `${path.slice(0, 200)}…` : path}`,
+      reason: refused.reason,
+      request: { header: refused.header, value: refused.value, address: request.ip },
+    };
+    const named = /^\/p\/([^/]+)/.exec(path)?.[1];
+    const engine = opened.get(named === undefined ? options.project : decoded(named));
+    const engines = engine ? [engine] : [...opened.values()];
+    for (const each of engines) each.events.publish(event);
+    // Once: a default project that cannot be opened is not tried again for every refused request.
+    if (engines.length === 0 && !closing && !openedToReport) {
+      openedToReport = true;
+      open(options.project).then(
+        ({ engine }) => engine.events.publish(event),
+        () => {},
+      );
+    }
+  };
+
+  // First of all: a request by a name or from a page this gateway does not answer is refused before
+  // anything else looks at it (also /healthz, which names the open projects, and the inspector's files).
+  app.addHook('onRequest', async (request, reply) => {
+    const refused = refusal(rules, request.headers.host, header(request.headers.origin) ?? undefined);
+    if (!refused) return;
+    reportRefused(request, refused);
+    return reply
+      .code(403)
+      .send(errorEnvelope('DENIED', refused.message, { stage: 'permission', details: { header: refused.header, value: refused.value } }));
   });
 
   const expected = options.apiKey ? digest(options.apiKey) : null;
@@ -633,7 +703,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
       const { engine } = engineOf(request);
       reply.hijack();
-      await mcp.handle(engine, request.raw, reply.raw, request.body);
+      await mcp.handle(engine, sessionKey(request, expected !== null), request.raw, reply.raw, request.body);
     });
   };
 
@@ -643,6 +713,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     app,
     engines: () => new Map(opened),
+    mcpSessions: () => mcp.stats(),
     close: async () => {
       closing = true;
       await mcp.close();
@@ -652,6 +723,66 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
+}
+
+/**
+ * Who holds MCP sessions, for their per-key bound: the API key given (its digest) on a gateway that checks
+ * keys, else the client's address (a key nobody checks would let a client pick a new one per session).
+ */
+function sessionKey(request: FastifyRequest, keyed: boolean): string {
+  const given = keyed ? (bearer(request.headers.authorization) ?? header(request.headers['x-api-key'])) : null;
+  return given === null ? `address ${request.ip}` : `key ${digest(given).toString('hex')}`;
+}
+
+function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimits> {
+  const limits = { ...DEFAULT_GATEWAY_LIMITS, ...given };
+  for (const [name, value] of Object.entries(limits)) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Gateway limit ${name} must be a positive integer (got ${String(value)})`);
+  }
+  if (limits.headers_timeout_ms > limits.request_timeout_ms) {
+    throw new TypeError(
+      `Gateway limit headers_timeout_ms (${limits.headers_timeout_ms}) must not exceed request_timeout_ms (${limits.request_timeout_ms}): the headers are part of the request`,
+    );
+  }
+  return Object.freeze(limits);
+}
+
+/**
+ * The answer to a connection Node gives up on before the gateway sees a request: too slow (408), headers
+ * too large (431) or not HTTP (400), in the gateway's envelope, then the connection is closed.
+ */
+function clientErrorAnswer(limits: Readonly<GatewayLimits>): (error: ConnectionError, socket: Socket) => void {
+  return (error, socket) => {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, envelope] =
+      error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [
+            408,
+            errorEnvelope(
+              'TIMEOUT',
+              `The request did not arrive in time: headers must arrive within ${limits.headers_timeout_ms} ms and the whole request within ${limits.request_timeout_ms} ms (headers_timeout_ms, request_timeout_ms)`,
+              { stage: 'transport' },
+            ),
+          ]
+        : error.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, errorEnvelope('INVALID_INPUT', 'The request headers are too large', { stage: 'transport' })]
+          : [400, errorEnvelope('INVALID_INPUT', `The request is not valid HTTP (${error.code})`, { stage: 'transport' })];
+    if (socket.writable && socket.bytesWritten === 0) {
+      const body = JSON.stringify(envelope);
+      socket.write(
+        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy(error);
+  };
+}
+
+function decoded(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }
 
 /**

@@ -19,9 +19,11 @@ import type { Engine } from '../../engine.js';
 import type { ErrorInfo } from '../../errors.js';
 import { ToolFailure } from '../../errors.js';
 import type { ToolResultEvent } from '../../events.js';
+import { DEFAULT_GATEWAY_LIMITS } from '../../limits.js';
 import type { LogLine } from '../../result.js';
 import { SurfaceAccess } from '../access.js';
 import type { SurfaceProfile } from './profile.js';
+import { Subscriptions } from './subscriptions.js';
 import { mcpTool } from './tool-shape.js';
 
 /**
@@ -47,10 +49,14 @@ export interface McpServerOptions {
    * A client with `elicitation` is asked, approve or deny, either way.
    */
   pendingApprovals?: 'wait' | 'deny';
+  /** Resource subscriptions the client may hold (default `mcp_subscriptions` of limits.ts). */
+  maxSubscriptions?: number;
 }
 
 export interface AriumMcpServer {
   readonly server: Server;
+  /** The resource subscriptions its client holds. */
+  readonly subscriptions: Subscriptions;
   /** Stops listening to the engine (the transport is closed by whoever opened it). */
   detach(): void;
 }
@@ -285,9 +291,9 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     throw new McpError(ErrorCode.InvalidParams, `Unknown resource ${uri}: resources of this server start with ${prefix} (vfs/…, diff/…, snapshots)`);
   });
 
-  // Subscriptions by URI; a call that changes the path (or a folder above it, or a file below a
-  // subscribed folder) notifies it.
-  const subscribed = new Set<string>();
+  // A call that changes a subscribed path (or a folder above it, or a file below a subscribed folder)
+  // notifies it; the index finds those without looking at the others.
+  const subscriptions = new Subscriptions(options.maxSubscriptions ?? DEFAULT_GATEWAY_LIMITS.mcp_subscriptions);
   server.setRequestHandler(SubscribeRequestSchema, (request) => {
     const uri = request.params.uri;
     if (!uri.startsWith(`${prefix}vfs/`))
@@ -295,23 +301,18 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     const path = decodePath(uri.slice(prefix.length + 3), uri);
     // A notification that a path changed tells about it: only paths this client may read.
     if (!access.mayRead(path)) throw new McpError(ErrorCode.InvalidParams, `${uri}: DENIED: vfs.read on ${path} is not granted to this client`);
-    subscribed.add(uri);
+    subscriptions.add(uri, path);
     return {};
   });
   server.setRequestHandler(UnsubscribeRequestSchema, (request) => {
-    subscribed.delete(request.params.uri);
+    subscriptions.delete(request.params.uri);
     return {};
   });
 
   const onResult = (event: ToolResultEvent) => {
-    if (!event.vfs || subscribed.size === 0) return;
+    if (!event.vfs || subscriptions.size === 0) return;
     const changed = [...event.vfs.written, ...event.vfs.deleted, ...event.vfs.created_dirs, ...event.vfs.moved.flatMap((m) => [m.from, m.to])];
-    for (const uri of subscribed) {
-      const path = decodePath(uri.slice(prefix.length + 3), uri);
-      if (changed.some((c) => c === path || c.startsWith(`${path}/`) || path.startsWith(`${c}/`))) {
-        void server.sendResourceUpdated({ uri }).catch(() => {});
-      }
-    }
+    for (const uri of subscriptions.affected(changed)) void server.sendResourceUpdated({ uri }).catch(() => {});
   };
   const onRegistry = () => {
     void server.sendToolListChanged().catch(() => {});
@@ -321,6 +322,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
 
   return {
     server,
+    subscriptions,
     detach: () => {
       engine.events.off('result', onResult);
       engine.events.off('registry', onRegistry);

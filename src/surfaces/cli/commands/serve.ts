@@ -1,7 +1,7 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { int, maxPositionals, str, UsageError } from '../args.js';
+import { int, list, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
 import { EXIT } from '../io.js';
@@ -32,7 +32,17 @@ async function run(ctx: Context): Promise<number> {
   // Loaded here, not at the top: Fastify and the MCP SDK cost every other command ~0.1 s to import.
   const { createGateway } = await import('../../http/gateway.js');
   const { builtInspector } = await import('../../http/inspector.js');
-  const gateway = await createGateway({ workspace: ctx.workspace, project: ctx.project, ...(apiKey ? { apiKey } : {}) });
+  // The name it binds is one clients use; an address needs no listing (host-guard.ts).
+  const allowedHosts = [...(list(ctx.parsed, 'allow-host') ?? []), ...(isIP(host) === 0 ? [host] : [])];
+  const allowedOrigins = list(ctx.parsed, 'allow-origin') ?? [];
+  let gateway: Awaited<ReturnType<typeof createGateway>>;
+  try {
+    gateway = await createGateway({ workspace: ctx.workspace, project: ctx.project, allowedHosts, allowedOrigins, ...(apiKey ? { apiKey } : {}) });
+  } catch (error) {
+    // The lists are checked first: a malformed name or origin is the command line's mistake.
+    if (error instanceof TypeError) throw new UsageError(`${error.message} (--allow-host, --allow-origin)`);
+    throw error;
+  }
   let address: string;
   try {
     address = await gateway.app.listen({ host, port });
@@ -65,7 +75,7 @@ async function run(ctx: Context): Promise<number> {
 
 export const serveSpec: CommandSpec = {
   name: 'serve',
-  usage: 'arium serve [--host <host>] [--port <port>] [--addr-file <path>]',
+  usage: 'arium serve [--host <host>] [--port <port>] [--addr-file <path>] [--allow-host <name>]… [--allow-origin <origin>]…',
   summary: 'serve the workspace’s tools over HTTP (/v1 gateway, /mcp Streamable HTTP, the inspector at /) until Ctrl-C',
   details: [
     'Binds 127.0.0.1 on a free port by default and writes the address (http://host:port) to the address',
@@ -77,11 +87,21 @@ export const serveSpec: CommandSpec = {
     'POST /v1/approvals/{run_id}, /mcp, GET /v1/openapi.json;',
     'other projects of the workspace under /p/<project>/. The inspector (a web page: tools, live calls, files,',
     'snapshots and diffs) is at / and /p/<project>/; the page loads without the key and asks for it.',
+    'Every request must name the server by a loopback name (localhost, *.localhost), an IP address, the',
+    '--host name or an --allow-host name, and a browser page may call it only from its own origin or an',
+    '--allow-origin one: anything else is 403 (a web page reaching it through DNS rebinding looks like that).',
   ].join('\n'),
   flags: {
     host: { value: true, arg: '<host>', help: 'address to bind (default 127.0.0.1)' },
     port: { value: true, arg: '<port>', help: 'port (default 0: a free one)' },
     'addr-file': { value: true, arg: '<path>', help: 'where to write the chosen address' },
+    'allow-host': { value: true, repeat: true, arg: '<name>', help: 'a host name clients may use besides loopback names and IPs (repeatable)' },
+    'allow-origin': {
+      value: true,
+      repeat: true,
+      arg: '<origin>',
+      help: 'an origin (http://host:port) whose pages may call the gateway besides its own (repeatable)',
+    },
   },
   run,
 };
