@@ -2,6 +2,8 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import { api, type DiffFile, type DiffResult, query } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
+import { OutputView } from './output-view';
+import type { StreamStatus } from './sse';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
 import { useActiveRow, useVirtualList } from './virtual';
@@ -23,7 +25,23 @@ function matches(row: Row, f: Filters): boolean {
   return true;
 }
 
-export function ActivityView({ status }: { status: string }) {
+/** What the event stream's state means to someone reading the list, and (as a tooltip) why it matters. */
+const STREAM_TEXT: Record<StreamStatus, { text: string; title: string }> = {
+  connecting: { text: 'connecting…', title: 'Connecting to the gateway’s event stream; calls appear here as they happen once it is live.' },
+  open: { text: 'live: receiving events', title: 'Connected to the gateway’s event stream: every call made through it appears here as it happens.' },
+  closed: {
+    text: 'disconnected — retrying',
+    title:
+      'The event stream to the gateway dropped. The page tries again by itself; events missed meanwhile are replayed if the gateway still has them.',
+  },
+  reconnecting: {
+    text: 'reconnecting…',
+    title: 'Connecting again to the gateway’s event stream; events missed meanwhile are replayed if the gateway still has them.',
+  },
+  unauthorized: { text: 'needs the API key', title: 'The gateway refused the event stream: give its API key to see calls as they happen.' },
+};
+
+export function ActivityView({ status }: { status: StreamStatus }) {
   const version = useStore(events);
   const [filters, setFilters] = useState<Filters>({ tool: '', status: '', stage: '', run: '' });
   const [selected, setSelected] = useState<string | null>(null);
@@ -116,7 +134,9 @@ export function ActivityView({ status }: { status: string }) {
           <span data-testid="activity-count">
             {rows.length} of {events.rows.length} entries · {events.eventCount} events
           </span>
-          <span class={`stream ${status}`}>{status}</span>
+          <span class={`stream ${status}`} title={STREAM_TEXT[status].title} data-testid="stream-status">
+            {STREAM_TEXT[status].text}
+          </span>
         </div>
         <div
           class="vlist"
@@ -287,7 +307,7 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
       {result ? (
         <>
           <h3>Output</h3>
-          <Json value={result.output} />
+          <OutputView value={result.output} />
         </>
       ) : null}
       {error?.error ? (

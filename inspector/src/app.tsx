@@ -17,7 +17,7 @@ import { ApprovalsView, type PendingApproval } from './approvals';
 import { Dialog } from './dialog';
 import { FilesView } from './files';
 import { SnapshotsView } from './snapshots';
-import { followEvents } from './sse';
+import { followEvents, type StreamStatus } from './sse';
 import { events } from './store';
 import { setThemeChoice, type ThemeChoice, useTheme } from './theme';
 import { ToolsView } from './tools';
@@ -48,7 +48,7 @@ export function App() {
   const [project, setProject] = useState<ProjectInfo | null>(null);
   const [keyNeeded, setKeyNeeded] = useState(false);
   const [keyEpoch, setKeyEpoch] = useState(0);
-  const [stream, setStream] = useState('connecting');
+  const [stream, setStream] = useState<StreamStatus>('connecting');
   const [liveVersion, setLiveVersion] = useState(0);
   const liveTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const [approvals, setApprovals] = useState<PendingApproval[] | null>(null);
