@@ -499,6 +499,7 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
   });
 
   it('draws a diff returned in a call’s output as a diff, in Tools and in Activity, in both themes', async () => {
+    let earlierRun: string | null = null;
     for (const colorScheme of ['light', 'dark'] as const) {
       const page = await open('/', { colorScheme });
       await runFsWrite(page, `/notes/diffed-${colorScheme}.md`, 'alpha\nbeta\ngamma\n');
@@ -528,6 +529,16 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
         .poll(() => diffLines(page, '[data-testid=call-detail] .output-patch'), { timeout: 15_000 })
         .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
       await page.screenshot({ path: join(OUT, `activity-output-diff-${colorScheme}.png`) });
+      if (earlierRun) {
+        // Another call's details (as long as these) start at their top, however far down the last one was read.
+        const pane = page.locator('section.main[aria-label="Call details"]');
+        await pane.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+        await expect(pane.evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+        await page.locator(`.act-row[data-run="${earlierRun}"]`).click();
+        await detail.locator('.output-patch .d2h-code-line-ctn').first().waitFor();
+        await expect.poll(() => pane.evaluate((element) => element.scrollTop)).toBe(0);
+      }
+      earlierRun = runId;
       await page.context().close();
     }
   });
@@ -537,6 +548,10 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     const status = page.getByTestId('stream-status');
     await expectText(status, 'live: receiving events');
     await expect(status.getAttribute('title')).resolves.toMatch(/event stream/);
+    // An empty list says why it is empty.
+    await page.locator('.filters input[type=search]').fill('no-such-run');
+    await expectText(page.getByTestId('activity-empty'), 'No call matches these filters.');
+    await page.locator('.filters input[type=search]').fill('');
     await page.screenshot({ path: join(OUT, 'activity-live.png') });
 
     // A page whose event stream is refused: it says so, and that it keeps trying; once let through, it is live.

@@ -1,4 +1,4 @@
-import { useMemo, useRef, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, type DiffFile, type DiffResult, query } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
@@ -47,6 +47,11 @@ export function ActivityView({ status }: { status: StreamStatus }) {
   const [selected, setSelected] = useState<string | null>(null);
   const [diffRun, setDiffRun] = useState<string | null>(null);
   const scrollRef = useRef<HTMLDivElement>(null);
+  const detailRef = useRef<HTMLElement>(null);
+  // Another call's details start at their top, not where the last one was scrolled to.
+  useEffect(() => {
+    if (detailRef.current) detailRef.current.scrollTop = 0;
+  }, [selected]);
 
   // Newest first; recomputed when events arrive or the filters change.
   const rows = useMemo(() => {
@@ -99,7 +104,7 @@ export function ActivityView({ status }: { status: StreamStatus }) {
               ))}
             </select>
           </label>
-          <label>
+          <label title="ok: returned a result · error: failed · security: denied, or tried to leave its sandbox · running: no result yet">
             <span>Status</span>
             <select value={filters.status} onChange={(e) => set({ status: (e.currentTarget as HTMLSelectElement).value as Filters['status'] })}>
               <option value="">all</option>
@@ -109,7 +114,7 @@ export function ActivityView({ status }: { status: StreamStatus }) {
               <option value="running">running</option>
             </select>
           </label>
-          <label>
+          <label title="The step of a call where it failed: validation of its input, a permission, approval, its execution…">
             <span>Stage</span>
             <select value={filters.stage} onChange={(e) => set({ stage: (e.currentTarget as HTMLSelectElement).value })}>
               <option value="">all</option>
@@ -155,6 +160,13 @@ export function ActivityView({ status }: { status: StreamStatus }) {
           }}
           data-testid="activity-list"
         >
+          {rows.length === 0 ? (
+            <p class="muted empty" data-testid="activity-empty">
+              {events.rows.length === 0
+                ? 'No calls yet. Every call made through this gateway (by an agent, or from the Tools tab) appears here as it happens.'
+                : 'No call matches these filters.'}
+            </p>
+          ) : null}
           <div style={{ height: `${list.totalSize}px`, position: 'relative' }}>
             {list.items.map((item) => {
               const row = rows[item.index] as Row;
@@ -181,7 +193,7 @@ export function ActivityView({ status }: { status: StreamStatus }) {
           </div>
         </div>
       </section>
-      <section class="main" aria-label="Call details">
+      <section class="main" aria-label="Call details" ref={detailRef}>
         {current ? (
           <CallDetail row={current} onDiff={setDiffRun} />
         ) : (
@@ -204,6 +216,12 @@ function StatusBadge({ status }: { status: RowStatus }) {
 function time(at: string): string {
   const date = new Date(at);
   return Number.isNaN(date.getTime()) ? '' : date.toLocaleTimeString(undefined, { hour12: false });
+}
+
+/** A call's start as the reader's local date and time (the ISO time is its tooltip). */
+function started(at: string): string {
+  const date = new Date(at);
+  return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { hour12: false });
 }
 
 function summary(row: Row): string {
@@ -294,7 +312,7 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
           </>
         ) : null}
         <dt>Started</dt>
-        <dd>{row.at}</dd>
+        <dd title={row.at}>{started(row.at)}</dd>
         {end?.attempts !== undefined ? (
           <>
             <dt>Attempts</dt>

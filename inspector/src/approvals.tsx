@@ -118,7 +118,12 @@ export function ApprovalsView({ approvals, error, onAnswered }: Props) {
         </p>
       ) : null}
       {approvals === null ? <p class="muted">Loading…</p> : null}
-      {approvals?.length === 0 ? <p class="muted">No calls wait for approval.</p> : null}
+      {approvals?.length === 0 ? (
+        <p class="muted">
+          No calls wait for approval.{' '}
+          <span class="hint">A call that the project's approval rules (arium.json, "approvals") stop waits here for an answer.</span>
+        </p>
+      ) : null}
       <ul class="approval-list">
         {(approvals ?? []).map((a) => (
           <li key={a.run_id} class="approval" data-run={a.run_id}>

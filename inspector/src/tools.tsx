@@ -190,7 +190,13 @@ function ToolDetail({ tool }: { tool: ToolInfo }) {
       <form class="run-form" ref={formRef} onSubmit={run} aria-label={`Run ${tool.id}`} noValidate>
         <div class="form-head">
           <h3>Call</h3>
-          <button type="button" class="small" aria-pressed={jsonMode} onClick={toggleJson}>
+          <button
+            type="button"
+            class="small"
+            aria-pressed={jsonMode}
+            title={jsonMode ? 'Back to the form' : 'Edit the input as JSON'}
+            onClick={toggleJson}
+          >
             JSON
           </button>
           {tool.examples && tool.examples.length > 0 ? (
