@@ -514,6 +514,15 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
         .poll(() => diffLines(page, '[data-testid=run-result] .output-patch'), { timeout: 15_000 })
         .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
       await expect(patch.locator('.diff-stats').textContent()).resolves.toBe('/diff +2 −1');
+      // The pane scrolled to the result: each line number still sits on its line.
+      await expect(page.locator('section.main[aria-label="Tool"]').evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+      const offsets = await patch.evaluate((element) =>
+        [...element.querySelectorAll('.d2h-code-side-linenumber')].map(
+          (cell) => cell.getBoundingClientRect().top - (cell.closest('tr') as HTMLElement).getBoundingClientRect().top,
+        ),
+      );
+      expect(offsets.length).toBeGreaterThan(0);
+      for (const offset of offsets) expect(Math.abs(offset)).toBeLessThan(2);
       // The JSON beside it keeps the other fields and no longer carries the patch as an escaped string.
       const json = (await result.locator('pre.output').textContent()) ?? '';
       expect(json).toContain('"added": 2');
