@@ -450,6 +450,13 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
       await page.goto(`${secondBase}/`);
       const dialog = page.getByRole('dialog', { name: 'API key needed' });
       await dialog.waitFor();
+      // Nothing entered: the prompt says what it wants instead of doing nothing.
+      await dialog.getByRole('button', { name: 'Use key' }).click();
+      await expectText(dialog, 'Enter the key first.');
+      // A wrong key: the prompt comes back saying the key was refused.
+      await dialog.getByLabel('API key').fill('wrong-key');
+      await dialog.getByRole('button', { name: 'Use key' }).click();
+      await expectText(page.getByRole('dialog', { name: 'API key needed' }), 'The gateway refused the key given before');
       await dialog.getByLabel('API key').fill('open-sesame');
       await dialog.getByRole('button', { name: 'Use key' }).click();
       await expectText(page.getByTestId('tool-list'), 'demo.text-stats');
