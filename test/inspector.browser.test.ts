@@ -531,7 +531,7 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
       expect(offsets.length).toBeGreaterThan(0);
       for (const offset of offsets) expect(Math.abs(offset)).toBeLessThan(2);
       // The JSON beside it keeps the other fields and no longer carries the patch as an escaped string.
-      const json = (await result.locator('pre.output').textContent()) ?? '';
+      const json = (await result.locator('.data > pre.code').first().textContent()) ?? '';
       expect(json).toContain('"added": 2');
       expect(json).not.toContain('@@');
       await page.screenshot({ path: join(OUT, `output-diff-${colorScheme}.png`) });
@@ -557,6 +557,28 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
       earlierRun = runId;
       await page.context().close();
     }
+  });
+
+  it('shows text of several lines in a call’s output and input as text, not as an escaped JSON string', async () => {
+    engine().vfs.write('/notes/poem.md', 'roses\nviolets\n  indented\n');
+    const page = await open('/');
+    await tab(page, 'Tools');
+    await page.locator('.tool-item', { hasText: 'fs.read' }).click();
+    const form = page.locator('form.run-form');
+    await form.locator('[data-pointer="/path"] input').fill('/notes/poem.md');
+    await form.getByRole('button', { name: 'Run' }).click();
+    const result = page.getByTestId('run-result');
+    const text = result.locator('.output-text[data-pointer="/content"] pre');
+    await text.waitFor();
+    await expect(text.textContent()).resolves.toBe('roses\nviolets\n  indented\n');
+    await expect(result.locator('.data > pre.code').first().textContent()).resolves.not.toContain('\\n');
+    await page.screenshot({ path: join(OUT, 'output-text.png') });
+
+    // In Activity, a write's content (its input) reads the same way.
+    const runId = await runFsWrite(page, '/notes/poem-copy.md', 'one\ntwo\n');
+    await tab(page, 'Activity');
+    await page.locator(`.act-row[data-run="${runId}"]`).click();
+    await expect(page.getByTestId('call-detail').locator('.output-text[data-pointer="/content"] pre').textContent()).resolves.toBe('one\ntwo\n');
   });
 
   it('says in plain words whether Activity receives events, and that it retries when it cannot', async () => {

@@ -1,8 +1,8 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, type DiffFile, type DiffResult, query } from './api';
+import { DataView } from './data-view';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
-import { OutputView } from './output-view';
 import type { StreamStatus } from './sse';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
@@ -321,11 +321,11 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
         ) : null}
       </dl>
       <h3>Input</h3>
-      <Json value={end?.input ?? invocation?.input} />
+      <DataView value={end?.input ?? invocation?.input} />
       {result ? (
         <>
           <h3>Output</h3>
-          <OutputView value={result.output} />
+          <DataView value={result.output} />
         </>
       ) : null}
       {error?.error ? (

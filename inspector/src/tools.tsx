@@ -1,7 +1,7 @@
 import type { Ref } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { describeError, type Problem, type RunEnvelope, runTool, type ToolInfo } from './api';
-import { OutputView } from './output-view';
+import { DataView } from './data-view';
 import { fieldOf, formCanExpress, formPointers, initialValue, SchemaForm, type Violations } from './schema-form';
 
 export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null; problems: Problem[]; error: string | null }) {
@@ -269,7 +269,13 @@ function RunResult({ result, outcomeRef }: { result: RunEnvelope; outcomeRef: Re
         {duration !== undefined ? <span class="muted"> · {duration.toFixed(1)} ms</span> : null}
         {result.tool_run_id ? <code class="run-id">{result.tool_run_id}</code> : null}
       </h3>
-      {result.ok ? <OutputView value={result.output} /> : result.error ? <ErrorBox error={result.error} /> : null}
+      {result.ok ? (
+        <div class="output">
+          <DataView value={result.output} />
+        </div>
+      ) : result.error ? (
+        <ErrorBox error={result.error} />
+      ) : null}
     </section>
   );
 }
