@@ -1,11 +1,11 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, type DiffFile, type DiffResult, query } from './api';
-import { DataView } from './data-view';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
 import type { StreamStatus } from './sse';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
+import { ValueView } from './value-view';
 import { useActiveRow, useVirtualList } from './virtual';
 
 const ROW_HEIGHT = 34;
@@ -321,11 +321,11 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
         ) : null}
       </dl>
       <h3>Input</h3>
-      <DataView value={end?.input ?? invocation?.input} />
+      <ValueView value={end?.input ?? invocation?.input} />
       {result ? (
         <>
           <h3>Output</h3>
-          <DataView value={result.output} />
+          <ValueView value={result.output} />
         </>
       ) : null}
       {error?.error ? (

@@ -1,8 +1,8 @@
 import type { Ref } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { describeError, type Problem, type RunEnvelope, runTool, type ToolInfo } from './api';
-import { DataView } from './data-view';
 import { fieldOf, formCanExpress, formPointers, initialValue, SchemaForm, type Violations } from './schema-form';
+import { ValueView } from './value-view';
 
 export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null; problems: Problem[]; error: string | null }) {
   const [selected, setSelected] = useState<string | null>(null);
@@ -271,7 +271,7 @@ function RunResult({ result, outcomeRef }: { result: RunEnvelope; outcomeRef: Re
       </h3>
       {result.ok ? (
         <div class="output">
-          <DataView value={result.output} />
+          <ValueView value={result.output} />
         </div>
       ) : result.error ? (
         <ErrorBox error={result.error} />

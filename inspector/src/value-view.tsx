@@ -64,7 +64,7 @@ function withoutFound(value: unknown, found: Map<string, Found['kind']>, pointer
   return out;
 }
 
-export function DataView({ value }: { value: unknown }) {
+export function ValueView({ value }: { value: unknown }) {
   const [layout, choose] = useLayout();
   if (value === undefined) return <pre class="code">—</pre>;
   const found: Found[] = [];
