@@ -336,6 +336,27 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     expect(dialogs).toEqual([]);
   });
 
+  it('shows a long file in the pane’s height, and another one from its first line', async () => {
+    const lines = (tag: string) => Array.from({ length: 300 }, (_, i) => `${tag} ${i}`).join('\n');
+    engine().vfs.write('/reading/a.txt', `${lines('a')}\n`);
+    engine().vfs.write('/reading/b.txt', `${lines('b')}\n`);
+    const page = await open('/#files');
+    const tree = page.getByTestId('file-tree');
+    await tree.locator('[data-path="/reading"]').click();
+    await tree.locator('[data-path="/reading/a.txt"]').click();
+    await expectText(page.getByTestId('file-text'), 'a 299');
+    // The pane scrolls through the file, rather than a box of its own inside the pane.
+    const pane = page.locator('section.main[aria-label="File"]');
+    await expect(page.getByTestId('file-text').evaluate((element) => element.scrollHeight - element.clientHeight)).resolves.toBe(0);
+    await pane.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+    await expect(pane.evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+    await tree.locator('[data-path="/reading/b.txt"]').click();
+    await expectText(page.getByTestId('file-text'), 'b 299');
+    await expect.poll(() => pane.evaluate((element) => element.scrollTop)).toBe(0);
+    await page.context().close();
+    engine().vfs.delete('/reading', { recursive: true });
+  });
+
   it('opens a folder of 10,000 files as a virtualized list (timing recorded)', async () => {
     const vfs = engine().vfs;
     for (let i = 0; i < 10_000; i++) vfs.write(`/big/file-${String(i).padStart(5, '0')}.txt`, `file ${i}\n`);
