@@ -85,8 +85,11 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
   });
 
   /** A fresh page: every request, console problem, uncaught error and dialog is recorded. */
-  async function open(path = '/', options: { colorScheme?: 'light' | 'dark' } = {}): Promise<Page> {
-    const context = await browser.newContext({ viewport: { width: 1360, height: 860 }, colorScheme: options.colorScheme ?? 'light' });
+  async function open(path = '/', options: { colorScheme?: 'light' | 'dark'; height?: number } = {}): Promise<Page> {
+    const context = await browser.newContext({
+      viewport: { width: 1360, height: options.height ?? 860 },
+      colorScheme: options.colorScheme ?? 'light',
+    });
     contexts.push(context);
     context.setDefaultTimeout(10_000);
     const page = await context.newPage();
@@ -106,6 +109,20 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     });
     await page.goto(`${base}${path}`);
     return page;
+  }
+
+  /** Whether `selector` is in view in the pane that scrolls it, and whether it has the focus. */
+  async function placement(page: Page, selector: string): Promise<{ visible: boolean; focused: boolean }> {
+    return page.evaluate((sel) => {
+      const element = document.querySelector(sel) as HTMLElement;
+      const pane = element.closest('.main') as HTMLElement;
+      const box = element.getBoundingClientRect();
+      const view = pane.getBoundingClientRect();
+      // In view: all of it, or as much of it as the pane can show (a tall result from its top).
+      const bottom = Math.min(view.bottom, innerHeight);
+      const shown = Math.min(box.bottom, bottom) - Math.max(box.top, view.top);
+      return { visible: shown >= Math.min(box.height, bottom - view.top) - 2, focused: document.activeElement === element };
+    }, selector);
   }
 
   const engine = () => {
@@ -319,6 +336,27 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     expect(dialogs).toEqual([]);
   });
 
+  it('shows a long file in the pane’s height, and another one from its first line', async () => {
+    const lines = (tag: string) => Array.from({ length: 300 }, (_, i) => `${tag} ${i}`).join('\n');
+    engine().vfs.write('/reading/a.txt', `${lines('a')}\n`);
+    engine().vfs.write('/reading/b.txt', `${lines('b')}\n`);
+    const page = await open('/#files');
+    const tree = page.getByTestId('file-tree');
+    await tree.locator('[data-path="/reading"]').click();
+    await tree.locator('[data-path="/reading/a.txt"]').click();
+    await expectText(page.getByTestId('file-text'), 'a 299');
+    // The pane scrolls through the file, rather than a box of its own inside the pane.
+    const pane = page.locator('section.main[aria-label="File"]');
+    await expect(page.getByTestId('file-text').evaluate((element) => element.scrollHeight - element.clientHeight)).resolves.toBe(0);
+    await pane.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+    await expect(pane.evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+    await tree.locator('[data-path="/reading/b.txt"]').click();
+    await expectText(page.getByTestId('file-text'), 'b 299');
+    await expect.poll(() => pane.evaluate((element) => element.scrollTop)).toBe(0);
+    await page.context().close();
+    engine().vfs.delete('/reading', { recursive: true });
+  });
+
   it('opens a folder of 10,000 files as a virtualized list (timing recorded)', async () => {
     const vfs = engine().vfs;
     for (let i = 0; i < 10_000; i++) vfs.write(`/big/file-${String(i).padStart(5, '0')}.txt`, `file ${i}\n`);
@@ -433,6 +471,13 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
       await page.goto(`${secondBase}/`);
       const dialog = page.getByRole('dialog', { name: 'API key needed' });
       await dialog.waitFor();
+      // Nothing entered: the prompt says what it wants instead of doing nothing.
+      await dialog.getByRole('button', { name: 'Use key' }).click();
+      await expectText(dialog, 'Enter the key first.');
+      // A wrong key: the prompt comes back saying the key was refused.
+      await dialog.getByLabel('API key').fill('wrong-key');
+      await dialog.getByRole('button', { name: 'Use key' }).click();
+      await expectText(page.getByRole('dialog', { name: 'API key needed' }), 'The gateway refused the key given before');
       await dialog.getByLabel('API key').fill('open-sesame');
       await dialog.getByRole('button', { name: 'Use key' }).click();
       await expectText(page.getByTestId('tool-list'), 'demo.text-stats');
@@ -459,6 +504,162 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await page.reload();
     await page.getByRole('tab', { name: 'Activity' }).waitFor();
     await expect(page.evaluate(() => document.documentElement.dataset.theme)).resolves.toBe('light');
+  });
+
+  it('brings the result of a call from a long form into view and gives it the focus', async () => {
+    // A short window: the form of fs.write fills it, so the result lands below the fold.
+    const page = await open('/', { height: 560 });
+    await tab(page, 'Tools');
+    await page.locator('.tool-item', { hasText: 'fs.write' }).click();
+    const form = page.locator('form.run-form');
+    await form.locator('[data-pointer="/path"] input').fill('/notes/fold.md');
+    await form.locator('[data-pointer="/content"] textarea').fill('one\ntwo\nthree\n');
+    await form.getByRole('button', { name: 'Run' }).click();
+    await expectText(page.getByTestId('run-result'), '"bytes_written"');
+    await expect.poll(() => placement(page, '[data-testid=run-result]')).toEqual({ visible: true, focused: true });
+    await page.screenshot({ path: join(OUT, 'result-in-view.png') });
+
+    // A violation shown on a field takes the focus to that field instead.
+    await form.locator('[data-pointer="/path"] input').fill('');
+    await form.getByRole('button', { name: 'Run' }).click();
+    await expectText(form.locator('.field-errors[data-pointer="/path"]'), 'must NOT have fewer than 1 characters');
+    await expect.poll(() => page.evaluate(() => document.activeElement?.closest('[data-pointer]')?.getAttribute('data-pointer'))).toBe('/path');
+  });
+
+  it('draws a diff returned in a call’s output as a diff, in Tools and in Activity, in both themes', async () => {
+    let earlierRun: string | null = null;
+    for (const colorScheme of ['light', 'dark'] as const) {
+      const page = await open('/', { colorScheme });
+      await runFsWrite(page, `/notes/diffed-${colorScheme}.md`, 'alpha\nbeta\ngamma\n');
+      const form = page.locator('form.run-form');
+      await form.locator('[data-pointer="/content"] textarea').fill('alpha\nBETA\ngamma\ndelta\n');
+      await form.locator('[data-pointer="/diff"] input').check();
+      await form.getByRole('button', { name: 'Run' }).click();
+      const result = page.getByTestId('run-result');
+      const patch = result.locator('.output-patch[data-pointer="/diff"]');
+      await patch.locator('.d2h-code-line-ctn').first().waitFor();
+      await expect
+        .poll(() => diffLines(page, '[data-testid=run-result] .output-patch'), { timeout: 15_000 })
+        .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+      await expect(patch.locator('.diff-stats').textContent()).resolves.toBe('/diff +2 −1');
+      // The pane scrolled to the result: each line number still sits on its line.
+      await expect(page.locator('section.main[aria-label="Tool"]').evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+      const offsets = await patch.evaluate((element) =>
+        [...element.querySelectorAll('.d2h-code-side-linenumber')].map(
+          (cell) => cell.getBoundingClientRect().top - (cell.closest('tr') as HTMLElement).getBoundingClientRect().top,
+        ),
+      );
+      expect(offsets.length).toBeGreaterThan(0);
+      for (const offset of offsets) expect(Math.abs(offset)).toBeLessThan(2);
+      // The JSON beside it keeps the other fields and no longer carries the patch as an escaped string.
+      const json = (await result.locator('.data > pre.code').first().textContent()) ?? '';
+      expect(json).toContain('"added": 2');
+      expect(json).not.toContain('@@');
+      await page.screenshot({ path: join(OUT, `output-diff-${colorScheme}.png`) });
+
+      const runId = (await result.locator('.run-id').textContent()) ?? '';
+      await tab(page, 'Activity');
+      await page.locator(`.act-row[data-run="${runId}"]`).click();
+      const detail = page.getByTestId('call-detail');
+      await detail.locator('.output-patch .d2h-code-line-ctn').first().waitFor();
+      await expect
+        .poll(() => diffLines(page, '[data-testid=call-detail] .output-patch'), { timeout: 15_000 })
+        .toEqual({ added: ['BETA', 'delta'], removed: ['beta'] });
+      await page.screenshot({ path: join(OUT, `activity-output-diff-${colorScheme}.png`) });
+      if (earlierRun) {
+        // Another call's details (as long as these) start at their top, however far down the last one was read.
+        const pane = page.locator('section.main[aria-label="Call details"]');
+        await pane.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+        await expect(pane.evaluate((element) => element.scrollTop)).resolves.toBeGreaterThan(0);
+        await page.locator(`.act-row[data-run="${earlierRun}"]`).click();
+        await detail.locator('.output-patch .d2h-code-line-ctn').first().waitFor();
+        await expect.poll(() => pane.evaluate((element) => element.scrollTop)).toBe(0);
+      }
+      earlierRun = runId;
+      await page.context().close();
+    }
+  });
+
+  it('shows text of several lines in a call’s output and input as text, not as an escaped JSON string', async () => {
+    engine().vfs.write('/notes/poem.md', 'roses\nviolets\n  indented\n');
+    const page = await open('/');
+    await tab(page, 'Tools');
+    await page.locator('.tool-item', { hasText: 'fs.read' }).click();
+    const form = page.locator('form.run-form');
+    await form.locator('[data-pointer="/path"] input').fill('/notes/poem.md');
+    await form.getByRole('button', { name: 'Run' }).click();
+    const result = page.getByTestId('run-result');
+    const text = result.locator('.output-text[data-pointer="/content"] pre');
+    await text.waitFor();
+    await expect(text.textContent()).resolves.toBe('roses\nviolets\n  indented\n');
+    await expect(result.locator('.data > pre.code').first().textContent()).resolves.not.toContain('\\n');
+    await page.screenshot({ path: join(OUT, 'output-text.png') });
+
+    // In Activity, a write's content (its input) reads the same way.
+    const runId = await runFsWrite(page, '/notes/poem-copy.md', 'one\ntwo\n');
+    await tab(page, 'Activity');
+    await page.locator(`.act-row[data-run="${runId}"]`).click();
+    await expect(page.getByTestId('call-detail').locator('.output-text[data-pointer="/content"] pre').textContent()).resolves.toBe('one\ntwo\n');
+  });
+
+  it('says in plain words whether Activity receives events, and that it retries when it cannot', async () => {
+    const page = await open('/#activity');
+    const status = page.getByTestId('stream-status');
+    await expectText(status, 'live: receiving events');
+    await expect(status.getAttribute('title')).resolves.toMatch(/event stream/);
+    // An empty list says why it is empty.
+    await page.locator('.filters input[type=search]').fill('no-such-run');
+    await expectText(page.getByTestId('activity-empty'), 'No call matches these filters.');
+    await page.locator('.filters input[type=search]').fill('');
+    await page.screenshot({ path: join(OUT, 'activity-live.png') });
+
+    // A page whose event stream is refused: it says so, and that it keeps trying; once let through, it is live.
+    const cut = await open('/#activity', { colorScheme: 'dark' });
+    await cut.route('**/v1/events*', (route) => route.abort());
+    await cut.reload();
+    const cutStatus = cut.getByTestId('stream-status');
+    await expectText(cutStatus, 'disconnected — retrying');
+    await expect(cutStatus.getAttribute('title')).resolves.toMatch(/tries again/);
+    await cut.screenshot({ path: join(OUT, 'activity-disconnected-dark.png') });
+    await cut.unroute('**/v1/events*');
+    await expectText(cutStatus, 'live: receiving events', 20_000);
+  });
+
+  it('says when a waiting call times out, and why Approve is disabled until “Answer as” is filled', async () => {
+    engine().vfs.write('/gate/wait.txt', 'w');
+    const waiting = engine().call('fs.delete', { path: '/gate/wait.txt' }, { caller: 'browser-test' });
+    for (const colorScheme of ['light', 'dark'] as const) {
+      const page = await open('/#approvals', { colorScheme });
+      const item = page.locator('.approval', { hasText: '/gate/wait.txt' });
+      await item.waitFor();
+      const text = (await item.textContent()) ?? '';
+      expect(text).toMatch(/waits until \d\d:\d\d:\d\d \(\d+:\d\d left\), then is denied \(timeout\)/);
+      expect(text).not.toContain('denied as timed out');
+      // The countdown runs.
+      const first = await item.getByTestId('countdown').textContent();
+      await expect.poll(() => item.getByTestId('countdown').textContent(), { timeout: 5_000 }).not.toBe(first);
+
+      // No name yet: the buttons are disabled and say, next to them and to assistive technology, what enables them.
+      const approve = item.getByRole('button', { name: 'Approve' });
+      await expect(approve.isDisabled()).resolves.toBe(true);
+      const why = await approve.evaluate((button) => document.getElementById(button.getAttribute('aria-describedby') ?? '')?.textContent ?? '');
+      expect(why).toContain('fill in “Answer as”');
+      await expect(item.locator('.why-disabled').isVisible()).resolves.toBe(true);
+      await page.screenshot({ path: join(OUT, `approvals-why-${colorScheme}.png`) });
+      // Its link takes the focus to the field; once filled, the buttons work and the hint is gone.
+      await item.getByRole('button', { name: 'fill in “Answer as”' }).click();
+      await expect(page.evaluate(() => document.activeElement?.id)).resolves.toBe('approver');
+      await page.keyboard.type('browser-user');
+      await expect(approve.isEnabled()).resolves.toBe(true);
+      await expect(item.locator('.why-disabled').count()).resolves.toBe(0);
+      if (colorScheme === 'dark') {
+        await item.getByRole('button', { name: 'Deny' }).click();
+        await expectText(page.getByTestId('approvals'), 'No calls wait for approval.');
+      }
+      await page.context().close();
+    }
+    const answered = await waiting;
+    expect(answered.ok ? null : answered.error).toMatchObject({ code: 'APPROVAL_DENIED', details: { by: 'browser-user' } });
   });
 
   it('lists a call waiting for approval in the Approvals panel, and approves or denies it from there', async () => {

@@ -1,9 +1,11 @@
-import { useMemo, useRef, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, type DiffFile, type DiffResult, query } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
+import type { StreamStatus } from './sse';
 import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
+import { ValueView } from './value-view';
 import { useActiveRow, useVirtualList } from './virtual';
 
 const ROW_HEIGHT = 34;
@@ -23,12 +25,33 @@ function matches(row: Row, f: Filters): boolean {
   return true;
 }
 
-export function ActivityView({ status }: { status: string }) {
+/** What the event stream's state means to someone reading the list, and (as a tooltip) why it matters. */
+const STREAM_TEXT: Record<StreamStatus, { text: string; title: string }> = {
+  connecting: { text: 'connecting…', title: 'Connecting to the gateway’s event stream; calls appear here as they happen once it is live.' },
+  open: { text: 'live: receiving events', title: 'Connected to the gateway’s event stream: every call made through it appears here as it happens.' },
+  closed: {
+    text: 'disconnected — retrying',
+    title:
+      'The event stream to the gateway dropped. The page tries again by itself; events missed meanwhile are replayed if the gateway still has them.',
+  },
+  reconnecting: {
+    text: 'reconnecting…',
+    title: 'Connecting again to the gateway’s event stream; events missed meanwhile are replayed if the gateway still has them.',
+  },
+  unauthorized: { text: 'needs the API key', title: 'The gateway refused the event stream: give its API key to see calls as they happen.' },
+};
+
+export function ActivityView({ status }: { status: StreamStatus }) {
   const version = useStore(events);
   const [filters, setFilters] = useState<Filters>({ tool: '', status: '', stage: '', run: '' });
   const [selected, setSelected] = useState<string | null>(null);
   const [diffRun, setDiffRun] = useState<string | null>(null);
   const scrollRef = useRef<HTMLDivElement>(null);
+  const detailRef = useRef<HTMLElement>(null);
+  // Another call's details start at their top, not where the last one was scrolled to.
+  useEffect(() => {
+    if (detailRef.current) detailRef.current.scrollTop = 0;
+  }, [selected]);
 
   // Newest first; recomputed when events arrive or the filters change.
   const rows = useMemo(() => {
@@ -81,7 +104,7 @@ export function ActivityView({ status }: { status: string }) {
               ))}
             </select>
           </label>
-          <label>
+          <label title="ok: returned a result · error: failed · security: denied, or tried to leave its sandbox · running: no result yet">
             <span>Status</span>
             <select value={filters.status} onChange={(e) => set({ status: (e.currentTarget as HTMLSelectElement).value as Filters['status'] })}>
               <option value="">all</option>
@@ -91,7 +114,7 @@ export function ActivityView({ status }: { status: string }) {
               <option value="running">running</option>
             </select>
           </label>
-          <label>
+          <label title="The step of a call where it failed: validation of its input, a permission, approval, its execution…">
             <span>Stage</span>
             <select value={filters.stage} onChange={(e) => set({ stage: (e.currentTarget as HTMLSelectElement).value })}>
               <option value="">all</option>
@@ -116,7 +139,9 @@ export function ActivityView({ status }: { status: string }) {
           <span data-testid="activity-count">
             {rows.length} of {events.rows.length} entries · {events.eventCount} events
           </span>
-          <span class={`stream ${status}`}>{status}</span>
+          <span class={`stream ${status}`} title={STREAM_TEXT[status].title} data-testid="stream-status">
+            {STREAM_TEXT[status].text}
+          </span>
         </div>
         <div
           class="vlist"
@@ -135,6 +160,13 @@ export function ActivityView({ status }: { status: string }) {
           }}
           data-testid="activity-list"
         >
+          {rows.length === 0 ? (
+            <p class="muted empty" data-testid="activity-empty">
+              {events.rows.length === 0
+                ? 'No calls yet. Every call made through this gateway (by an agent, or from the Tools tab) appears here as it happens.'
+                : 'No call matches these filters.'}
+            </p>
+          ) : null}
           <div style={{ height: `${list.totalSize}px`, position: 'relative' }}>
             {list.items.map((item) => {
               const row = rows[item.index] as Row;
@@ -161,7 +193,7 @@ export function ActivityView({ status }: { status: string }) {
           </div>
         </div>
       </section>
-      <section class="main" aria-label="Call details">
+      <section class="main" aria-label="Call details" ref={detailRef}>
         {current ? (
           <CallDetail row={current} onDiff={setDiffRun} />
         ) : (
@@ -184,6 +216,12 @@ function StatusBadge({ status }: { status: RowStatus }) {
 function time(at: string): string {
   const date = new Date(at);
   return Number.isNaN(date.getTime()) ? '' : date.toLocaleTimeString(undefined, { hour12: false });
+}
+
+/** A call's start as the reader's local date and time (the ISO time is its tooltip). */
+function started(at: string): string {
+  const date = new Date(at);
+  return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { hour12: false });
 }
 
 function summary(row: Row): string {
@@ -274,7 +312,7 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
           </>
         ) : null}
         <dt>Started</dt>
-        <dd>{row.at}</dd>
+        <dd title={row.at}>{started(row.at)}</dd>
         {end?.attempts !== undefined ? (
           <>
             <dt>Attempts</dt>
@@ -283,11 +321,11 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
         ) : null}
       </dl>
       <h3>Input</h3>
-      <Json value={end?.input ?? invocation?.input} />
+      <ValueView value={end?.input ?? invocation?.input} />
       {result ? (
         <>
           <h3>Output</h3>
-          <Json value={result.output} />
+          <ValueView value={result.output} />
         </>
       ) : null}
       {error?.error ? (

@@ -4,6 +4,7 @@ import {
   ApiError,
   api,
   apiBase,
+  apiKey,
   authHeaders,
   describeError,
   onKeyNeeded,
@@ -17,7 +18,7 @@ import { ApprovalsView, type PendingApproval } from './approvals';
 import { Dialog } from './dialog';
 import { FilesView } from './files';
 import { SnapshotsView } from './snapshots';
-import { followEvents } from './sse';
+import { followEvents, type StreamStatus } from './sse';
 import { events } from './store';
 import { setThemeChoice, type ThemeChoice, useTheme } from './theme';
 import { ToolsView } from './tools';
@@ -48,7 +49,7 @@ export function App() {
   const [project, setProject] = useState<ProjectInfo | null>(null);
   const [keyNeeded, setKeyNeeded] = useState(false);
   const [keyEpoch, setKeyEpoch] = useState(0);
-  const [stream, setStream] = useState('connecting');
+  const [stream, setStream] = useState<StreamStatus>('connecting');
   const [liveVersion, setLiveVersion] = useState(0);
   const liveTimer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const [approvals, setApprovals] = useState<PendingApproval[] | null>(null);
@@ -251,18 +252,45 @@ function ThemeToggle() {
 
 function KeyPrompt({ onKey, onClose }: { onKey(key: string): void; onClose(): void }) {
   const [key, setKey] = useState('');
+  const [empty, setEmpty] = useState(false);
+  // A key already given and asked for again was refused: say so, or the prompt just seems to come back.
+  const [refused] = useState(() => apiKey() !== null);
   return (
     <Dialog title="API key needed" onClose={onClose}>
       <form
         onSubmit={(e) => {
           e.preventDefault();
           if (key.trim()) onKey(key.trim());
+          else setEmpty(true);
         }}
       >
-        <p>This gateway needs an API key. It is kept in this tab's session storage and sent with every request.</p>
+        <p>
+          This gateway needs its API key (the <code>ARIUM_API_KEY</code> that <code>arium serve</code> was started with). It is kept in this tab's
+          session storage and sent with every request.
+        </p>
+        {refused ? (
+          <p class="error" role="alert">
+            The gateway refused the key given before: check it and enter it again.
+          </p>
+        ) : null}
         <div class="field">
           <label for="api-key">API key</label>
-          <input id="api-key" type="password" autocomplete="off" value={key} onInput={(e) => setKey((e.currentTarget as HTMLInputElement).value)} />
+          <input
+            id="api-key"
+            type="password"
+            autocomplete="off"
+            value={key}
+            aria-describedby={empty ? 'api-key-empty' : undefined}
+            onInput={(e) => {
+              setKey((e.currentTarget as HTMLInputElement).value);
+              setEmpty(false);
+            }}
+          />
+          {empty ? (
+            <span class="field-help warn" id="api-key-empty">
+              Enter the key first.
+            </span>
+          ) : null}
         </div>
         <div class="actions">
           <button type="submit" class="primary">

@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, describeError } from './api';
 
 /** A call waiting for a person's approval, as GET /v1/approvals lists it. */
@@ -22,6 +22,41 @@ function savedName(): string {
   }
 }
 
+/** The clock, ticking every second while `running`: the countdowns to each call's timeout. */
+function useNow(running: boolean): number {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    if (!running) return;
+    setNow(Date.now());
+    const timer = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(timer);
+  }, [running]);
+  return now;
+}
+
+/** 272 s → "4:32", 3725 s → "1:02:05". */
+export function countdown(ms: number): string {
+  const total = Math.max(0, Math.ceil(ms / 1000));
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const s = String(total % 60).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${s}` : `${m}:${s}`;
+}
+
+function Deadline({ expiresAt, now }: { expiresAt: string; now: number }) {
+  const at = new Date(expiresAt);
+  const left = at.getTime() - now;
+  const clock = at.toLocaleTimeString(undefined, { hour12: false });
+  if (Number.isNaN(left)) return null;
+  return left > 0 ? (
+    <span class="deadline" title="With no answer by then, the call is denied with the code APPROVAL_TIMEOUT.">
+      waits until {clock} (<span data-testid="countdown">{countdown(left)}</span> left), then is denied (timeout)
+    </span>
+  ) : (
+    <span class="deadline late">no answer by {clock}: being denied (timeout)</span>
+  );
+}
+
 interface Props {
   approvals: PendingApproval[] | null;
   error: string | null;
@@ -35,6 +70,8 @@ export function ApprovalsView({ approvals, error, onAnswered }: Props) {
   const [reasons, setReasons] = useState<Record<string, string>>({});
   const [busy, setBusy] = useState<string | null>(null);
   const [answerError, setAnswerError] = useState<string | null>(null);
+  const now = useNow((approvals?.length ?? 0) > 0);
+  const unnamed = by.trim() === '';
 
   const answer = async (runId: string, decision: 'approve' | 'deny') => {
     setBusy(runId);
@@ -81,7 +118,12 @@ export function ApprovalsView({ approvals, error, onAnswered }: Props) {
         </p>
       ) : null}
       {approvals === null ? <p class="muted">Loading…</p> : null}
-      {approvals?.length === 0 ? <p class="muted">No calls wait for approval.</p> : null}
+      {approvals?.length === 0 ? (
+        <p class="muted">
+          No calls wait for approval.{' '}
+          <span class="hint">A call that the project's approval rules (arium.json, "approvals") stop waits here for an answer.</span>
+        </p>
+      ) : null}
       <ul class="approval-list">
         {(approvals ?? []).map((a) => (
           <li key={a.run_id} class="approval" data-run={a.run_id}>
@@ -91,7 +133,7 @@ export function ApprovalsView({ approvals, error, onAnswered }: Props) {
             </div>
             <pre class="approval-input">{JSON.stringify(a.input, null, 2)}</pre>
             <div class="muted">
-              asked {new Date(a.requested_at).toLocaleTimeString()} · denied as timed out at {new Date(a.expires_at).toLocaleTimeString()}
+              asked {new Date(a.requested_at).toLocaleTimeString(undefined, { hour12: false })} · <Deadline expiresAt={a.expires_at} now={now} />
             </div>
             <div class="actions">
               <input
@@ -100,13 +142,35 @@ export function ApprovalsView({ approvals, error, onAnswered }: Props) {
                 value={reasons[a.run_id] ?? ''}
                 onInput={(e) => setReasons({ ...reasons, [a.run_id]: (e.currentTarget as HTMLInputElement).value })}
               />
-              <button type="button" class="primary" disabled={busy !== null || by.trim() === ''} onClick={() => void answer(a.run_id, 'approve')}>
-                Approve
+              <button
+                type="button"
+                class="primary"
+                disabled={busy !== null || unnamed}
+                aria-describedby={unnamed ? `why-${a.run_id}` : undefined}
+                onClick={() => void answer(a.run_id, 'approve')}
+              >
+                {busy === a.run_id ? 'Answering…' : 'Approve'}
               </button>
-              <button type="button" class="danger" disabled={busy !== null || by.trim() === ''} onClick={() => void answer(a.run_id, 'deny')}>
+              <button
+                type="button"
+                class="danger"
+                disabled={busy !== null || unnamed}
+                aria-describedby={unnamed ? `why-${a.run_id}` : undefined}
+                onClick={() => void answer(a.run_id, 'deny')}
+              >
                 Deny
               </button>
             </div>
+            {unnamed ? (
+              // A disabled button says what enables it: the name recorded with the answer.
+              <p class="hint why-disabled" id={`why-${a.run_id}`}>
+                To approve or deny, first{' '}
+                <button type="button" class="link" onClick={() => document.getElementById('approver')?.focus()}>
+                  fill in “Answer as”
+                </button>{' '}
+                above: your name is recorded with the answer in the audit log.
+              </p>
+            ) : null}
           </li>
         ))}
       </ul>

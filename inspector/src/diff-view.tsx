@@ -14,7 +14,7 @@ export interface DiffSource {
   patch(file: DiffFile): Promise<DiffFile | null>;
 }
 
-type Layout = 'side-by-side' | 'line-by-line';
+export type Layout = 'side-by-side' | 'line-by-line';
 const LAYOUT_STORAGE = 'arium.inspector.diff-layout';
 
 /** Up to this many files, every file shows its patch as it scrolls into view; past it, on expand only. */
@@ -28,10 +28,37 @@ function savedLayout(): Layout {
   }
 }
 
+/** The diff layout the user chose last (side by side or unified), kept in localStorage. */
+export function useLayout(): [Layout, (next: Layout) => void] {
+  const [layout, setLayout] = useState<Layout>(savedLayout);
+  const choose = (next: Layout) => {
+    setLayout(next);
+    try {
+      localStorage.setItem(LAYOUT_STORAGE, next);
+    } catch {
+      // Not saved: the choice holds for this page.
+    }
+  };
+  return [layout, choose];
+}
+
+export function LayoutToggle({ layout, onChoose }: { layout: Layout; onChoose(next: Layout): void }) {
+  return (
+    <fieldset class="segmented" aria-label="Diff layout">
+      <button type="button" aria-pressed={layout === 'side-by-side'} onClick={() => onChoose('side-by-side')}>
+        Side by side
+      </button>
+      <button type="button" aria-pressed={layout === 'line-by-line'} onClick={() => onChoose('line-by-line')}>
+        Unified
+      </button>
+    </fieldset>
+  );
+}
+
 export function DiffView({ source, empty = 'No differences.' }: { source: DiffSource; empty?: string }) {
   const [result, setResult] = useState<DiffResult | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const [layout, setLayout] = useState<Layout>(savedLayout);
+  const [layout, choose] = useLayout();
 
   useEffect(() => {
     let live = true;
@@ -45,15 +72,6 @@ export function DiffView({ source, empty = 'No differences.' }: { source: DiffSo
       live = false;
     };
   }, [source.key]);
-
-  const choose = (next: Layout) => {
-    setLayout(next);
-    try {
-      localStorage.setItem(LAYOUT_STORAGE, next);
-    } catch {
-      // Not saved: the choice holds for this page.
-    }
-  };
 
   if (error)
     return (
@@ -71,14 +89,7 @@ export function DiffView({ source, empty = 'No differences.' }: { source: DiffSo
           <span class="added"> +{stats.lines_added}</span>
           <span class="removed"> −{stats.lines_removed}</span>
         </span>
-        <fieldset class="segmented" aria-label="Diff layout">
-          <button type="button" aria-pressed={layout === 'side-by-side'} onClick={() => choose('side-by-side')}>
-            Side by side
-          </button>
-          <button type="button" aria-pressed={layout === 'line-by-line'} onClick={() => choose('line-by-line')}>
-            Unified
-          </button>
-        </fieldset>
+        <LayoutToggle layout={layout} onChoose={choose} />
       </div>
       {result.note ? <p class="muted">{result.note}</p> : null}
       {result.files.length === 0 ? <p class="muted">{empty}</p> : null}
@@ -166,7 +177,7 @@ function DiffFileRow({ file, source, layout, open: initiallyOpen }: { file: Diff
 }
 
 /** diff2html's HTML for one file's patch; diff2html escapes the file's text. */
-function Patch({ patch, layout }: { patch: string; layout: Layout }) {
+export function Patch({ patch, layout }: { patch: string; layout: Layout }) {
   const { theme } = useTheme();
   const markup = useMemo(() => {
     // diff2html declares its options as TypeScript enums; their values are these strings.

@@ -134,7 +134,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
       <section class="side wide" aria-label="File tree">
         <div class="filters">
           <label class="grow">
-            <span>Tree</span>
+            <span>Files as of</span>
             <select
               value={at}
               data-testid="tree-select"
@@ -143,7 +143,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
                 setOpenPath(null);
               }}
             >
-              <option value="live">live</option>
+              <option value="live">now (the live tree)</option>
               {[...snapshots].reverse().map((s) => (
                 <option key={s.id} value={s.id}>
                   {s.label ? `${s.label} · ` : ''}
@@ -211,7 +211,7 @@ export function FilesView({ snapshots, refreshKey }: { snapshots: Snapshot[]; re
         {openPath ? (
           <FileView key={`${at} ${openPath} ${at === 'live' ? refreshKey : ''}`} path={openPath} at={at} />
         ) : (
-          <p class="muted">Choose a file.</p>
+          <p class="muted">Choose a file in the tree to see its content.</p>
         )}
       </section>
     </div>

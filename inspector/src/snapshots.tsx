@@ -40,6 +40,11 @@ export function SnapshotsView({ snapshots, readOnly, onChanged, liveVersion }: P
     <div class="split snapshots">
       <section class="side wide" aria-label="Snapshot timeline">
         <TakeSnapshot disabled={readOnly} onTaken={onChanged} />
+        {readOnly ? (
+          <p class="hint why-disabled" id="read-only-why">
+            This project is served read-only: snapshots can be compared, not taken or restored.
+          </p>
+        ) : null}
         <p class="muted hint">Pick two points to compare: “from” is the older side.</p>
         <ol class="timeline" data-testid="timeline">
           {points.map(({ ref, snapshot }) => (
@@ -62,7 +67,14 @@ export function SnapshotsView({ snapshots, readOnly, onChanged, liveVersion }: P
                   To
                 </button>
                 {snapshot ? (
-                  <button type="button" class="small danger" disabled={readOnly} onClick={() => setRestoring(snapshot)}>
+                  <button
+                    type="button"
+                    class="small danger"
+                    disabled={readOnly}
+                    aria-describedby={readOnly ? 'read-only-why' : undefined}
+                    title={readOnly ? 'This project is served read-only' : 'Make the live tree this snapshot (after showing what changes)'}
+                    onClick={() => setRestoring(snapshot)}
+                  >
                     Restore…
                   </button>
                 ) : null}
@@ -137,7 +149,7 @@ function TakeSnapshot({ disabled, onTaken }: { disabled: boolean; onTaken(): voi
           <input type="text" value={message} placeholder="optional" onInput={(e) => setMessage((e.currentTarget as HTMLInputElement).value)} />
         </label>
       </div>
-      <button type="submit" class="primary" disabled={disabled || busy}>
+      <button type="submit" class="primary" disabled={disabled || busy} aria-describedby={disabled ? 'read-only-why' : undefined}>
         {busy ? 'Saving…' : 'Take snapshot'}
       </button>
       {error ? (

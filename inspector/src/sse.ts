@@ -49,9 +49,12 @@ export class SseParser {
   }
 }
 
+/** `reconnecting` is a connection attempt after one was lost; `closed` is the pause before it. */
+export type StreamStatus = 'connecting' | 'reconnecting' | 'open' | 'closed' | 'unauthorized';
+
 export interface StreamHandlers {
   onMessage(message: SseMessage): void;
-  onStatus(status: 'connecting' | 'open' | 'closed' | 'unauthorized'): void;
+  onStatus(status: StreamStatus): void;
 }
 
 /**
@@ -65,10 +68,11 @@ export function followEvents(url: string, headers: () => Record<string, string>,
   let controller: AbortController | null = null;
   let delay = 500;
   let timer: ReturnType<typeof setTimeout> | null = null;
+  let dropped = false;
 
   const connect = async () => {
     if (stopped) return;
-    handlers.onStatus('connecting');
+    handlers.onStatus(dropped ? 'reconnecting' : 'connecting');
     controller = new AbortController();
     try {
       const first = lastId === null;
@@ -98,6 +102,7 @@ export function followEvents(url: string, headers: () => Record<string, string>,
       // A network error or an abort: reconnect below unless stopped.
     }
     if (stopped) return;
+    dropped = true;
     handlers.onStatus('closed');
     timer = setTimeout(connect, delay);
     delay = Math.min(delay * 2, 10_000);

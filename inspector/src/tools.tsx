@@ -1,6 +1,8 @@
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import type { Ref } from 'preact';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { describeError, type Problem, type RunEnvelope, runTool, type ToolInfo } from './api';
 import { fieldOf, formCanExpress, formPointers, initialValue, SchemaForm, type Violations } from './schema-form';
+import { ValueView } from './value-view';
 
 export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null; problems: Problem[]; error: string | null }) {
   const [selected, setSelected] = useState<string | null>(null);
@@ -70,10 +72,25 @@ function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Proble
   const [result, setResult] = useState<RunEnvelope | null>(null);
   const [failure, setFailure] = useState<string | null>(null);
   const known = useMemo(() => formPointers(tool.schema), [tool.schema]);
+  const formRef = useRef<HTMLFormElement>(null);
+  const outcomeRef = useRef<HTMLElement>(null);
+  // Counts finished calls, so that the same outcome twice is still brought into view.
+  const [finished, setFinished] = useState(0);
 
   useEffect(() => {
     setResult(null);
   }, [tool.id]);
+
+  // A long form leaves the outcome below the fold: bring it into view and move the focus to it, so a
+  // keyboard or screen reader user lands on it. Violations shown on fields take the focus to the first one.
+  useEffect(() => {
+    if (finished === 0) return;
+    const field = formRef.current?.querySelector<HTMLElement>('.field-errors:not(.form-errors)')?.closest('.field');
+    const target = field?.querySelector<HTMLElement>('input, textarea, select') ?? outcomeRef.current;
+    if (!target) return;
+    target.scrollIntoView({ block: 'nearest' });
+    target.focus({ preventScroll: true });
+  }, [finished]);
 
   const violations: Violations = new Map();
   const top: string[] = [];
@@ -127,6 +144,7 @@ function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Proble
       setFailure(describeError(problem));
     } finally {
       setRunning(false);
+      setFinished((n) => n + 1);
     }
   };
 
@@ -190,10 +208,16 @@ function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Proble
         </details>
       ) : null}
 
-      <form class="run-form" onSubmit={run} aria-label={`Run ${tool.id}`} noValidate>
+      <form class="run-form" ref={formRef} onSubmit={run} aria-label={`Run ${tool.id}`} noValidate>
         <div class="form-head">
           <h3>Call</h3>
-          <button type="button" class="small" aria-pressed={jsonMode} onClick={toggleJson}>
+          <button
+            type="button"
+            class="small"
+            aria-pressed={jsonMode}
+            title={jsonMode ? 'Back to the form' : 'Edit the input as JSON'}
+            onClick={toggleJson}
+          >
             JSON
           </button>
           {tool.examples && tool.examples.length > 0 ? (
@@ -241,25 +265,38 @@ function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Proble
         </div>
       </form>
       {failure ? (
-        <p class="error" role="alert">
+        <p class="error" role="alert" tabIndex={-1} ref={outcomeRef as Ref<HTMLParagraphElement>}>
           {failure}
         </p>
       ) : null}
-      {result ? <RunResult result={result} /> : null}
+      {result ? <RunResult result={result} outcomeRef={outcomeRef} /> : null}
     </article>
   );
 }
 
-function RunResult({ result }: { result: RunEnvelope }) {
+function RunResult({ result, outcomeRef }: { result: RunEnvelope; outcomeRef: Ref<HTMLElement> }) {
   const duration = result.meta?.duration_ms;
   return (
-    <section class={`result ${result.ok ? 'ok' : 'failed'}`} aria-live="polite" data-testid="run-result">
+    <section
+      class={`result ${result.ok ? 'ok' : 'failed'}`}
+      aria-live="polite"
+      aria-label={result.ok ? 'Result' : 'Error'}
+      tabIndex={-1}
+      ref={outcomeRef}
+      data-testid="run-result"
+    >
       <h3>
         {result.ok ? 'Result' : 'Error'}
         {duration !== undefined ? <span class="muted"> · {duration.toFixed(1)} ms</span> : null}
         {result.tool_run_id ? <code class="run-id">{result.tool_run_id}</code> : null}
       </h3>
-      {result.ok ? <pre class="code output">{JSON.stringify(result.output, null, 2)}</pre> : result.error ? <ErrorBox error={result.error} /> : null}
+      {result.ok ? (
+        <div class="output">
+          <ValueView value={result.output} />
+        </div>
+      ) : result.error ? (
+        <ErrorBox error={result.error} />
+      ) : null}
     </section>
   );
 }
