@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Engine } from '../src/index.js';
 import { checkRequestTools, type RequestBreak } from '../src/surfaces/vendor-rules.js';
 import { definition, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
@@ -234,7 +234,19 @@ describe('examples/agent-loop against a scripted model', () => {
     requests.anthropic.length = 0;
     const { runAgent } = await import('../examples/agent-loop/anthropic.mjs');
     const client = new Anthropic({ baseURL: base, apiKey: 'offline', maxRetries: 0 });
-    const { answer } = await runAgent({ prompt: 'write a verse and read it back', engine, client });
+    // The SDK warns on each request for a model in its own deprecation list: the default must not be one.
+    const warned: string[] = [];
+    const warn = vi.spyOn(console, 'warn').mockImplementation((...parts: unknown[]) => {
+      warned.push(parts.join(' '));
+    });
+    let answer: string;
+    try {
+      ({ answer } = await runAgent({ prompt: 'write a verse and read it back', engine, client }));
+    } finally {
+      warn.mockRestore();
+    }
+    expect(warned.filter((w) => /deprecated/i.test(w))).toEqual([]);
+    expect((requests.anthropic[0] as Seen).body.model).toBe('claude-sonnet-5');
     expect(answer).toBe('The verse says: violets are blue');
     const second = requests.anthropic[1] as Seen;
     const blocks = (second.body.messages as Array<{ role: string; content: unknown }>).at(-1)?.content as Array<{

@@ -3,13 +3,17 @@
 //   ANTHROPIC_API_KEY=... node examples/agent-loop/anthropic.mjs "Write a haiku to /poem.txt, then read it back"
 //
 // ANTHROPIC_BASE_URL points the client elsewhere; ANTHROPIC_MODEL picks the model (default
-// claude-sonnet-4-5); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default ./workspace, demo).
+// DEFAULT_MODEL below); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default ./workspace, demo).
 
 import { pathToFileURL } from 'node:url';
 import Anthropic from '@anthropic-ai/sdk';
 import { callExported, createEngine, exportTools } from 'arium';
 
-export async function runAgent({ prompt, engine, client, model = 'claude-sonnet-4-5', maxSteps = 10, log = () => {} }) {
+// A current model: not in the deprecation list @anthropic-ai/sdk carries (claude-sonnet-4-5 reaches its
+// end of life on 2026-11-30 there), which the SDK warns about on every request.
+export const DEFAULT_MODEL = 'claude-sonnet-5';
+
+export async function runAgent({ prompt, engine, client, model = DEFAULT_MODEL, maxSteps = 10, log = () => {} }) {
   const exported = exportTools(engine.tools(), 'anthropic');
   const messages = [{ role: 'user', content: prompt }];
   for (let step = 1; step <= maxSteps; step++) {

@@ -3,14 +3,17 @@
 //   GEMINI_API_KEY=... node examples/agent-loop/gemini.mjs "Write a haiku to /poem.txt, then read it back"
 //
 // GEMINI_BASE_URL points it elsewhere (default https://generativelanguage.googleapis.com); GEMINI_MODEL
-// picks the model (default gemini-2.5-flash); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default
+// picks the model (default DEFAULT_MODEL below); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default
 // ./workspace, demo).
 import { pathToFileURL } from 'node:url';
 import { callExported, createEngine, exportTools } from 'arium';
 
 const DEFAULT_BASE = 'https://generativelanguage.googleapis.com';
+// Google's Gemini API deprecations page (ai.google.dev/gemini-api/docs/deprecations) shut gemini-2.5-flash
+// down on 2026-10-16 and names gemini-3.5-flash as its replacement.
+export const DEFAULT_MODEL = 'gemini-3.5-flash';
 
-export async function runAgent({ prompt, engine, apiKey, baseUrl = DEFAULT_BASE, model = 'gemini-2.5-flash', maxSteps = 10, log = () => {} }) {
+export async function runAgent({ prompt, engine, apiKey, baseUrl = DEFAULT_BASE, model = DEFAULT_MODEL, maxSteps = 10, log = () => {} }) {
   const exported = exportTools(engine.tools(), 'gemini');
   const contents = [{ role: 'user', parts: [{ text: prompt }] }];
   for (let step = 1; step <= maxSteps; step++) {

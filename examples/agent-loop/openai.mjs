@@ -4,12 +4,15 @@
 //   OPENAI_API_KEY=... node examples/agent-loop/openai.mjs "Write a haiku to /poem.txt, then read it back"
 //
 // OPENAI_BASE_URL points the client at any OpenAI-compatible endpoint; OPENAI_MODEL picks the model
-// (default gpt-4o-mini); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default ./workspace, demo).
+// (default DEFAULT_MODEL below); ARIUM_WORKSPACE / ARIUM_PROJECT the project (default ./workspace, demo).
 import { pathToFileURL } from 'node:url';
 import { callExported, createEngine, exportTools } from 'arium';
 import OpenAI from 'openai';
 
-export async function runAgent({ prompt, engine, client, model = 'gpt-4o-mini', strict = false, maxSteps = 10, log = () => {} }) {
+// A current small model of the openai package's model list.
+export const DEFAULT_MODEL = 'gpt-5.4-mini';
+
+export async function runAgent({ prompt, engine, client, model = DEFAULT_MODEL, strict = false, maxSteps = 10, log = () => {} }) {
   // strict: OpenAI's strict mode for every tool that can take it (the export says why the others cannot).
   const exported = exportTools(engine.tools(), 'openai', { strict });
   const messages = [
