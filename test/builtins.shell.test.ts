@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, ErrResult, ToolResult, ToolResultEvent } from '../src/index.js';
 import { openEngine, recordEvents, type TempProject, tempProject } from './support/project.js';
 
-/** shell.run: real scripts (just-bash in a worker thread) over a real VFS, through engine.call. */
+/** shell.run: real scripts (just-bash in a child process) over a real VFS, through engine.call. */
 
 interface ShellChange {
   path: string;
@@ -214,8 +214,8 @@ describe('shell.run: limits', () => {
     expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'maxCommandCount', input: 'max_commands' } });
   });
 
-  it('ends an endless loop at the call timeout (TIMEOUT), terminates its thread, and the next call gets a new one', async () => {
-    await shell('true'); // the warm thread
+  it('ends an endless loop at the call timeout (TIMEOUT), kills its process, and the next call gets a new one', async () => {
+    await shell('true'); // the warm process
     const before = (await engine.status()).runners.builtin?.shell as { started: number };
     const r = await engine.call(
       'shell.run',
@@ -225,7 +225,7 @@ describe('shell.run: limits', () => {
     const error = failed(r);
     expect(error).toMatchObject({ code: 'TIMEOUT', stage: 'execution' });
     expect(engine.vfs.exists('/started.txt')).toBe(false);
-    // The thread that ran it is gone (terminate is asynchronous: wait for it, bounded).
+    // The process that ran it is gone (its end is asynchronous: wait for it, bounded).
     const workers = async () => ((await engine.status()).runners.builtin?.shell as { workers: number } | undefined)?.workers ?? 0;
     for (let i = 0; i < 100 && (await workers()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ workers: 0, idle: 0 });
@@ -258,7 +258,7 @@ describe('shell.run: limits', () => {
     expect(Buffer.byteLength(JSON.stringify(r))).toBeLessThanOrEqual(1024 * 1024);
   });
 
-  it('a script that runs out of memory fails with MEMORY_LIMIT, and its thread is replaced', async () => {
+  it('a script that runs out of memory fails with MEMORY_LIMIT, and its process is replaced', async () => {
     // just-bash holds a pipe's bytes several times over: 30 MB through a pipe needs far more than 128 MB.
     const r = await engine.call('shell.run', { script: "echo start > /started.txt; printf '%30000000s' x | wc -c" });
     expect(failed(r)).toMatchObject({ code: 'MEMORY_LIMIT', details: { memory_mb: 128 } });
@@ -308,13 +308,13 @@ describe('shell.run: calls at once', () => {
       expect((r as { data: ShellData }).data.stdout).toBe(`call ${i}\n`);
       expect(text(`/par/f${i}.txt`)).toBe(`call ${i}\n`);
     }
-    // One thread stays warm; the others ended with their calls.
+    // One process stays warm; the others ended with their calls.
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ idle: 1 });
   });
 
   it('two calls incrementing the same counter: one loses the race, runs again, and nothing is lost', async () => {
     engine.vfs.write('/counter.txt', '0\n');
-    // Both read the counter well within the 2 s the first one sleeps (the second call's thread starts
+    // Both read the counter well within the 2 s the first one sleeps (the second call's process starts
     // meanwhile): the first commits, the second's commit is refused, and its second run reads 1.
     const script = 'n=$(cat /counter.txt); sleep 2; echo $((n + 1)) > /counter.txt; echo $n';
     const [a, b] = await Promise.all([engine.call('shell.run', { script }), engine.call('shell.run', { script })]);

@@ -9,7 +9,7 @@ import { endsCall } from '../../shared/vfs-ops.js';
 import type { FsAnswerError, ShellDone, ShellOutput, ShellPool } from './pool.js';
 
 /**
- * One `shell.run` call on the engine's thread: the script runs in a worker thread (pool.ts), and each
+ * One `shell.run` call on the engine's thread: the script runs in a child process (pool.ts), and each
  * of its file-system requests comes back here, where the call's ToolVfs serves it: the same permission
  * checks, the same transaction, as any tool. A denial ends the call (DENIED, nothing written), as it
  * does for a JS or Python tool. When the script has run, the result lists what it changed, with diffs.
@@ -85,7 +85,7 @@ function str(value: unknown): string {
 
 /**
  * Serves one file-system request of the script on the call's VFS. The paths come normalized from the
- * worker, and ToolVfs normalizes and checks them again: the worker is not trusted to have done it.
+ * shell's process, and ToolVfs normalizes and checks them again: it is not trusted to have done it.
  */
 function serveOp(vfs: ToolVfs, op: string, a: Record<string, unknown>): unknown {
   switch (op) {
@@ -284,9 +284,9 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     throw new ToolFailure('execution', 'NOT_A_DIRECTORY', `cwd ${cwd} is not a folder`, { details: { path: cwd } });
   }
   const budget = Math.max(0, limits.output_bytes - ENVELOPE_BYTES);
-  const worker = await pool.acquire(limits.memory_mb, signal);
+  const shell = await pool.acquire(limits.memory_mb, signal);
   if (signal.aborted) {
-    pool.release(worker, true);
+    pool.release(shell, true);
     throw new ToolFailure('execution', 'CANCELLED', 'The call ended before its script started');
   }
   /** The failure that ends the call: a denial or an escape, reported once, whatever the script does next. */
@@ -298,17 +298,17 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     } catch (error) {
       if (error instanceof ToolFailure && endsCall(error)) {
         fatal = error;
-        worker.stop();
+        shell.stop();
       }
       throw error;
     }
   };
-  const onAbort = () => void worker.terminate();
+  const onAbort = () => void shell.terminate();
   signal.addEventListener('abort', onAbort, { once: true });
   let healthy = false;
   let done: ShellDone;
   try {
-    done = await worker.run(
+    done = await shell.run(
       {
         script: input.script,
         cwd,
@@ -331,7 +331,7 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     throw error;
   } finally {
     signal.removeEventListener('abort', onAbort);
-    pool.release(worker, healthy && !signal.aborted);
+    pool.release(shell, healthy && !signal.aborted);
   }
   if (fatal) throw fatal;
   return result(input, ctx, done, budget);

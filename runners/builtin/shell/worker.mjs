@@ -1,23 +1,29 @@
-// The worker thread of the builtin `shell.run` (runners/builtin/shell/pool.ts starts it). It runs
-// just-bash, a simulated bash in JavaScript, over a file system whose every operation is a message to
-// the engine's thread, which serves it from the call's ToolVfs (permission checks, the call's
-// transaction). This thread holds no file of its own: no host path, no network (just-bash's curl
-// exists only when a network is configured, and none is), no processes (python3, js-exec and node
+// The process of the builtin `shell.run` (runners/builtin/shell/pool.ts starts it as a child of the
+// engine's process). It runs just-bash, a simulated bash in JavaScript, over a file system whose every
+// operation is a message to the engine, which serves it from the call's ToolVfs (permission checks, the
+// call's transaction). This process holds no file of its own: no host path, no network (just-bash's
+// curl exists only when a network is configured, and none is), no processes (python3, js-exec and node
 // exist only when enabled, and they are not; sqlite3, which starts a thread of its own, is left out).
 //
-// Why a thread: just-bash's defense in depth runs each script inside an AsyncLocalStorage context, and
-// on Node 20 the first `run` of an AsyncLocalStorage turns on the process's promise hooks for good:
-// every `await` of the engine cost about 5 to 9 times more after one script. Here those hooks are this
-// thread's own, and the engine thread never loads just-bash. The thread can also be terminated at the
-// call's deadline, whatever the script is doing.
+// Why apart from the engine's thread: just-bash's defense in depth runs each script inside an
+// AsyncLocalStorage context, and on Node 20 the first `run` of an AsyncLocalStorage turns on the
+// process's promise hooks for good: every `await` of the engine cost about 5 to 9 times more after one
+// script. Why a process and not a thread: when a script fills the heap, V8 may abort the whole process
+// it runs in; here that is this process, and the engine gives the call MEMORY_LIMIT. The process can
+// also be killed at the call's deadline, whatever the script is doing.
 //
 // Plain JavaScript, run as it is from the sources (tests) and from an installed package alike.
 
 import { Buffer } from 'node:buffer';
-import { parentPort } from 'node:worker_threads';
+import { getHeapStatistics } from 'node:v8';
 
-/** @type {import('node:worker_threads').MessagePort} */
-const port = /** @type {any} */ (parentPort);
+/** A message to the engine; dropped when the engine is gone (this process then ends, below). */
+function post(message) {
+  if (process.connected) process.send?.(message);
+}
+
+// Without the engine there is nothing to serve and nobody to answer: end with it.
+process.on('disconnect', () => process.exit(0));
 
 /**
  * Devices the shell has of its own: they are not VFS paths, so `2>/dev/null` writes nothing anywhere.
@@ -36,8 +42,8 @@ try {
   // left out. The network, Python and JavaScript commands are not in this list at all.
   COMMANDS = justBash.getCommandNames().filter((name) => name !== 'sqlite3');
 } catch (error) {
-  port.postMessage({ t: 'failed', message: String(error?.message ?? error) });
-  port.close();
+  post({ t: 'failed', message: String(error?.message ?? error) });
+  process.disconnect?.();
 }
 const REGISTERED = new Set(COMMANDS);
 
@@ -86,19 +92,19 @@ function textOf(bytes, options) {
 /** The call's answers still to come, by request number. */
 const pending = new Map();
 let nextRequest = 1;
-/** The run in progress: one at a time per thread. */
+/** The run in progress: one at a time per process. */
 let current = null;
 
 function ask(id, op, args) {
   return new Promise((resolve, reject) => {
     const req = nextRequest++;
     pending.set(req, { resolve, reject });
-    port.postMessage({ t: 'fs', id, req, op, args });
+    post({ t: 'fs', id, req, op, args });
   });
 }
 
 /**
- * just-bash's IFileSystem over the call's VFS. Paths are normalized here; the engine thread checks
+ * just-bash's IFileSystem over the call's VFS. Paths are normalized here; the engine checks
  * each against the call's permissions. The VFS has no modes and no links: `chmod` holds a mode for the
  * rest of the call only (so `chmod +x s.sh && ./s.sh` works), links are refused.
  */
@@ -296,6 +302,11 @@ function bounded(text, keep) {
   return { text: kept, bytes: Buffer.byteLength(value, 'utf8'), cut: kept.length < value.length };
 }
 
+/** The heap in use now: what the script left, garbage included (the engine does not reuse a process left near its limit). */
+function heapBytes() {
+  return getHeapStatistics().used_heap_size;
+}
+
 async function run(job) {
   const controller = new AbortController();
   current = { id: job.id, controller };
@@ -319,15 +330,15 @@ async function run(job) {
     const result = await bash.exec(job.script, options);
     const stdout = bounded(result.stdout, job.keep);
     const stderr = bounded(result.stderr, job.keep);
-    port.postMessage({ t: 'done', id: job.id, exitCode: result.exitCode, stdout, stderr, aborted: controller.signal.aborted });
+    post({ t: 'done', id: job.id, exitCode: result.exitCode, stdout, stderr, heapBytes: heapBytes() });
   } catch (error) {
-    port.postMessage({ t: 'done', id: job.id, error: String(error?.message ?? error) });
+    post({ t: 'done', id: job.id, error: String(error?.message ?? error), heapBytes: heapBytes() });
   } finally {
     current = null;
   }
 }
 
-port.on('message', (message) => {
+process.on('message', (message) => {
   if (message?.t === 'answer') {
     const waiter = pending.get(message.req);
     if (!waiter) return;
@@ -341,4 +352,4 @@ port.on('message', (message) => {
   }
 });
 
-if (Bash) port.postMessage({ t: 'ready' });
+if (Bash) post({ t: 'ready' });
