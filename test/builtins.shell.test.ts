@@ -266,6 +266,46 @@ describe('shell.run: limits', () => {
     expect((await shell('echo fine')).stdout).toBe('fine\n');
   });
 
+  it('a brace range past 10,000 items fails the call (TOOL_ERROR naming the limit and how to stay under it), never runs cut', async () => {
+    // just-bash stops a range at 10,000 items and carries on with exit status 0.
+    const loop = failed(await engine.call('shell.run', { script: 'echo start > /started.txt; for i in {1..20000}; do echo $i > /last.txt; done' }));
+    expect(loop).toMatchObject({
+      code: 'TOOL_ERROR',
+      stage: 'execution',
+      details: { limit: 'braceRangeItems', max: 10_000, items: 20_000, range: '{1..20000}' },
+    });
+    expect(loop.message).toMatch(/\{1\.\.20000\} gives 20000 items.*at most 10000 items per range.*nothing it wrote was kept.*Split the range.*seq/);
+    expect(engine.vfs.exists('/started.txt')).toBe(false);
+    expect(engine.vfs.exists('/last.txt')).toBe(false);
+
+    const touch = failed(await engine.call('shell.run', { script: 'mkdir /many && cd /many && touch f{1..12000}' }));
+    expect(touch).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'braceRangeItems', items: 12_000, range: '{1..12000}' } });
+    expect(engine.vfs.exists('/many')).toBe(false);
+
+    // A script that runs another (bash -c) is checked too, though the outer one would carry on.
+    const nested = failed(await engine.call('shell.run', { script: `bash -c 'echo {1..20000}'; echo after > /after.txt` }));
+    expect(nested).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'braceRangeItems', range: '{1..20000}' } });
+    expect(engine.vfs.exists('/after.txt')).toBe(false);
+  });
+
+  it('brace ranges: exactly 10,000 items run, 10,001 do not, whatever the direction or step; quoted braces are text', async () => {
+    expect((await shell('echo {1..10000} | wc -w')).stdout).toBe('10000\n');
+    expect((await shell('echo {10000..1} | tail -c 6')).stdout).toBe('3 2 1\n');
+    expect((await shell('echo {0..19998..2} | wc -w')).stdout).toBe('10000\n');
+    for (const [script, items, range] of [
+      ['echo {1..10001}', 10_001, '{1..10001}'],
+      ['echo {10000..0}', 10_001, '{10000..0}'],
+      ['echo {0..20000..2}', 10_001, '{0..20000..2}'],
+      ['echo x{001..10001}y', 10_001, '{001..10001}'],
+    ] as const) {
+      expect(failed(await engine.call('shell.run', { script })), script).toMatchObject({
+        code: 'TOOL_ERROR',
+        details: { limit: 'braceRangeItems', max: 10_000, items, range },
+      });
+    }
+    expect((await shell(`echo "{1..20000}" '{1..20000}' \\{1..20000\\}`)).stdout).toBe('{1..20000} {1..20000} {1..20000}\n');
+  });
+
   it('a write past max_call_bytes: a command sees a full disk; a redirection stops the script (TOOL_ERROR, nothing kept)', async () => {
     await engine.close();
     engine = await openEngine(project, { vfsQuota: { max_call_bytes: 1000 } });

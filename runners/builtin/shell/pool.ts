@@ -66,7 +66,15 @@ type FromProcess =
   | { t: 'failed'; message: string }
   | { t: 'fs'; id: number; req: number; op: string; args: Record<string, unknown> }
   | { t: 'done'; id: number; exitCode: number; stdout: ShellOutput; stderr: ShellOutput; heapBytes: number }
-  | { t: 'done'; id: number; error: string; heapBytes: number };
+  | { t: 'done'; id: number; error: string; heapBytes: number }
+  | { t: 'done'; id: number; braceRange: BraceRange; heapBytes: number };
+
+/** A brace range longer than the shell expands (worker.mjs): the items it would give, null when too many to count. */
+interface BraceRange {
+  range: string;
+  items: number | null;
+  max: number;
+}
 
 /** The process's script: plain JavaScript next to this file in the sources, three levels up from dist/runners/builtin/shell/. */
 export function workerPath(): string {
@@ -248,7 +256,9 @@ export class ShellProcess {
       if (!running || message.id !== running.id) return;
       this.#running = null;
       this.#heapBytes = message.heapBytes;
-      if ('error' in message) {
+      if ('braceRange' in message) {
+        running.reject(braceRangeFailure(message.braceRange));
+      } else if ('error' in message) {
         // just-bash raises some failures out of the script instead of giving them an exit status: a
         // redirection whose write fails (a file in the way, a full quota) is one.
         running.reject(
@@ -261,6 +271,19 @@ export class ShellProcess {
       }
     }
   }
+}
+
+/** The failure of a script with a brace range past what the shell expands: what it is, and how to stay under it. */
+function braceRangeFailure({ range, items, max }: BraceRange): ToolFailure {
+  const size = items === null ? 'too many items' : `${items} items`;
+  return new ToolFailure(
+    'execution',
+    'TOOL_ERROR',
+    `The brace range ${range} gives ${size}, and the shell expands at most ${max} items per range (it would cut the rest and carry on); ` +
+      `the script was stopped and nothing it wrote was kept. Split the range (e.g. {1..${max}} {${max + 1}..${2 * max}}) or count with seq or a loop ` +
+      `(for i in $(seq 1 ${2 * max}), or for ((i = 1; i <= ${2 * max}; i++)))`,
+    { details: { limit: 'braceRangeItems', max, items, range } },
+  );
 }
 
 export interface ShellPoolStatus {

@@ -293,6 +293,56 @@ class VfsFileSystem {
   }
 }
 
+/**
+ * The most items one brace range gives in just-bash: it stops a longer range there without a word
+ * (`{1..20000}` gives 1 to 10000, with exit status 0), a fixed number it has no option for. A script
+ * with a longer range fails instead, before it runs.
+ */
+const BRACE_RANGE_MAX = 10_000;
+
+/** Items a brace range gives as just-bash expands it (`{a..b..step}`: the step's sign ignored, 0 taken as 1). */
+function rangeItems(range) {
+  const step = Math.max(1, Math.abs(Number(range.step ?? 1)) || 1);
+  let from = range.start;
+  let to = range.end;
+  if (typeof from === 'string' && typeof to === 'string') {
+    from = from.charCodeAt(0);
+    to = to.charCodeAt(0);
+  } else if (typeof from !== 'number' || typeof to !== 'number') {
+    return 0; // not a range just-bash expands: the text stays as written
+  }
+  const items = Math.floor(Math.abs(to - from) / step) + 1;
+  return Number.isFinite(items) ? items : Number.POSITIVE_INFINITY;
+}
+
+/** The range as the script wrote it. */
+function rangeText(range) {
+  const from = range.startStr ?? String(range.start);
+  const to = range.endStr ?? String(range.end);
+  return `{${from}..${to}${range.step !== undefined ? `..${range.step}` : ''}}`;
+}
+
+/** The first brace range of a parsed script that gives more than BRACE_RANGE_MAX items, or null. */
+function longRange(ast) {
+  const stack = [ast];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (Array.isArray(node)) {
+      for (const child of node) if (child && typeof child === 'object') stack.push(child);
+      continue;
+    }
+    if (node.type === 'BraceExpansion' && Array.isArray(node.items)) {
+      for (const item of node.items) {
+        if (item?.type !== 'Range') continue;
+        const items = rangeItems(item);
+        if (items > BRACE_RANGE_MAX) return { range: rangeText(item), items: Number.isFinite(items) ? items : null, max: BRACE_RANGE_MAX };
+      }
+    }
+    for (const value of Object.values(node)) if (value && typeof value === 'object') stack.push(value);
+  }
+  return null;
+}
+
 /** The first `keep` characters of an output, and its whole size. */
 function bounded(text, keep) {
   const value = typeof text === 'string' ? text : String(text ?? '');
@@ -312,6 +362,8 @@ async function run(job) {
   current = { id: job.id, controller };
   for (const { reject } of pending.values()) reject(fsError('ECANCELED', 'ECANCELED: operation canceled'));
   pending.clear();
+  /** A brace range too long for the shell, in the script or in one it runs (`bash -c`, `find -exec`). */
+  let tooLong = null;
   try {
     const bash = new Bash({
       fs: new VfsFileSystem(job.id),
@@ -325,9 +377,32 @@ async function run(job) {
         maxOutputSize: job.limits.outputBytes,
       },
     });
+    // Every script just-bash runs through its exec (this one, `bash -c`, `bash file`, `find -exec`,
+    // xargs) is parsed and passed here before it runs. `eval` and `source` parse their text without it.
+    bash.registerTransformPlugin({
+      name: 'brace-range-limit',
+      transform({ ast }) {
+        const found = longRange(ast);
+        if (found) {
+          tooLong ??= found;
+          controller.abort();
+          throw new Error(`brace range ${found.range}: more than ${BRACE_RANGE_MAX} items`);
+        }
+        return { ast };
+      },
+    });
     const options = { signal: controller.signal, rawScript: true };
     if (typeof job.stdin === 'string') options.stdin = job.stdin;
-    const result = await bash.exec(job.script, options);
+    let result;
+    try {
+      result = await bash.exec(job.script, options);
+    } catch (error) {
+      if (!tooLong) throw error;
+    }
+    if (tooLong) {
+      post({ t: 'done', id: job.id, braceRange: tooLong, heapBytes: heapBytes() });
+      return;
+    }
     const stdout = bounded(result.stdout, job.keep);
     const stderr = bounded(result.stderr, job.keep);
     post({ t: 'done', id: job.id, exitCode: result.exitCode, stdout, stderr, heapBytes: heapBytes() });
