@@ -209,6 +209,18 @@ describe('shell.run: limits', () => {
     expect(engine.vfs.exists('/started.txt')).toBe(false);
   });
 
+  it('runs ordinary commands on ordinary sizes as bash does: no loop count cuts seq, awk or cut short', async () => {
+    engine.vfs.write('/big.txt', Array.from({ length: 300_000 }, (_, i) => `line ${i}\n`).join(''));
+    const r = await shell("seq 1 400000 | wc -l; awk 'END { print NR }' /big.txt; cut -c1-4 /big.txt | wc -l; grep -c line /big.txt");
+    expect(r.stdout).toBe('400000\n300000\n300000\n300000\n');
+  }, 120_000);
+
+  it('a lower max_loop_iterations bounds the commands that loop too, and the error says which input raises it', async () => {
+    const error = failed(await engine.call('shell.run', { script: 'seq 1 5000 | wc -l', max_loop_iterations: 1000 }));
+    expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { input: 'max_loop_iterations' } });
+    expect(error.message).toMatch(/seq: iteration limit exceeded \(1000\).*raise it with "max_loop_iterations"/);
+  });
+
   it('stops a script at the command limit', async () => {
     const error = failed(await engine.call('shell.run', { script: 'for i in 1 2 3 4 5 6 7 8 9 10; do true; done', max_commands: 5 }));
     expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'maxCommandCount', input: 'max_commands' } });

@@ -6,6 +6,7 @@ import type { TreeView } from '../../../src/vfs/read-view.js';
 import { diffFiles } from '../../../src/vfs/text-diff.js';
 import type { EntryType } from '../../../src/vfs/vfs.js';
 import { endsCall } from '../../shared/vfs-ops.js';
+import { DEFAULT_COMMANDS, DEFAULT_LOOP_ITERATIONS } from '../shell-tool.js';
 import type { FsAnswerError, ShellDone, ShellOutput, ShellPool } from './pool.js';
 
 /**
@@ -75,6 +76,8 @@ const SYSCALL: Readonly<Record<string, string>> = {
  */
 const LIMIT_MESSAGE = /executionLimits\.\w+|limit exceeded|exceeded maximum iterations|too many iterations/;
 const LIMIT_OPTION = /executionLimits\.(\w+)/;
+/** The count a limit message names, "limit exceeded (100000)". */
+const LIMIT_COUNT = /limit exceeded \((\d+)\)/;
 /** just-bash's option → the input that raises it, when there is one. */
 const LIMIT_INPUT: Readonly<Record<string, string>> = { maxLoopIterations: 'max_loop_iterations', maxCommandCount: 'max_commands' };
 
@@ -305,6 +308,7 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
   };
   const onAbort = () => void shell.terminate();
   signal.addEventListener('abort', onAbort, { once: true });
+  const loops = input.max_loop_iterations ?? DEFAULT_LOOP_ITERATIONS;
   let healthy = false;
   let done: ShellDone;
   try {
@@ -315,8 +319,8 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
         env: input.env ?? {},
         stdin: input.stdin,
         limits: {
-          loops: input.max_loop_iterations ?? 100_000,
-          commands: input.max_commands ?? 100_000,
+          loops,
+          commands: input.max_commands ?? DEFAULT_COMMANDS,
           timeMs: limits.timeout_ms + SHELL_DEADLINE_SLACK_MS,
           outputBytes: MAX_SCRIPT_OUTPUT,
         },
@@ -334,17 +338,18 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     pool.release(shell, healthy && !signal.aborted);
   }
   if (fatal) throw fatal;
-  return result(input, ctx, done, budget);
+  return result(input, ctx, done, budget, loops);
 }
 
-function result(input: ShellInput, ctx: RunContext, done: ShellDone, budget: number): Record<string, unknown> {
+function result(input: ShellInput, ctx: RunContext, done: ShellDone, budget: number, loops: number): Record<string, unknown> {
   const { vfs } = ctx;
   const stderrTail = tail(done.stderr.text, 2000);
   if (done.exitCode === 126) {
     const lastLine = done.stderr.text.trimEnd().split('\n').pop() ?? '';
     if (LIMIT_MESSAGE.test(lastLine)) {
       const option = LIMIT_OPTION.exec(lastLine)?.[1] ?? null;
-      const raise = option ? LIMIT_INPUT[option] : undefined;
+      // A command bounded by the loop count (seq, cut, od, awk) names only the number it reached.
+      const raise = option ? LIMIT_INPUT[option] : LIMIT_COUNT.exec(lastLine)?.[1] === String(loops) ? 'max_loop_iterations' : undefined;
       throw new ToolFailure(
         'execution',
         'TOOL_ERROR',

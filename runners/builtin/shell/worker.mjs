@@ -371,7 +371,11 @@ async function run(job) {
       env: { HOME: '/', ...job.env },
       commands: COMMANDS,
       executionLimits: {
+        // One count for the bash loops and for the loops of awk, sed and jq programs and awk's records.
         maxLoopIterations: job.limits.loops,
+        maxAwkIterations: job.limits.loops,
+        maxSedIterations: job.limits.loops,
+        maxJqIterations: job.limits.loops,
         maxCommandCount: job.limits.commands,
         maxExecutionTimeMs: job.limits.timeMs,
         maxOutputSize: job.limits.outputBytes,
