@@ -110,6 +110,8 @@ export class ShellProcess {
   /** The heap the last script left behind (bytes), as the process measured it when it answered. */
   #heapBytes = 0;
   #console = '';
+  /** V8 said it ran out of memory (seen as the text comes, in case more follows it than CONSOLE_KEEP keeps). */
+  #outOfMemory = false;
 
   constructor(memoryMb: number, onExit: (process: ShellProcess) => void) {
     this.memoryMb = memoryMb;
@@ -128,6 +130,7 @@ export class ShellProcess {
       stream?.setEncoding('utf8');
       stream?.on('data', (chunk: string) => {
         this.#console = (this.#console + chunk).slice(-CONSOLE_KEEP);
+        if (!this.#outOfMemory && OUT_OF_MEMORY.test(this.#console)) this.#outOfMemory = true;
       });
     }
     this.#child.on('error', (error) => {
@@ -224,7 +227,7 @@ export class ShellProcess {
 
   /** Why the process ended, when nobody ended it: out of memory (V8 said so before aborting), or a crash. */
   #death(code: number | null, signal: NodeJS.Signals | null): ToolFailure {
-    if (OUT_OF_MEMORY.test(this.#console)) {
+    if (this.#outOfMemory) {
       return new ToolFailure('execution', 'MEMORY_LIMIT', `The script ran out of memory (the shell's heap is limited to ${this.memoryMb} MB)`, {
         details: { memory_mb: this.memoryMb },
       });
@@ -236,9 +239,18 @@ export class ShellProcess {
   /** A message to the process; lost when it is gone, which its 'close' reports. */
   #send(message: Record<string, unknown>): void {
     if (!this.#child.connected) return;
-    this.#child.send(message, (error) => {
-      if (error) this.#dead ??= new ToolFailure('execution', 'INTERNAL', `The shell process could not be reached: ${error.message}`);
-    });
+    const unreachable = (error: Error) => {
+      this.#dead ??= new ToolFailure('execution', 'INTERNAL', `The shell process could not be reached: ${error.message}`);
+      void this.terminate();
+    };
+    try {
+      this.#child.send(message, (error) => {
+        if (error) unreachable(error);
+      });
+    } catch (error) {
+      // An answer that cannot be serialized: the script's call fails, not the engine.
+      unreachable(error instanceof Error ? error : new Error(String(error)));
+    }
   }
 
   #message(message: FromProcess): void {
