@@ -417,7 +417,8 @@ async function run(job) {
   }
 }
 
-process.on('message', (message) => {
+// Messages from the engine (the IPC channel gives them untyped).
+process.on('message', (/** @type {any} */ message) => {
   if (message?.t === 'answer') {
     const waiter = pending.get(message.req);
     if (!waiter) return;
