@@ -35,6 +35,7 @@ const suites: Array<[string, Bench | null]> = [
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],
   ['shell', await optional('./shell.js', 'benchShell')],
+  ['shell-warm', await optional('./shell-warm.js', 'benchShellWarm')],
   ['remote', await optional('./remote.js', 'benchRemote')],
   ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
 ];

@@ -11,7 +11,7 @@ import { median, percentile } from './stats.js';
 const run = promisify(execFile);
 
 /**
- * `shell.run` (just-bash in a worker thread, its file system served by the engine thread) against the
+ * `shell.run` (just-bash in a child process, its file system served by the engine thread) against the
  * host's own tools, in one run:
  *
  * - `grep -r PATTERN /` over 1,000 files of ~2 KB (one in ten matching) through `shell.run`, beside
@@ -21,7 +21,7 @@ const run = promisify(execFile);
  * - the engine's `fs.write` of 1 KB, median, before and after those 50+ shell calls in the same
  *   process: the proof that a shell call leaves the engine thread as fast as it was. For contrast, a
  *   child process (bench/shell-control.ts) runs the same `fs.write` measure before and after one
- *   just-bash `exec` in its own thread, which is what the worker thread avoids.
+ *   just-bash `exec` in its own thread, which is what running the shell apart avoids.
  */
 const FILES = 1000;
 const DIRS = 20;
@@ -78,7 +78,7 @@ export async function benchShell(): Promise<Record<string, unknown>> {
     const writeBefore = await fsWriteMedianUs(engine, WRITES);
     const awaitBefore = await awaitNs();
 
-    // The first shell call starts the worker thread and loads just-bash in it.
+    // The first shell call starts the shell's process and loads just-bash in it.
     const t0 = performance.now();
     const first = await engine.call('shell.run', { script: 'echo hi' });
     const firstCallMs = performance.now() - t0;

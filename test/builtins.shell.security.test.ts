@@ -1,5 +1,5 @@
 import { executionAsyncId } from 'node:async_hooks';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, EngineEvent, ErrResult, SecurityEvent, ToolResult } from '../src/index.js';
 import { openEngine, recordEvents, type TempProject, tempProject } from './support/project.js';
@@ -215,6 +215,95 @@ describe('shell.run: the host stays out of reach', () => {
   });
 });
 
+describe('shell.run: no script can end the engine', () => {
+  // Doubling a string until the shell's string limit stops it leaves a heap past memory_mb; in a worker
+  // thread, V8 then aborted the whole engine process ("FATAL ERROR: Reached heap limit", SIGABRT),
+  // during the script or in a collection after it. Run in a fresh engine process, so that an abort
+  // shows as that process's end instead of the test runner's.
+  const DOUBLING = 's=x; for i in $(seq 40); do s="$s$s"; done';
+  const ATTACK = `while :; do echo y; done | head -n 5; ${DOUBLING}`;
+
+  it('the attack, alone and among concurrent calls, fails with a limit code; the engine process lives on and the next call works', () => {
+    const script = `
+      import { mkdtempSync, mkdirSync } from 'node:fs';
+      import { tmpdir } from 'node:os';
+      import { join } from 'node:path';
+      const { createEngine } = await import(${JSON.stringify(new URL('../dist/src/index.js', import.meta.url).href)});
+      const dir = mkdtempSync(join(tmpdir(), 'arium-shell-abort-'));
+      mkdirSync(join(dir, 'p', 'tools'), { recursive: true });
+      const engine = await createEngine({ workspace: dir, project: 'p', watch: false, persist: false });
+      const outcome = (r) => (r.ok ? { ok: true, stdout: r.data.stdout } : { ok: false, code: r.error.code, message: r.error.message });
+      const call = async (script, extra) => outcome(await engine.call('shell.run', { script, ...extra }));
+      const out = { attacks: [], others: [], next: [] };
+      // The endless loop runs until the command limit (head does not end it): a lower one keeps it short.
+      out.attacks.push(await call(${JSON.stringify(ATTACK)}, { max_commands: 20000 }));
+      out.next.push(await call('echo next'));
+      for (let round = 0; round < 4; round++) {
+        const [attack, ...others] = await Promise.all([
+          call(${JSON.stringify(DOUBLING)}),
+          ...[1, 2, 3].map((i) => call('echo "call ' + i + '" > /f' + i + '.txt; cat /f' + i + '.txt')),
+        ]);
+        out.attacks.push(attack);
+        out.others.push(...others);
+        out.next.push(await call('echo next'));
+      }
+      await engine.close();
+      process.stdout.write(JSON.stringify(out));
+    `;
+    const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      encoding: 'utf8',
+      cwd: new URL('..', import.meta.url),
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    expect({ status: child.status, signal: child.signal, stderr: child.stderr.slice(0, 500) }).toEqual({ status: 0, signal: null, stderr: '' });
+    const out = JSON.parse(child.stdout) as {
+      attacks: Array<{ ok: boolean; code?: string; message?: string }>;
+      others: Array<{ ok: boolean; stdout?: string }>;
+      next: Array<{ ok: boolean; stdout?: string }>;
+    };
+    expect(out.attacks).toHaveLength(5);
+    for (const attack of out.attacks) {
+      expect(attack.ok).toBe(false);
+      // The shell's own limits (commands, string length) or its heap: which comes first depends on timing.
+      if (attack.code === 'TOOL_ERROR') expect(attack.message).toMatch(/execution limits/);
+      else expect(attack.code).toBe('MEMORY_LIMIT');
+    }
+    expect(out.others.map((o) => o.stdout)).toEqual(Array.from({ length: 4 }, () => ['call 1\n', 'call 2\n', 'call 3\n']).flat());
+    expect(out.next).toEqual(Array.from({ length: 5 }, () => ({ ok: true, stdout: 'next\n' })));
+  }, 180_000);
+
+  it('a shell process that dies of memory fails only its call (MEMORY_LIMIT); concurrent calls land, and the next call gets a fresh process', async () => {
+    await withEngine(null, async (engine) => {
+      engine.vfs.mkdir('/par');
+      // just-bash holds a pipe's bytes several times over: 30 MB through a pipe is far past 128 MB of heap.
+      const [attack, ...others] = await Promise.all([
+        engine.call('shell.run', { script: "echo start > /started.txt; printf '%30000000s' x | wc -c" }),
+        ...[1, 2, 3].map((i) => engine.call('shell.run', { script: `echo "call ${i}" > /par/f${i}.txt; sleep 0.2; cat /par/f${i}.txt` })),
+      ]);
+      expect(failed(attack)).toMatchObject({ code: 'MEMORY_LIMIT', details: { memory_mb: 128 } });
+      expect(engine.vfs.exists('/started.txt')).toBe(false);
+      expect(others.map((r) => data(r).stdout)).toEqual(['call 1\n', 'call 2\n', 'call 3\n']);
+      expect(engine.vfs.list('/par').entries.map((e) => e.name)).toEqual(['f1.txt', 'f2.txt', 'f3.txt']);
+      expect(data(await engine.call('shell.run', { script: 'echo next' })).stdout).toBe('next\n');
+    });
+  }, 60_000);
+
+  it('a process whose heap a script left near its limit is not reused: the next call gets a fresh one', async () => {
+    await withEngine(null, async (engine) => {
+      data(await engine.call('shell.run', { script: 'true' }));
+      const status = async () => (await engine.status()).runners.builtin?.shell as { started: number; idle: number };
+      expect(await status()).toMatchObject({ started: 1, idle: 1 });
+      // The string limit stops the script with a heap of large strings well past half of memory_mb.
+      expect(failed(await engine.call('shell.run', { script: DOUBLING })).code).toMatch(/^(TOOL_ERROR|MEMORY_LIMIT)$/);
+      expect(data(await engine.call('shell.run', { script: 'echo next' })).stdout).toBe('next\n');
+      expect(await status()).toMatchObject({ started: 2, idle: 1 });
+      // An ordinary script leaves its process warm for the next call.
+      data(await engine.call('shell.run', { script: 'echo again' }));
+      expect(await status()).toMatchObject({ started: 2, idle: 1 });
+    });
+  }, 60_000);
+});
+
 describe('shell.run: the engine thread is left as it was', () => {
   // just-bash runs each script inside an AsyncLocalStorage context; on Node 20 that turns on the
   // process's promise hooks for good (every await then costs several times more). With the hooks on,
@@ -265,7 +354,7 @@ describe('shell.run: the engine thread is left as it was', () => {
     expect(await promiseHooksOn()).toBe(before);
   });
 
-  it('engine.close() ends the shell threads', async () => {
+  it('engine.close() ends the shell processes', async () => {
     const engine = await openEngine(project);
     data(await engine.call('shell.run', { script: 'true' }));
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ workers: 1, idle: 1 });
@@ -273,7 +362,7 @@ describe('shell.run: the engine thread is left as it was', () => {
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ workers: 0, idle: 0 });
   });
 
-  it('a call while the engine closes fails cleanly, and its thread ends too', async () => {
+  it('a call while the engine closes fails cleanly, and its process ends too', async () => {
     const engine = await openEngine(project);
     const call = engine.call('shell.run', { script: 'sleep 5; echo late > /late.txt' });
     await new Promise((resolve) => setTimeout(resolve, 300));

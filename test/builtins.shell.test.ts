@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine, ErrResult, ToolResult, ToolResultEvent } from '../src/index.js';
 import { openEngine, recordEvents, type TempProject, tempProject } from './support/project.js';
 
-/** shell.run: real scripts (just-bash in a worker thread) over a real VFS, through engine.call. */
+/** shell.run: real scripts (just-bash in a child process) over a real VFS, through engine.call. */
 
 interface ShellChange {
   path: string;
@@ -209,13 +209,25 @@ describe('shell.run: limits', () => {
     expect(engine.vfs.exists('/started.txt')).toBe(false);
   });
 
+  it('runs ordinary commands on ordinary sizes as bash does: no loop count cuts seq, awk or cut short', async () => {
+    engine.vfs.write('/big.txt', Array.from({ length: 300_000 }, (_, i) => `line ${i}\n`).join(''));
+    const r = await shell("seq 1 400000 | wc -l; awk 'END { print NR }' /big.txt; cut -c1-4 /big.txt | wc -l; grep -c line /big.txt");
+    expect(r.stdout).toBe('400000\n300000\n300000\n300000\n');
+  }, 120_000);
+
+  it('a lower max_loop_iterations bounds the commands that loop too, and the error says which input raises it', async () => {
+    const error = failed(await engine.call('shell.run', { script: 'seq 1 5000 | wc -l', max_loop_iterations: 1000 }));
+    expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { input: 'max_loop_iterations' } });
+    expect(error.message).toMatch(/seq: iteration limit exceeded \(1000\).*raise it with "max_loop_iterations"/);
+  });
+
   it('stops a script at the command limit', async () => {
     const error = failed(await engine.call('shell.run', { script: 'for i in 1 2 3 4 5 6 7 8 9 10; do true; done', max_commands: 5 }));
     expect(error).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'maxCommandCount', input: 'max_commands' } });
   });
 
-  it('ends an endless loop at the call timeout (TIMEOUT), terminates its thread, and the next call gets a new one', async () => {
-    await shell('true'); // the warm thread
+  it('ends an endless loop at the call timeout (TIMEOUT), kills its process, and the next call gets a new one', async () => {
+    await shell('true'); // the warm process
     const before = (await engine.status()).runners.builtin?.shell as { started: number };
     const r = await engine.call(
       'shell.run',
@@ -225,7 +237,7 @@ describe('shell.run: limits', () => {
     const error = failed(r);
     expect(error).toMatchObject({ code: 'TIMEOUT', stage: 'execution' });
     expect(engine.vfs.exists('/started.txt')).toBe(false);
-    // The thread that ran it is gone (terminate is asynchronous: wait for it, bounded).
+    // The process that ran it is gone (its end is asynchronous: wait for it, bounded).
     const workers = async () => ((await engine.status()).runners.builtin?.shell as { workers: number } | undefined)?.workers ?? 0;
     for (let i = 0; i < 100 && (await workers()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ workers: 0, idle: 0 });
@@ -258,12 +270,52 @@ describe('shell.run: limits', () => {
     expect(Buffer.byteLength(JSON.stringify(r))).toBeLessThanOrEqual(1024 * 1024);
   });
 
-  it('a script that runs out of memory fails with MEMORY_LIMIT, and its thread is replaced', async () => {
+  it('a script that runs out of memory fails with MEMORY_LIMIT, and its process is replaced', async () => {
     // just-bash holds a pipe's bytes several times over: 30 MB through a pipe needs far more than 128 MB.
     const r = await engine.call('shell.run', { script: "echo start > /started.txt; printf '%30000000s' x | wc -c" });
     expect(failed(r)).toMatchObject({ code: 'MEMORY_LIMIT', details: { memory_mb: 128 } });
     expect(engine.vfs.exists('/started.txt')).toBe(false);
     expect((await shell('echo fine')).stdout).toBe('fine\n');
+  });
+
+  it('a brace range past 10,000 items fails the call (TOOL_ERROR naming the limit and how to stay under it), never runs cut', async () => {
+    // just-bash stops a range at 10,000 items and carries on with exit status 0.
+    const loop = failed(await engine.call('shell.run', { script: 'echo start > /started.txt; for i in {1..20000}; do echo $i > /last.txt; done' }));
+    expect(loop).toMatchObject({
+      code: 'TOOL_ERROR',
+      stage: 'execution',
+      details: { limit: 'braceRangeItems', max: 10_000, items: 20_000, range: '{1..20000}' },
+    });
+    expect(loop.message).toMatch(/\{1\.\.20000\} gives 20000 items.*at most 10000 items per range.*nothing it wrote was kept.*Split the range.*seq/);
+    expect(engine.vfs.exists('/started.txt')).toBe(false);
+    expect(engine.vfs.exists('/last.txt')).toBe(false);
+
+    const touch = failed(await engine.call('shell.run', { script: 'mkdir /many && cd /many && touch f{1..12000}' }));
+    expect(touch).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'braceRangeItems', items: 12_000, range: '{1..12000}' } });
+    expect(engine.vfs.exists('/many')).toBe(false);
+
+    // A script that runs another (bash -c) is checked too, though the outer one would carry on.
+    const nested = failed(await engine.call('shell.run', { script: `bash -c 'echo {1..20000}'; echo after > /after.txt` }));
+    expect(nested).toMatchObject({ code: 'TOOL_ERROR', details: { limit: 'braceRangeItems', range: '{1..20000}' } });
+    expect(engine.vfs.exists('/after.txt')).toBe(false);
+  });
+
+  it('brace ranges: exactly 10,000 items run, 10,001 do not, whatever the direction or step; quoted braces are text', async () => {
+    expect((await shell('echo {1..10000} | wc -w')).stdout).toBe('10000\n');
+    expect((await shell('echo {10000..1} | tail -c 6')).stdout).toBe('3 2 1\n');
+    expect((await shell('echo {0..19998..2} | wc -w')).stdout).toBe('10000\n');
+    for (const [script, items, range] of [
+      ['echo {1..10001}', 10_001, '{1..10001}'],
+      ['echo {10000..0}', 10_001, '{10000..0}'],
+      ['echo {0..20000..2}', 10_001, '{0..20000..2}'],
+      ['echo x{001..10001}y', 10_001, '{001..10001}'],
+    ] as const) {
+      expect(failed(await engine.call('shell.run', { script })), script).toMatchObject({
+        code: 'TOOL_ERROR',
+        details: { limit: 'braceRangeItems', max: 10_000, items, range },
+      });
+    }
+    expect((await shell(`echo "{1..20000}" '{1..20000}' \\{1..20000\\}`)).stdout).toBe('{1..20000} {1..20000} {1..20000}\n');
   });
 
   it('a write past max_call_bytes: a command sees a full disk; a redirection stops the script (TOOL_ERROR, nothing kept)', async () => {
@@ -308,13 +360,13 @@ describe('shell.run: calls at once', () => {
       expect((r as { data: ShellData }).data.stdout).toBe(`call ${i}\n`);
       expect(text(`/par/f${i}.txt`)).toBe(`call ${i}\n`);
     }
-    // One thread stays warm; the others ended with their calls.
+    // One process stays warm; the others ended with their calls.
     expect((await engine.status()).runners.builtin?.shell).toMatchObject({ idle: 1 });
   });
 
   it('two calls incrementing the same counter: one loses the race, runs again, and nothing is lost', async () => {
     engine.vfs.write('/counter.txt', '0\n');
-    // Both read the counter well within the 2 s the first one sleeps (the second call's thread starts
+    // Both read the counter well within the 2 s the first one sleeps (the second call's process starts
     // meanwhile): the first commits, the second's commit is refused, and its second run reads 1.
     const script = 'n=$(cat /counter.txt); sleep 2; echo $((n + 1)) > /counter.txt; echo $n';
     const [a, b] = await Promise.all([engine.call('shell.run', { script }), engine.call('shell.run', { script })]);

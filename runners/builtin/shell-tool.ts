@@ -2,7 +2,16 @@ import { defineBuiltin, objectSchema, PATH } from './define.js';
 import type { ShellInput } from './shell/run.js';
 
 /** The most a script may set its loop and command counts to (the call's timeout bounds it anyway). */
-const MAX_COUNT = 100_000_000;
+export const MAX_COUNT = 100_000_000;
+/**
+ * Loop iterations by default: as many as allowed. just-bash bounds with the same count the work of
+ * commands that loop over their input (seq, cut, od, grep's matching, awk's records), so any lower
+ * default fails ordinary commands on ordinary files (`seq 1 400000`, `awk` over 300,000 lines); the
+ * call's time and memory limits are the guard, and a script that wants a tighter one sets it.
+ */
+export const DEFAULT_LOOP_ITERATIONS = MAX_COUNT;
+/** Commands a script may run by default: a loop that runs commands stops here well before the timeout. */
+export const DEFAULT_COMMANDS = 100_000;
 
 export const shellRun = defineBuiltin(
   {
@@ -34,14 +43,16 @@ export const shellRun = defineBuiltin(
           type: 'integer',
           minimum: 1,
           maximum: MAX_COUNT,
-          default: 100_000,
-          description: 'Iterations one while/for/until loop may run before the script is stopped',
+          default: DEFAULT_LOOP_ITERATIONS,
+          description:
+            'Iterations one while/for/until loop may run before the script is stopped; also bounds the work of commands that loop ' +
+            '(seq, cut, od, awk records and loops, sed and jq loops). By default the call timeout is the guard',
         },
         max_commands: {
           type: 'integer',
           minimum: 1,
           maximum: MAX_COUNT,
-          default: 100_000,
+          default: DEFAULT_COMMANDS,
           description: 'Commands the whole script may run before it is stopped',
         },
       },

@@ -6,10 +6,11 @@ import type { TreeView } from '../../../src/vfs/read-view.js';
 import { diffFiles } from '../../../src/vfs/text-diff.js';
 import type { EntryType } from '../../../src/vfs/vfs.js';
 import { endsCall } from '../../shared/vfs-ops.js';
+import { DEFAULT_COMMANDS, DEFAULT_LOOP_ITERATIONS } from '../shell-tool.js';
 import type { FsAnswerError, ShellDone, ShellOutput, ShellPool } from './pool.js';
 
 /**
- * One `shell.run` call on the engine's thread: the script runs in a worker thread (pool.ts), and each
+ * One `shell.run` call on the engine's thread: the script runs in a child process (pool.ts), and each
  * of its file-system requests comes back here, where the call's ToolVfs serves it: the same permission
  * checks, the same transaction, as any tool. A denial ends the call (DENIED, nothing written), as it
  * does for a JS or Python tool. When the script has run, the result lists what it changed, with diffs.
@@ -75,6 +76,8 @@ const SYSCALL: Readonly<Record<string, string>> = {
  */
 const LIMIT_MESSAGE = /executionLimits\.\w+|limit exceeded|exceeded maximum iterations|too many iterations/;
 const LIMIT_OPTION = /executionLimits\.(\w+)/;
+/** The count a limit message names, "limit exceeded (100000)". */
+const LIMIT_COUNT = /limit exceeded \((\d+)\)/;
 /** just-bash's option → the input that raises it, when there is one. */
 const LIMIT_INPUT: Readonly<Record<string, string>> = { maxLoopIterations: 'max_loop_iterations', maxCommandCount: 'max_commands' };
 
@@ -85,7 +88,7 @@ function str(value: unknown): string {
 
 /**
  * Serves one file-system request of the script on the call's VFS. The paths come normalized from the
- * worker, and ToolVfs normalizes and checks them again: the worker is not trusted to have done it.
+ * shell's process, and ToolVfs normalizes and checks them again: it is not trusted to have done it.
  */
 function serveOp(vfs: ToolVfs, op: string, a: Record<string, unknown>): unknown {
   switch (op) {
@@ -284,9 +287,9 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     throw new ToolFailure('execution', 'NOT_A_DIRECTORY', `cwd ${cwd} is not a folder`, { details: { path: cwd } });
   }
   const budget = Math.max(0, limits.output_bytes - ENVELOPE_BYTES);
-  const worker = await pool.acquire(limits.memory_mb, signal);
+  const shell = await pool.acquire(limits.memory_mb, signal);
   if (signal.aborted) {
-    pool.release(worker, true);
+    pool.release(shell, true);
     throw new ToolFailure('execution', 'CANCELLED', 'The call ended before its script started');
   }
   /** The failure that ends the call: a denial or an escape, reported once, whatever the script does next. */
@@ -298,25 +301,26 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     } catch (error) {
       if (error instanceof ToolFailure && endsCall(error)) {
         fatal = error;
-        worker.stop();
+        shell.stop();
       }
       throw error;
     }
   };
-  const onAbort = () => void worker.terminate();
+  const onAbort = () => void shell.terminate();
   signal.addEventListener('abort', onAbort, { once: true });
+  const loops = input.max_loop_iterations ?? DEFAULT_LOOP_ITERATIONS;
   let healthy = false;
   let done: ShellDone;
   try {
-    done = await worker.run(
+    done = await shell.run(
       {
         script: input.script,
         cwd,
         env: input.env ?? {},
         stdin: input.stdin,
         limits: {
-          loops: input.max_loop_iterations ?? 100_000,
-          commands: input.max_commands ?? 100_000,
+          loops,
+          commands: input.max_commands ?? DEFAULT_COMMANDS,
           timeMs: limits.timeout_ms + SHELL_DEADLINE_SLACK_MS,
           outputBytes: MAX_SCRIPT_OUTPUT,
         },
@@ -331,20 +335,21 @@ export async function runShell(input: ShellInput, ctx: RunContext, pool: ShellPo
     throw error;
   } finally {
     signal.removeEventListener('abort', onAbort);
-    pool.release(worker, healthy && !signal.aborted);
+    pool.release(shell, healthy && !signal.aborted);
   }
   if (fatal) throw fatal;
-  return result(input, ctx, done, budget);
+  return result(input, ctx, done, budget, loops);
 }
 
-function result(input: ShellInput, ctx: RunContext, done: ShellDone, budget: number): Record<string, unknown> {
+function result(input: ShellInput, ctx: RunContext, done: ShellDone, budget: number, loops: number): Record<string, unknown> {
   const { vfs } = ctx;
   const stderrTail = tail(done.stderr.text, 2000);
   if (done.exitCode === 126) {
     const lastLine = done.stderr.text.trimEnd().split('\n').pop() ?? '';
     if (LIMIT_MESSAGE.test(lastLine)) {
       const option = LIMIT_OPTION.exec(lastLine)?.[1] ?? null;
-      const raise = option ? LIMIT_INPUT[option] : undefined;
+      // A command bounded by the loop count (seq, cut, od, awk) names only the number it reached.
+      const raise = option ? LIMIT_INPUT[option] : LIMIT_COUNT.exec(lastLine)?.[1] === String(loops) ? 'max_loop_iterations' : undefined;
       throw new ToolFailure(
         'execution',
         'TOOL_ERROR',

@@ -1,23 +1,29 @@
-// The worker thread of the builtin `shell.run` (runners/builtin/shell/pool.ts starts it). It runs
-// just-bash, a simulated bash in JavaScript, over a file system whose every operation is a message to
-// the engine's thread, which serves it from the call's ToolVfs (permission checks, the call's
-// transaction). This thread holds no file of its own: no host path, no network (just-bash's curl
-// exists only when a network is configured, and none is), no processes (python3, js-exec and node
+// The process of the builtin `shell.run` (runners/builtin/shell/pool.ts starts it as a child of the
+// engine's process). It runs just-bash, a simulated bash in JavaScript, over a file system whose every
+// operation is a message to the engine, which serves it from the call's ToolVfs (permission checks, the
+// call's transaction). This process holds no file of its own: no host path, no network (just-bash's
+// curl exists only when a network is configured, and none is), no processes (python3, js-exec and node
 // exist only when enabled, and they are not; sqlite3, which starts a thread of its own, is left out).
 //
-// Why a thread: just-bash's defense in depth runs each script inside an AsyncLocalStorage context, and
-// on Node 20 the first `run` of an AsyncLocalStorage turns on the process's promise hooks for good:
-// every `await` of the engine cost about 5 to 9 times more after one script. Here those hooks are this
-// thread's own, and the engine thread never loads just-bash. The thread can also be terminated at the
-// call's deadline, whatever the script is doing.
+// Why apart from the engine's thread: just-bash's defense in depth runs each script inside an
+// AsyncLocalStorage context, and on Node 20 the first `run` of an AsyncLocalStorage turns on the
+// process's promise hooks for good: every `await` of the engine cost about 5 to 9 times more after one
+// script. Why a process and not a thread: when a script fills the heap, V8 may abort the whole process
+// it runs in; here that is this process, and the engine gives the call MEMORY_LIMIT. The process can
+// also be killed at the call's deadline, whatever the script is doing.
 //
 // Plain JavaScript, run as it is from the sources (tests) and from an installed package alike.
 
 import { Buffer } from 'node:buffer';
-import { parentPort } from 'node:worker_threads';
+import { getHeapStatistics } from 'node:v8';
 
-/** @type {import('node:worker_threads').MessagePort} */
-const port = /** @type {any} */ (parentPort);
+/** A message to the engine; dropped when the engine is gone (this process then ends, below). */
+function post(message) {
+  if (process.connected) process.send?.(message);
+}
+
+// Without the engine there is nothing to serve and nobody to answer: end with it.
+process.on('disconnect', () => process.exit(0));
 
 /**
  * Devices the shell has of its own: they are not VFS paths, so `2>/dev/null` writes nothing anywhere.
@@ -36,8 +42,8 @@ try {
   // left out. The network, Python and JavaScript commands are not in this list at all.
   COMMANDS = justBash.getCommandNames().filter((name) => name !== 'sqlite3');
 } catch (error) {
-  port.postMessage({ t: 'failed', message: String(error?.message ?? error) });
-  port.close();
+  post({ t: 'failed', message: String(error?.message ?? error) });
+  process.disconnect?.();
 }
 const REGISTERED = new Set(COMMANDS);
 
@@ -86,19 +92,19 @@ function textOf(bytes, options) {
 /** The call's answers still to come, by request number. */
 const pending = new Map();
 let nextRequest = 1;
-/** The run in progress: one at a time per thread. */
+/** The run in progress: one at a time per process. */
 let current = null;
 
 function ask(id, op, args) {
   return new Promise((resolve, reject) => {
     const req = nextRequest++;
     pending.set(req, { resolve, reject });
-    port.postMessage({ t: 'fs', id, req, op, args });
+    post({ t: 'fs', id, req, op, args });
   });
 }
 
 /**
- * just-bash's IFileSystem over the call's VFS. Paths are normalized here; the engine thread checks
+ * just-bash's IFileSystem over the call's VFS. Paths are normalized here; the engine checks
  * each against the call's permissions. The VFS has no modes and no links: `chmod` holds a mode for the
  * rest of the call only (so `chmod +x s.sh && ./s.sh` works), links are refused.
  */
@@ -287,6 +293,56 @@ class VfsFileSystem {
   }
 }
 
+/**
+ * The most items one brace range gives in just-bash: it stops a longer range there without a word
+ * (`{1..20000}` gives 1 to 10000, with exit status 0), a fixed number it has no option for. A script
+ * with a longer range fails instead, before it runs.
+ */
+const BRACE_RANGE_MAX = 10_000;
+
+/** Items a brace range gives as just-bash expands it (`{a..b..step}`: the step's sign ignored, 0 taken as 1). */
+function rangeItems(range) {
+  const step = Math.max(1, Math.abs(Number(range.step ?? 1)) || 1);
+  let from = range.start;
+  let to = range.end;
+  if (typeof from === 'string' && typeof to === 'string') {
+    from = from.charCodeAt(0);
+    to = to.charCodeAt(0);
+  } else if (typeof from !== 'number' || typeof to !== 'number') {
+    return 0; // not a range just-bash expands: the text stays as written
+  }
+  const items = Math.floor(Math.abs(to - from) / step) + 1;
+  return Number.isFinite(items) ? items : Number.POSITIVE_INFINITY;
+}
+
+/** The range as the script wrote it. */
+function rangeText(range) {
+  const from = range.startStr ?? String(range.start);
+  const to = range.endStr ?? String(range.end);
+  return `{${from}..${to}${range.step !== undefined ? `..${range.step}` : ''}}`;
+}
+
+/** The first brace range of a parsed script that gives more than BRACE_RANGE_MAX items, or null. */
+function longRange(ast) {
+  const stack = [ast];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (Array.isArray(node)) {
+      for (const child of node) if (child && typeof child === 'object') stack.push(child);
+      continue;
+    }
+    if (node.type === 'BraceExpansion' && Array.isArray(node.items)) {
+      for (const item of node.items) {
+        if (item?.type !== 'Range') continue;
+        const items = rangeItems(item);
+        if (items > BRACE_RANGE_MAX) return { range: rangeText(item), items: Number.isFinite(items) ? items : null, max: BRACE_RANGE_MAX };
+      }
+    }
+    for (const value of Object.values(node)) if (value && typeof value === 'object') stack.push(value);
+  }
+  return null;
+}
+
 /** The first `keep` characters of an output, and its whole size. */
 function bounded(text, keep) {
   const value = typeof text === 'string' ? text : String(text ?? '');
@@ -296,11 +352,18 @@ function bounded(text, keep) {
   return { text: kept, bytes: Buffer.byteLength(value, 'utf8'), cut: kept.length < value.length };
 }
 
+/** The heap in use now: what the script left, garbage included (the engine does not reuse a process left near its limit). */
+function heapBytes() {
+  return getHeapStatistics().used_heap_size;
+}
+
 async function run(job) {
   const controller = new AbortController();
   current = { id: job.id, controller };
   for (const { reject } of pending.values()) reject(fsError('ECANCELED', 'ECANCELED: operation canceled'));
   pending.clear();
+  /** A brace range too long for the shell, in the script or in one it runs (`bash -c`, `find -exec`). */
+  let tooLong = null;
   try {
     const bash = new Bash({
       fs: new VfsFileSystem(job.id),
@@ -308,26 +371,54 @@ async function run(job) {
       env: { HOME: '/', ...job.env },
       commands: COMMANDS,
       executionLimits: {
+        // One count for the bash loops and for the loops of awk, sed and jq programs and awk's records.
         maxLoopIterations: job.limits.loops,
+        maxAwkIterations: job.limits.loops,
+        maxSedIterations: job.limits.loops,
+        maxJqIterations: job.limits.loops,
         maxCommandCount: job.limits.commands,
         maxExecutionTimeMs: job.limits.timeMs,
         maxOutputSize: job.limits.outputBytes,
       },
     });
+    // Every script just-bash runs through its exec (this one, `bash -c`, `bash file`, `find -exec`,
+    // xargs) is parsed and passed here before it runs. `eval` and `source` parse their text without it.
+    bash.registerTransformPlugin({
+      name: 'brace-range-limit',
+      transform({ ast }) {
+        const found = longRange(ast);
+        if (found) {
+          tooLong ??= found;
+          controller.abort();
+          throw new Error(`brace range ${found.range}: more than ${BRACE_RANGE_MAX} items`);
+        }
+        return { ast };
+      },
+    });
     const options = { signal: controller.signal, rawScript: true };
     if (typeof job.stdin === 'string') options.stdin = job.stdin;
-    const result = await bash.exec(job.script, options);
+    let result;
+    try {
+      result = await bash.exec(job.script, options);
+    } catch (error) {
+      if (!tooLong) throw error;
+    }
+    if (tooLong) {
+      post({ t: 'done', id: job.id, braceRange: tooLong, heapBytes: heapBytes() });
+      return;
+    }
     const stdout = bounded(result.stdout, job.keep);
     const stderr = bounded(result.stderr, job.keep);
-    port.postMessage({ t: 'done', id: job.id, exitCode: result.exitCode, stdout, stderr, aborted: controller.signal.aborted });
+    post({ t: 'done', id: job.id, exitCode: result.exitCode, stdout, stderr, heapBytes: heapBytes() });
   } catch (error) {
-    port.postMessage({ t: 'done', id: job.id, error: String(error?.message ?? error) });
+    post({ t: 'done', id: job.id, error: String(error?.message ?? error), heapBytes: heapBytes() });
   } finally {
     current = null;
   }
 }
 
-port.on('message', (message) => {
+// Messages from the engine (the IPC channel gives them untyped).
+process.on('message', (/** @type {any} */ message) => {
   if (message?.t === 'answer') {
     const waiter = pending.get(message.req);
     if (!waiter) return;
@@ -341,4 +432,4 @@ port.on('message', (message) => {
   }
 });
 
-if (Bash) port.postMessage({ t: 'ready' });
+if (Bash) post({ t: 'ready' });
