@@ -12,18 +12,7 @@ import { joinParts, split, tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import { EnvIndex, type EnvTree, type Shipment } from './shipment.js';
 import { type Tree, TreeIndex } from './tree.js';
-import {
-  type BundleFile,
-  type CallMessage,
-  decode,
-  encode,
-  type Heartbeat,
-  PROTOCOL,
-  packBytes,
-  type Subjects,
-  subjects,
-  unpackBytes,
-} from './wire.js';
+import { type BundleFile, type CallMessage, decode, encode, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
 
 export interface RemoteStatus {
   servers: string[];
@@ -129,7 +118,7 @@ export class RemoteClient {
     // One wildcard subscription for every call's inbox (one SUB for the engine's life, not a SUB and
     // an UNSUB per call); an unknown or ended call's messages are dropped.
     nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
-    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker') as Heartbeat | null) });
+    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker')) });
     void this.#watch(nc);
     this.ping();
   }
