@@ -2,15 +2,17 @@ import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
+import { REMOTE_LIMITS } from '../../src/limits.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
 import { type CallFiles, fileChunk } from './call-files.js';
 import { connectNats, NatsUnreachable, natsModule } from './connect.js';
 import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
-import { joinParts, split, tooLarge } from './parts.js';
+import { tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import { EnvIndex, type EnvTree, type Shipment } from './shipment.js';
+import { CallTransfers, Ledger } from './transfers.js';
 import { type Tree, TreeIndex } from './tree.js';
 import { type BundleFile, type CallMessage, decode, encode, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
 
@@ -51,10 +53,13 @@ interface Pending extends CallFiles {
   watchdog: NodeJS.Timeout | null;
   done: boolean;
   onAbort: (() => void) | null;
-  /** Messages too large for one NATS message, kept for the worker to fetch part by part, by key. */
-  readonly downloads: Map<string, string[]>;
-  /** Parts of a large message the worker is sending, by key. */
-  readonly uploads: Map<string, string[]>;
+  /** Messages too large for one NATS message, both ways, bounded (REMOTE_LIMITS). */
+  readonly transfers: CallTransfers;
+  /** Whether the worker's passing a bound was reported as a SecurityEvent (once per call). */
+  reported: boolean;
+  /** ctx.vfs requests waiting for their turn, in the order they came, and their bytes. */
+  readonly turns: Array<{ work: () => void; bytes: number }>;
+  waiting: number;
 }
 
 /**
@@ -73,6 +78,8 @@ export class RemoteClient {
   readonly #envs = new EnvIndex();
   readonly #workers = new LiveWorkers();
   readonly #calls = new Set<Pending>();
+  /** What each worker's calls hold in messages in parts. */
+  readonly #ledger = new Ledger();
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
   readonly #byInbox = new Map<string, Pending>();
   readonly #inbox: string;
@@ -246,8 +253,10 @@ export class RemoteClient {
         watchdog: null,
         done: false,
         onAbort: null,
-        downloads: new Map(),
-        uploads: new Map(),
+        transfers: new CallTransfers(this.#ledger),
+        reported: false,
+        turns: [],
+        waiting: 0,
         blobs: new Map(),
       };
       this.#calls.add(call);
@@ -285,11 +294,8 @@ export class RemoteClient {
       if (tooLarge(payload, this.#maxPayload)) {
         // The input is what makes a call large: the worker fetches it from the call's inbox.
         const input = new TextEncoder().encode(JSON.stringify(ctx.input));
-        call.downloads.set('input', split(input, this.#maxPayload));
-        payload = encode(
-          { ...message, input: null, input_parts: { key: 'input', count: call.downloads.get('input')?.length ?? 0 } },
-          'remote.toWorker',
-        );
+        const count = call.transfers.download('input', input, this.#maxPayload, '', 'the call’s input');
+        payload = encode({ ...message, input: null, input_parts: { key: 'input', count } }, 'remote.toWorker');
         if (tooLarge(payload, this.#maxPayload)) {
           this.#finish(
             call,
@@ -328,6 +334,7 @@ export class RemoteClient {
       // Time this thread was too busy to tick (a tick came late) is not the worker's silence: its
       // messages of that time may be waiting unread on the socket.
       const now = Date.now();
+      call.transfers.sweep(now);
       const stalled = now - lastTick - this.#keepaliveMs;
       if (stalled > 0) call.lastSeen += stalled;
       lastTick = now;
@@ -381,25 +388,23 @@ export class RemoteClient {
 
   #handle(call: Pending, msg: Msg, message: Record<string, unknown>): void {
     switch (message.t) {
-      case 'part': {
-        const parts = call.downloads.get(String(message.key));
-        const index = Number(message.index);
-        msg.respond(encode({ t: 'part', data: parts?.[index] ?? '' }, 'remote.toWorker'));
-        if (parts && index === parts.length - 1) call.downloads.delete(String(message.key));
+      case 'part':
+        msg.respond(
+          encode({ t: 'part', data: call.transfers.part(String(message.key), Number(message.index), this.#maxPayload) }, 'remote.toWorker'),
+        );
         return;
-      }
-      case 'put': {
-        const key = String(message.key);
-        const parts = call.uploads.get(key) ?? [];
-        if (parts.length === 0) call.uploads.set(key, parts);
-        parts.push(String(message.data));
-        msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+      case 'put':
+        try {
+          call.transfers.put(String(message.key), message.index, message.data, this.#maxPayload, this.#workerKey(call));
+          msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+        } catch (error) {
+          this.#refuse(call, msg, error);
+          this.#misbehaved(call, 'send a message in parts', error);
+        }
         return;
-      }
       case 'large': {
-        const key = String(message.key);
-        const whole = decode(joinParts(call.uploads.get(key) ?? []), 'remote.fromWorker');
-        call.uploads.delete(key);
+        const bytes = call.transfers.take(String(message.key));
+        const whole = bytes ? decode(bytes, 'remote.fromWorker') : null;
         if (whole && whole.t !== 'large') this.#handle(call, msg, whole);
         return;
       }
@@ -414,16 +419,18 @@ export class RemoteClient {
         );
         return;
       case 'tree':
-        this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
-        return;
       case 'env':
-        this.#reply(call, msg, { t: 'env', entries: call.env?.entries ?? [] });
+        try {
+          this.#reply(call, msg, { t: message.t, entries: message.t === 'tree' ? call.tree.entries : (call.env?.entries ?? []) });
+        } catch (error) {
+          this.#refuse(call, msg, error);
+        }
         return;
       case 'blob':
         this.#blob(call, msg, message);
         return;
       case 'vfs':
-        this.#vfs(call, msg, message);
+        this.#inTurn(call, msg, () => this.#vfs(call, msg, message));
         return;
       case 'done':
         this.#done(call, message);
@@ -431,17 +438,40 @@ export class RemoteClient {
     }
   }
 
-  /** Answers a request of the worker, in parts when the answer is larger than one NATS message. */
-  #reply(call: Pending, msg: Msg, message: Record<string, unknown>): void {
-    const bytes = encode(message, 'remote.toWorker');
+  /**
+   * Answers a request of the worker, in parts when the answer is larger than one NATS message. Throws
+   * BUSY when the call or its worker holds too much in parts already (REMOTE_LIMITS).
+   */
+  #reply(call: Pending, msg: Msg, message: Record<string, unknown>, bytes = encode(message, 'remote.toWorker')): void {
     if (!tooLarge(bytes, this.#maxPayload)) {
       msg.respond(bytes);
       return;
     }
     const key = `d${++this.#keys}`;
-    const parts = split(bytes, this.#maxPayload);
-    call.downloads.set(key, parts);
-    msg.respond(encode({ t: 'parts', key, count: parts.length }, 'remote.toWorker'));
+    const count = call.transfers.download(key, bytes, this.#maxPayload, this.#workerKey(call), `the answer to a ${String(message.t)} request`);
+    msg.respond(encode({ t: 'parts', key, count }, 'remote.toWorker'));
+  }
+
+  /** A request of the worker refused: it is told why, as plain JSON. */
+  #refuse(call: Pending, msg: Msg, error: unknown): void {
+    const failure = asFailure(error, 'answering the worker');
+    msg.respond(encode({ t: 'refused', error: wireError(failure) }, 'remote.toWorker'));
+    if (failure.code === 'INTERNAL') {
+      this.#cancel(call);
+      this.#finish(call, failure);
+    }
+  }
+
+  /** One SecurityEvent per call when its worker passes a bound of what the engine keeps for it. */
+  #misbehaved(call: Pending, what: string, error: unknown): void {
+    if (call.reported) return;
+    call.reported = true;
+    const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker of the call';
+    call.ctx.intrusion(`remote: ${who} tried to ${what}`, (error as Error)?.message ?? String(error));
+  }
+
+  #workerKey(call: Pending): string {
+    return call.worker?.id ?? '';
   }
 
   #keys = 0;
@@ -455,8 +485,49 @@ export class RemoteClient {
     msg.respond(encode(fileChunk(call, sha, Number(message.offset), this.#maxPayload), 'remote.toWorker'));
   }
 
+  /**
+   * Runs a call's ctx.vfs requests in the order they came, one per turn of the event loop: a large
+   * read (megabytes to copy and encode) takes a turn of its own, and timers and other calls' messages
+   * run between, however many requests one worker sends at once.
+   */
+  #inTurn(call: Pending, msg: Msg, work: () => void): void {
+    const bytes = msg.data.length;
+    const { call_requests: most, call_request_bytes: mostBytes } = REMOTE_LIMITS;
+    if (call.turns.length >= most || call.waiting + bytes > mostBytes) {
+      const failure = new ToolFailure(
+        'execution',
+        'BUSY',
+        `ctx.vfs: this call already has ${call.turns.length} requests (${call.waiting} bytes) waiting on the engine (REMOTE_LIMITS.call_requests ${most}, call_request_bytes ${mostBytes}); await some first`,
+        { details: { limit: 'call_requests' } },
+      );
+      msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
+      return;
+    }
+    call.turns.push({ work, bytes });
+    call.waiting += bytes;
+    if (call.turns.length === 1) setImmediate(() => this.#nextTurn(call));
+  }
+
+  #nextTurn(call: Pending): void {
+    const turn = call.turns[0];
+    try {
+      turn?.work();
+    } catch (error) {
+      this.#finish(call, asFailure(error, 'the engine failed answering a ctx.vfs request'));
+    } finally {
+      call.turns.shift();
+      call.waiting -= turn?.bytes ?? 0;
+      if (call.turns.length > 0) setImmediate(() => this.#nextTurn(call));
+    }
+  }
+
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
   #vfs(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    if (call.done) {
+      // The call ended while the request waited for its turn.
+      msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+      return;
+    }
     const op = message.op;
     const args = Array.isArray(message.args) ? message.args.map(unpackBytes) : null;
     if (!isVfsOp(op) || args === null) {
@@ -466,21 +537,16 @@ export class RemoteClient {
       return;
     }
     try {
+      // A read may be large: refused before it is made when the call has as many in transit as it may.
+      if (op === 'read') call.transfers.room(this.#workerKey(call), `ctx.vfs.read`);
       const value = runVfsOp(call.ctx.vfs, op, args);
-      this.#reply(call, msg, { t: 'vfs', ok: true, value: packBytes(value) });
+      const answer = { t: 'vfs', ok: true, value: packBytes(value) };
+      const bytes = encode(answer, 'remote.toWorker');
+      call.transfers.sent(bytes.length, `ctx.vfs.${op}`);
+      this.#reply(call, msg, answer, bytes);
     } catch (error) {
-      const failure =
-        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
-      msg.respond(
-        encode(
-          {
-            t: 'vfs',
-            ok: false,
-            error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
-          },
-          'remote.toWorker',
-        ),
-      );
+      const failure = asFailure(error, `ctx.vfs.${op} failed in the engine`);
+      msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
       // As locally: a denial ends the call here, whatever the worker reports later.
       if (failure.code === 'INTERNAL' || endsCall(failure)) {
         this.#cancel(call);
@@ -520,6 +586,7 @@ export class RemoteClient {
     if (call.watchdog) clearInterval(call.watchdog);
     if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
     this.#byInbox.delete(call.id);
+    call.transfers.clear();
     if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
     if (failure) call.reject(failure);
     else call.resolve(value);
@@ -551,6 +618,14 @@ export class RemoteClient {
     for (const call of [...this.#calls]) this.#finish(call, transport('UNAVAILABLE', 'The engine closed while the call ran on a worker'));
     await this.#nc?.close().catch(() => {});
   }
+}
+
+function asFailure(error: unknown, what: string): ToolFailure {
+  return error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', what, { cause: error });
+}
+
+function wireError(failure: ToolFailure): Record<string, unknown> {
+  return { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) };
 }
 
 function relativeEntry(toolsDir: string, entryPath: string): string {
