@@ -194,4 +194,24 @@ describe('messages in parts left unfinished', () => {
     expect(transfers.take('u1')).toBeNull();
     expect(transfers.part('d1', 0, 1024 * 1024)).toBe('');
   });
+
+  it('count against the worker across its calls: past REMOTE_LIMITS.worker_transfer_bytes the next is refused', () => {
+    const ledger = new Ledger();
+    const limits = { ...REMOTE_LIMITS, call_transfer_bytes: 3000, worker_transfer_bytes: 5000 };
+    const first = new CallTransfers(ledger, limits);
+    const second = new CallTransfers(ledger, limits);
+    const other = new CallTransfers(ledger, limits);
+    const part = Buffer.alloc(1000, 1).toString('base64');
+    for (let index = 0; index < 3; index++) first.put('a', index, part, 1024 * 1024, 'w');
+    expect(() => first.put('a', 3, part, 1024 * 1024, 'w')).toThrow(/REMOTE_LIMITS\.call_transfer_bytes/);
+    second.put('b', 0, part, 1024 * 1024, 'w');
+    second.put('b', 1, part, 1024 * 1024, 'w');
+    expect(() => second.put('b', 2, part, 1024 * 1024, 'w')).toThrow(/calls of worker w .*REMOTE_LIMITS\.worker_transfer_bytes/);
+    // Another worker's calls have their own room; a call that ends frees its share.
+    other.put('c', 0, part, 1024 * 1024, 'v');
+    first.clear();
+    second.put('b', 2, part, 1024 * 1024, 'w');
+    expect(ledger.held('w')).toBe(3000);
+    expect(() => second.put('b', 4, part, 1024 * 1024, 'w')).toThrow(/parts come in order, and the next is 3/);
+  });
 });
