@@ -160,7 +160,7 @@ export const REMOTE_LIMITS = Object.freeze({
   call_request_bytes: 64 * 1024 * 1024,
   /** A message in parts of which no part was sent or fetched for this long is dropped. */
   transfer_idle_ms: 30_000,
-  /** Bytes of `ctx.vfs` answers (as JSON) one remote call may be sent in all; past it `QUOTA_EXCEEDED`. */
+  /** Bytes of `ctx.vfs` reads and lists (their answers as JSON) one remote call may be sent in all; past it `QUOTA_EXCEEDED`. */
   call_read_bytes: 1024 * 1024 * 1024,
 });
 

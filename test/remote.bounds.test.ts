@@ -214,4 +214,13 @@ describe('messages in parts left unfinished', () => {
     expect(ledger.held('w')).toBe(3000);
     expect(() => second.put('b', 4, part, 1024 * 1024, 'w')).toThrow(/parts come in order, and the next is 3/);
   });
+
+  it('and the volume one call is sent through ctx.vfs: past REMOTE_LIMITS.call_read_bytes, QUOTA_EXCEEDED', () => {
+    const transfers = new CallTransfers(new Ledger(), { ...REMOTE_LIMITS, call_read_bytes: 1000 });
+    transfers.sent(600, 'ctx.vfs.read');
+    transfers.sent(400, 'ctx.vfs.read');
+    expect(() => transfers.sent(1, 'ctx.vfs.list')).toThrow(
+      expect.objectContaining({ code: 'QUOTA_EXCEEDED', message: expect.stringContaining('ctx.vfs.list: a remote call may be sent 1000 bytes') }),
+    );
+  });
 });

@@ -542,7 +542,8 @@ export class RemoteClient {
       const value = runVfsOp(call.ctx.vfs, op, args);
       const answer = { t: 'vfs', ok: true, value: packBytes(value) };
       const bytes = encode(answer, 'remote.toWorker');
-      call.transfers.sent(bytes.length, `ctx.vfs.${op}`);
+      // What a read or a list sends counts, before it is sent; a change already made is answered whatever its size.
+      if (op === 'read' || op === 'list') call.transfers.sent(bytes.length, `ctx.vfs.${op}`);
       this.#reply(call, msg, answer, bytes);
     } catch (error) {
       const failure = asFailure(error, `ctx.vfs.${op} failed in the engine`);
