@@ -144,13 +144,14 @@ export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
 export const REMOTE_LIMITS = Object.freeze({
   /**
    * Bytes of messages in parts one call holds on the engine at once, both ways. Room for one VFS file
-   * of `max_file_bytes` (64 MiB, 86 MiB once base64 in JSON). Past it the request is refused: `BUSY`
-   * for a `ctx.vfs` answer (await some reads first), a refusal for a worker's part.
+   * of `max_file_bytes` (64 MiB, 86 MiB once base64 in JSON). At it, the call's next `ctx.vfs` request
+   * waits until the worker has fetched an answer (large reads are paced; one answer may pass the bound);
+   * a part the worker sends past it is refused (`BUSY`), and the message it belonged to dropped.
    */
   call_transfer_bytes: 96 * 1024 * 1024,
   /** The same across every call of one worker. */
   worker_transfer_bytes: 256 * 1024 * 1024,
-  /** Messages in parts one call has in transit at once, both ways together; past it `BUSY`. */
+  /** Messages in parts one call has in transit at once, both ways together: paced or refused as above. */
   call_transfers: 8,
   /**
    * `ctx.vfs` requests of one call waiting on the engine for their turn (it runs them in order, one per

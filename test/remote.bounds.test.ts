@@ -138,23 +138,38 @@ describe('a rogue worker cannot exhaust the engine', () => {
     expect(await call).toMatchObject({ ok: true });
 
     const accepted = answers.filter((a) => a.t === 'ok').length;
-    // Room for the one message up to the call's bound, and nothing of the 600 past it.
-    expect(accepted).toBe(Math.floor(REMOTE_LIMITS.call_transfer_bytes / partBytes(1024 * 1024)));
+    // The one message up to the call's bound in bytes (then dropped: it can no longer arrive whole), and
+    // of the 600 as many as a call may have in transit.
+    expect(accepted).toBe(Math.floor(REMOTE_LIMITS.call_transfer_bytes / partBytes(1024 * 1024)) + REMOTE_LIMITS.call_transfers);
     const refused = answers.filter((a) => a.t === 'refused') as Array<{ error: { code: string; message: string } }>;
     expect(refused).toHaveLength(750 - accepted);
     expect(refused[0]?.error).toMatchObject({ code: 'BUSY', message: expect.stringContaining('REMOTE_LIMITS.call_transfer_bytes') });
+    expect(refused.at(-1)?.error).toMatchObject({ code: 'BUSY', message: expect.stringContaining('REMOTE_LIMITS.call_transfers') });
     expect(security).toHaveLength(1);
     expect(security[0]).toContain('worker rogue (h)');
     // Unbounded, the engine kept all of it (about 750 MB measured); bounded, at most call_transfer_bytes (96 MiB).
     expect(grown).toBeLessThan(200 * 1024 * 1024);
   }, 120_000);
 
-  it('with many large reads at once that it never fetches: refused past the bounds, memory bounded, the thread free', async () => {
+  it('with many large reads at once that it never fetches: paced, refused past the requests it may queue, memory bounded, the thread free', async () => {
     project = tempProject(tools, 'arium-remote-');
     const answers: Record<string, unknown>[] = [];
+    const refusedPast = 40 + 300 - REMOTE_LIMITS.call_transfers - REMOTE_LIMITS.call_requests;
+    let all: Promise<unknown> = Promise.resolve();
+    const until = async (n: number) => {
+      for (let i = 0; i < 1500 && answers.length < n; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    };
     const rogueOf = await rogueWorker(async (ask) => {
-      const reads = Array.from({ length: 40 }, () => ask({ t: 'vfs', op: 'read', args: ['/public/big.bin', { encoding: 'bytes' }] }));
-      answers.push(...(await Promise.all(reads)));
+      const asked = (m: unknown) =>
+        ask(m).then((a) => {
+          answers.push(a);
+          return a;
+        });
+      const reads = Array.from({ length: 40 }, () => asked({ t: 'vfs', op: 'read', args: ['/public/big.bin', { encoding: 'bytes' }] }));
+      await until(REMOTE_LIMITS.call_transfers);
+      const stats = Array.from({ length: 300 }, () => asked({ t: 'vfs', op: 'stat', args: ['/public/big.bin'] }));
+      await until(REMOTE_LIMITS.call_transfers + refusedPast);
+      all = Promise.all([...reads, ...stats]);
     });
     engine = await remoteEngine(project, nats.url);
     engine.vfs.write('/public/big.bin', Buffer.alloc(8 * 1024 * 1024, 1));
@@ -166,12 +181,15 @@ describe('a rogue worker cannot exhaust the engine', () => {
     const grown = retained() - before;
     rogueOf.finish();
     expect(await call).toMatchObject({ ok: true });
+    await all;
 
-    const inParts = answers.filter((a) => a.t === 'parts');
+    // As many answers in parts as a call may hold; the other reads wait their turn, which never comes.
+    expect(answers.filter((a) => a.t === 'parts')).toHaveLength(REMOTE_LIMITS.call_transfers);
     const busy = answers.filter((a) => a.t === 'vfs' && a.ok === false && (a.error as { code: string }).code === 'BUSY');
-    expect(inParts).toHaveLength(REMOTE_LIMITS.call_transfers);
-    expect(busy).toHaveLength(40 - REMOTE_LIMITS.call_transfers);
-    expect(busy[0]?.error).toMatchObject({ message: expect.stringContaining('REMOTE_LIMITS.call_transfers') });
+    expect(busy).toHaveLength(refusedPast);
+    expect(busy[0]?.error).toMatchObject({ message: expect.stringContaining('REMOTE_LIMITS.call_requests') });
+    // What still waited when the call ended is told so.
+    expect(answers.filter((a) => a.t === 'ended')).toHaveLength(REMOTE_LIMITS.call_requests);
     // Unbounded, the engine kept 40 answers of 11 MB each (about 560 MB measured) and held its thread for seconds.
     expect(grown).toBeLessThan(250 * 1024 * 1024);
     expect(late).toBeLessThan(3000);
@@ -198,21 +216,27 @@ describe('messages in parts left unfinished', () => {
   it('count against the worker across its calls: past REMOTE_LIMITS.worker_transfer_bytes the next is refused', () => {
     const ledger = new Ledger();
     const limits = { ...REMOTE_LIMITS, call_transfer_bytes: 3000, worker_transfer_bytes: 5000 };
-    const first = new CallTransfers(ledger, limits);
-    const second = new CallTransfers(ledger, limits);
-    const other = new CallTransfers(ledger, limits);
+    const [first, second, third, other] = [1, 2, 3, 4].map(() => new CallTransfers(ledger, limits)) as [
+      CallTransfers,
+      CallTransfers,
+      CallTransfers,
+      CallTransfers,
+    ];
     const part = Buffer.alloc(1000, 1).toString('base64');
     for (let index = 0; index < 3; index++) first.put('a', index, part, 1024 * 1024, 'w');
     expect(() => first.put('a', 3, part, 1024 * 1024, 'w')).toThrow(/REMOTE_LIMITS\.call_transfer_bytes/);
-    second.put('b', 0, part, 1024 * 1024, 'w');
-    second.put('b', 1, part, 1024 * 1024, 'w');
-    expect(() => second.put('b', 2, part, 1024 * 1024, 'w')).toThrow(/calls of worker w .*REMOTE_LIMITS\.worker_transfer_bytes/);
-    // Another worker's calls have their own room; a call that ends frees its share.
-    other.put('c', 0, part, 1024 * 1024, 'v');
-    first.clear();
-    second.put('b', 2, part, 1024 * 1024, 'w');
+    // A refused message can no longer arrive whole: what came of it is dropped at once.
+    expect(ledger.held('w')).toBe(0);
+    for (let index = 0; index < 3; index++) second.put('b', index, part, 1024 * 1024, 'w');
+    third.put('c', 0, part, 1024 * 1024, 'w');
+    third.put('c', 1, part, 1024 * 1024, 'w');
+    expect(() => third.put('c', 2, part, 1024 * 1024, 'w')).toThrow(/calls of worker w .*REMOTE_LIMITS\.worker_transfer_bytes/);
+    // Another worker's calls have their own room.
+    other.put('d', 0, part, 1024 * 1024, 'v');
     expect(ledger.held('w')).toBe(3000);
     expect(() => second.put('b', 4, part, 1024 * 1024, 'w')).toThrow(/parts come in order, and the next is 3/);
+    second.clear();
+    expect(ledger.held('w')).toBe(0);
   });
 
   it('and the volume one call is sent through ctx.vfs: past REMOTE_LIMITS.call_read_bytes, QUOTA_EXCEEDED', () => {

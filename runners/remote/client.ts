@@ -58,8 +58,10 @@ interface Pending extends CallFiles {
   /** Whether the worker's passing a bound was reported as a SecurityEvent (once per call). */
   reported: boolean;
   /** ctx.vfs requests waiting for their turn, in the order they came, and their bytes. */
-  readonly turns: Array<{ work: () => void; bytes: number }>;
+  readonly turns: Array<{ msg: Msg; work: () => void; bytes: number }>;
   waiting: number;
+  /** Whether the next turn is scheduled. */
+  scheduled: boolean;
 }
 
 /**
@@ -257,6 +259,7 @@ export class RemoteClient {
         reported: false,
         turns: [],
         waiting: 0,
+        scheduled: false,
         blobs: new Map(),
       };
       this.#calls.add(call);
@@ -335,6 +338,7 @@ export class RemoteClient {
       // messages of that time may be waiting unread on the socket.
       const now = Date.now();
       call.transfers.sweep(now);
+      this.#schedule(call);
       const stalled = now - lastTick - this.#keepaliveMs;
       if (stalled > 0) call.lastSeen += stalled;
       lastTick = now;
@@ -392,6 +396,8 @@ export class RemoteClient {
         msg.respond(
           encode({ t: 'part', data: call.transfers.part(String(message.key), Number(message.index), this.#maxPayload) }, 'remote.toWorker'),
         );
+        // A large answer fetched whole makes room for the requests waiting behind it.
+        this.#schedule(call);
         return;
       case 'put':
         try {
@@ -442,13 +448,20 @@ export class RemoteClient {
    * Answers a request of the worker, in parts when the answer is larger than one NATS message. Throws
    * BUSY when the call or its worker holds too much in parts already (REMOTE_LIMITS).
    */
-  #reply(call: Pending, msg: Msg, message: Record<string, unknown>, bytes = encode(message, 'remote.toWorker')): void {
+  #reply(call: Pending, msg: Msg, message: Record<string, unknown>, bytes = encode(message, 'remote.toWorker'), bounded = true): void {
     if (!tooLarge(bytes, this.#maxPayload)) {
       msg.respond(bytes);
       return;
     }
     const key = `d${++this.#keys}`;
-    const count = call.transfers.download(key, bytes, this.#maxPayload, this.#workerKey(call), `the answer to a ${String(message.t)} request`);
+    const count = call.transfers.download(
+      key,
+      bytes,
+      this.#maxPayload,
+      this.#workerKey(call),
+      `the answer to a ${String(message.t)} request`,
+      bounded,
+    );
     msg.respond(encode({ t: 'parts', key, count }, 'remote.toWorker'));
   }
 
@@ -488,7 +501,9 @@ export class RemoteClient {
   /**
    * Runs a call's ctx.vfs requests in the order they came, one per turn of the event loop: a large
    * read (megabytes to copy and encode) takes a turn of its own, and timers and other calls' messages
-   * run between, however many requests one worker sends at once.
+   * run between, however many requests one worker sends at once. While the call (or its worker) holds
+   * as many answers in parts as it may (REMOTE_LIMITS), the next waits until the worker fetches one:
+   * large reads are paced, not refused; past REMOTE_LIMITS.call_requests waiting, a request is BUSY.
    */
   #inTurn(call: Pending, msg: Msg, work: () => void): void {
     const bytes = msg.data.length;
@@ -503,22 +518,30 @@ export class RemoteClient {
       msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
       return;
     }
-    call.turns.push({ work, bytes });
+    call.turns.push({ msg, work, bytes });
     call.waiting += bytes;
-    if (call.turns.length === 1) setImmediate(() => this.#nextTurn(call));
+    this.#schedule(call);
+  }
+
+  #schedule(call: Pending): void {
+    if (call.scheduled || call.turns.length === 0 || call.done) return;
+    call.scheduled = true;
+    setImmediate(() => this.#nextTurn(call));
   }
 
   #nextTurn(call: Pending): void {
-    const turn = call.turns[0];
+    call.scheduled = false;
+    // Full: a fetched answer, the sweep or the call's end starts the next turn.
+    if (call.transfers.full(this.#workerKey(call))) return;
+    const turn = call.turns.shift();
+    if (!turn) return;
+    call.waiting -= turn.bytes;
     try {
-      turn?.work();
+      turn.work();
     } catch (error) {
       this.#finish(call, asFailure(error, 'the engine failed answering a ctx.vfs request'));
-    } finally {
-      call.turns.shift();
-      call.waiting -= turn?.bytes ?? 0;
-      if (call.turns.length > 0) setImmediate(() => this.#nextTurn(call));
     }
+    this.#schedule(call);
   }
 
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
@@ -537,14 +560,13 @@ export class RemoteClient {
       return;
     }
     try {
-      // A read may be large: refused before it is made when the call has as many in transit as it may.
-      if (op === 'read') call.transfers.room(this.#workerKey(call), `ctx.vfs.read`);
       const value = runVfsOp(call.ctx.vfs, op, args);
       const answer = { t: 'vfs', ok: true, value: packBytes(value) };
       const bytes = encode(answer, 'remote.toWorker');
       // What a read or a list sends counts, before it is sent; a change already made is answered whatever its size.
       if (op === 'read' || op === 'list') call.transfers.sent(bytes.length, `ctx.vfs.${op}`);
-      this.#reply(call, msg, answer, bytes);
+      // Its turn came when the call had room: the answer is kept whatever its size (one may pass the bound).
+      this.#reply(call, msg, answer, bytes, false);
     } catch (error) {
       const failure = asFailure(error, `ctx.vfs.${op} failed in the engine`);
       msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
@@ -588,6 +610,9 @@ export class RemoteClient {
     if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
     this.#byInbox.delete(call.id);
     call.transfers.clear();
+    // Requests still waiting for their turn are told the call is over.
+    for (const turn of call.turns.splice(0)) turn.msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+    call.waiting = 0;
     if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
     if (failure) call.reject(failure);
     else call.resolve(value);

@@ -59,7 +59,16 @@ export class CallTransfers {
     return this.#downloads.size + this.#uploads.size;
   }
 
-  /** Throws BUSY when another message in parts would be one too many for the call: checked before a request's work is done. */
+  /** Whether the call, or its worker, holds as many messages in parts, or bytes of them, as it may: the next large answer waits. */
+  full(worker: string): boolean {
+    return (
+      this.count >= this.#limits.call_transfers ||
+      this.#held >= this.#limits.call_transfer_bytes ||
+      this.#ledger.held(worker) >= this.#limits.worker_transfer_bytes
+    );
+  }
+
+  /** Throws BUSY when another message in parts would be one too many for the call. */
   room(worker: string, what: string): void {
     if (this.count >= this.#limits.call_transfers) {
       throw busy(
@@ -82,10 +91,16 @@ export class CallTransfers {
     this.#sent += bytes;
   }
 
-  /** Keeps `bytes` for the worker to fetch in parts; returns how many. Throws BUSY past a bound. */
-  download(key: string, bytes: Uint8Array, maxPayload: number, worker: string, what: string): number {
-    this.room(worker, what);
-    this.#hold(bytes.length, worker, what);
+  /**
+   * Keeps `bytes` for the worker to fetch in parts; returns how many. Throws BUSY past a bound, unless
+   * not `bounded`: the caller waited until the call was not `full`, and this one answer may pass it.
+   */
+  download(key: string, bytes: Uint8Array, maxPayload: number, worker: string, what: string, bounded = true): number {
+    if (bounded) {
+      this.room(worker, what);
+      this.#check(bytes.length, worker, what);
+    }
+    this.#take(bytes.length, worker);
     const count = Math.ceil(bytes.length / partBytes(maxPayload));
     this.#downloads.set(key, { bytes, count, worker, at: Date.now() });
     return count;
@@ -114,7 +129,14 @@ export class CallTransfers {
     if (index !== expected) throw new ToolFailure('transport', 'INVALID_INPUT', `${what}: parts come in order, and the next is ${expected}`);
     if (!upload) this.room(worker, what);
     const bytes = Buffer.from(data, 'base64');
-    this.#hold(bytes.length, worker, what);
+    try {
+      this.#check(bytes.length, worker, what);
+    } catch (error) {
+      // The message can no longer arrive whole: what came of it goes now, not when it is idle.
+      if (upload) this.#dropUpload(key, upload);
+      throw error;
+    }
+    this.#take(bytes.length, worker);
     if (!upload) {
       upload = { parts: [], bytes: 0, worker, at: 0 };
       this.#uploads.set(key, upload);
@@ -144,7 +166,7 @@ export class CallTransfers {
     this.sweep(Number.POSITIVE_INFINITY);
   }
 
-  #hold(bytes: number, worker: string, what: string): void {
+  #check(bytes: number, worker: string, what: string): void {
     const { call_transfer_bytes: callMax, worker_transfer_bytes: workerMax } = this.#limits;
     if (this.#held + bytes > callMax) {
       throw busy(
@@ -158,6 +180,9 @@ export class CallTransfers {
         worker,
       );
     }
+  }
+
+  #take(bytes: number, worker: string): void {
     this.#held += bytes;
     this.#ledger.change(worker, bytes);
   }
