@@ -11,7 +11,7 @@ import type { Engine } from '../src/index.js';
 import { REMOTE_LIMITS } from '../src/limits.js';
 import { type NatsServer, startNats } from './support/nats.js';
 import { definition, type TempProject, tempProject } from './support/project.js';
-import { remoteEngine } from './support/remote.js';
+import { remoteEngine, Workers } from './support/remote.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -27,7 +27,9 @@ beforeAll(async () => {
 afterAll(async () => {
   await nats.stop();
 });
+const workers = new Workers();
 afterEach(async () => {
+  await workers.closeAll();
   await engine?.close();
   engine = null;
   await rogue?.close();
@@ -193,6 +195,27 @@ describe('a rogue worker cannot exhaust the engine', () => {
     // Unbounded, the engine kept 40 answers of 11 MB each (about 560 MB measured) and held its thread for seconds.
     expect(grown).toBeLessThan(250 * 1024 * 1024);
     expect(late).toBeLessThan(3000);
+  }, 120_000);
+});
+
+describe('an honest worker', () => {
+  it('is served every one of many large reads at once, paced', async () => {
+    project = tempProject(
+      {
+        'many.json': definition({ id: 'many', entry: 'many.js', permissions: ['exec.js', 'vfs.read:/public/**'] }),
+        'many.js': `export default async function run(input, ctx) {
+          const reads = Array.from({ length: input.count }, (_, i) => ctx.vfs.read('/public/f' + i + '.bin', { encoding: 'bytes' }));
+          const got = await Promise.allSettled(reads);
+          return { fulfilled: got.filter((r) => r.status === 'fulfilled' && r.value.length === input.bytes).length };
+        }`,
+      },
+      'arium-remote-',
+    );
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    const count = 2 * REMOTE_LIMITS.call_transfers;
+    for (let i = 0; i < count; i++) engine.vfs.write(`/public/f${i}.bin`, Buffer.alloc(2 * 1024 * 1024, i));
+    expect(await engine.call('many', { count, bytes: 2 * 1024 * 1024 })).toMatchObject({ ok: true, data: { fulfilled: count } });
   }, 120_000);
 });
 
