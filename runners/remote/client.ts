@@ -412,6 +412,8 @@ export class RemoteClient {
         const bytes = call.transfers.take(String(message.key));
         const whole = bytes ? decode(bytes, 'remote.fromWorker') : null;
         if (whole && whole.t !== 'large') this.#handle(call, msg, whole);
+        // What it held is free: a request waiting for room for its answer may go.
+        this.#schedule(call);
         return;
       }
       case 'alive':

@@ -59,11 +59,17 @@ export class CallTransfers {
     return this.#downloads.size + this.#uploads.size;
   }
 
-  /** Whether the call, or its worker, holds as many messages in parts, or bytes of them, as it may: the next large answer waits. */
+  /**
+   * Whether the call holds as many answers in parts, or bytes of them, as it may (or its worker holds
+   * as much as it may): the next large answer waits until the worker fetches one. What the worker is
+   * sending does not count here: it arrives whatever the engine answers meanwhile.
+   */
   full(worker: string): boolean {
+    let bytes = 0;
+    for (const download of this.#downloads.values()) bytes += download.bytes.length;
     return (
-      this.count >= this.#limits.call_transfers ||
-      this.#held >= this.#limits.call_transfer_bytes ||
+      this.#downloads.size >= this.#limits.call_transfers ||
+      bytes >= this.#limits.call_transfer_bytes ||
       this.#ledger.held(worker) >= this.#limits.worker_transfer_bytes
     );
   }
