@@ -182,3 +182,35 @@ export const DEFAULT_GATEWAY_LIMITS: Readonly<GatewayLimits> = Object.freeze({
   mcp_subscriptions: 1000,
   mcp_replay_bytes: 4 * 1024 * 1024,
 });
+
+/**
+ * What the engine keeps for calls that run on remote workers (runners/remote/transfers.ts). A message
+ * larger than the NATS server's max_payload travels in parts, and the engine holds it meanwhile: an
+ * answer the worker fetches part by part, or the parts of a message the worker sends. A worker is
+ * untrusted (THREAT_MODEL.md): without these bounds it could make the engine hold any amount.
+ */
+export const REMOTE_LIMITS = Object.freeze({
+  /**
+   * Bytes of messages in parts one call holds on the engine at once, both ways. Room for one VFS file
+   * of `max_file_bytes` (64 MiB, 86 MiB once base64 in JSON). At it, the call's next `ctx.vfs` request
+   * waits until the worker has fetched an answer (large reads are paced; one answer may pass the bound);
+   * a part the worker sends past it is refused (`BUSY`), and the message it belonged to dropped.
+   */
+  call_transfer_bytes: 96 * 1024 * 1024,
+  /** The same across every call of one worker. */
+  worker_transfer_bytes: 256 * 1024 * 1024,
+  /** Messages in parts one call has in transit at once, both ways together: paced or refused as above. */
+  call_transfers: 8,
+  /**
+   * `ctx.vfs` requests of one call waiting on the engine for their turn (it runs them in order, one per
+   * turn of its event loop), and their bytes; past either `BUSY`.
+   */
+  call_requests: 256,
+  call_request_bytes: 64 * 1024 * 1024,
+  /** A message in parts of which no part was sent or fetched for this long is dropped. */
+  transfer_idle_ms: 30_000,
+  /** Bytes of `ctx.vfs` reads and lists (their answers as JSON) one remote call may be sent in all; past it `QUOTA_EXCEEDED`. */
+  call_read_bytes: 1024 * 1024 * 1024,
+});
+
+export type RemoteLimits = { readonly [K in keyof typeof REMOTE_LIMITS]: number };

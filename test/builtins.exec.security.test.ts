@@ -104,6 +104,49 @@ describe.runIf(why === null && python !== null)('system.exec security', () => {
     expect(connections).toBe(0);
   });
 
+  it('cannot make a user namespace, and so cannot mount a tmpfs or reach netfilter', async () => {
+    // In a user namespace of its own the program would hold every capability there: mounts, netfilter
+    // and the rest of the kernel that only root reaches. Each step reports what happened.
+    const script = [
+      'import ctypes, os, socket, subprocess',
+      'libc = ctypes.CDLL(None, use_errno=True)',
+      'def attempt(name, call):',
+      '    try:',
+      '        result = call()',
+      '        print(name, "ok", result)',
+      '    except OSError as e:',
+      '        print(name, "failed", e.errno)',
+      'def unshare():',
+      '    if libc.unshare(0x10000000 | 0x00020000 | 0x40000000) != 0:',
+      '        raise OSError(ctypes.get_errno(), "unshare")',
+      '    uid = os.getuid()',
+      '    open("/proc/self/setgroups", "w").write("deny")',
+      '    open("/proc/self/uid_map", "w").write(f"0 {uid} 1")',
+      '    open("/proc/self/gid_map", "w").write(f"0 {uid} 1")',
+      '    return [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]',
+      'def mount():',
+      '    os.makedirs("/tmp/m", exist_ok=True)',
+      '    if libc.mount(b"none", b"/tmp/m", b"tmpfs", 0, None) != 0:',
+      '        raise OSError(ctypes.get_errno(), "mount")',
+      '    return "mounted"',
+      'def netfilter():',
+      '    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)',
+      '    s.bind((0, 0))',
+      '    return "open"',
+      'attempt("unshare", unshare)',
+      'attempt("mount", mount)',
+      'attempt("netfilter", netfilter)',
+      'tool = subprocess.run(["unshare", "-U", "-r", "-m", "-n", "sh", "-c", "mount -t tmpfs none /tmp && echo mounted"], capture_output=True, text=True)',
+      'print("unshare-command", tool.returncode, tool.stdout.strip() or "-")',
+    ].join('\n');
+    const data = await run(script);
+    const lines = data.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^unshare failed \d+$/);
+    expect(lines[1]).toMatch(/^mount failed \d+$/);
+    expect(lines[2]).toMatch(/^netfilter failed \d+$/);
+    expect(lines[3]).toMatch(/^unshare-command [1-9]\d* -$/);
+  });
+
   it('cannot read /etc/shadow, or the host files around the interpreter', async () => {
     const script = [
       'import os',

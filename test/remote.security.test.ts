@@ -100,9 +100,61 @@ describe('a compromised worker', () => {
     });
     engine = await remoteEngine(project, nats.url);
     const lie = await engine.call('note', {});
-    expect(lie).toMatchObject({ ok: true, data: { lie: true }, meta: { runner: 'js-runner', extra: 'added', worker: { id: 'rogue' } } });
+    expect(lie).toMatchObject({ ok: true, data: { lie: true }, meta: { runner: 'js-runner', worker: { id: 'rogue' } } });
     expect(lie.meta.run_id).not.toBe('forged');
+    // Only the fields a runner reports pass: anything else a worker puts in meta is dropped.
+    expect(lie.meta).not.toHaveProperty('extra');
     expect(await engine.call('typed', {})).toMatchObject({ ok: false, error: { code: 'INVALID_OUTPUT' } });
+  });
+
+  it('cannot replace the prototype of the engine’s meta, an error’s details or a heartbeat with "__proto__"', async () => {
+    project = tempProject(tools, 'arium-remote-');
+    const forged = '{"attempts":99,"capability":"forged","isolation":"forged","bundle":{"bytes":1},"reason":"forged"}';
+    await rogueWorker(async (call) => {
+      const input = call.input as { fail?: boolean };
+      // Written by hand: JSON.stringify of an object literal cannot carry an own "__proto__" key.
+      const raw = input.fail
+        ? `{"t":"done","worker":"rogue","host":"h","ok":false,"error":{"stage":"execution","code":"TOOL_ERROR","message":"no","details":{"__proto__":${forged},"own":1}},"logs":[],"intrusions":[],"meta":{"__proto__":${forged}}}`
+        : `{"t":"done","worker":"rogue","host":"h","ok":true,"data":{},"logs":[],"intrusions":[],"meta":{"__proto__":${forged},"isolation":"rlimits","logs_dropped":-5}}`;
+      rogue.publish(String(call.inbox), new TextEncoder().encode(raw));
+    });
+    engine = await remoteEngine(project, nats.url);
+    const ok = await engine.call('note', {});
+    expect(ok).toMatchObject({ ok: true, meta: { worker: { id: 'rogue' }, isolation: 'rlimits' } });
+    expect(Object.getPrototypeOf(ok.meta)).toBe(Object.prototype);
+    expect(ok.meta.attempts).toBeUndefined();
+    expect(ok.meta.capability).toBeUndefined();
+    expect(ok.meta.bundle).toBeUndefined();
+    expect(ok.meta.logs_dropped).toBeUndefined();
+    const failed = await engine.call('note', { fail: true });
+    expect(failed).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR', details: { own: 1 } } });
+    expect(Object.getPrototypeOf(failed.meta)).toBe(Object.prototype);
+    expect(failed.meta.isolation).toBeUndefined();
+    expect(failed.meta.capability).toBeUndefined();
+    const details = (failed as { error: { details: Record<string, unknown> } }).error.details;
+    expect(Object.getPrototypeOf(details)).toBe(Object.prototype);
+    expect(details.reason).toBeUndefined();
+    expect(Object.keys(details)).toEqual(['own']);
+
+    // A heartbeat: only its known fields are kept, in objects of their own.
+    rogue.publish(
+      'arium.test.hb',
+      new TextEncoder().encode(
+        `{"t":"hb","id":"rogue-hb","host":"h","pid":1,"runners":["js-runner"],"capacity":1,"in_flight":0,"versions":{"arium":"0","node":"20","protocol":1},"interval_ms":60000,"draining":false,"__proto__":{"leaving":true,"draining":true},"forged":"x","sandboxes":{"__proto__":{"x":{}},"js-runner":{"isolation":"isolated-vm","__proto__":{"available":false},"forged":1}}}`,
+      ),
+    );
+    await rogue.flush();
+    let seen: Record<string, unknown> | undefined;
+    for (let i = 0; i < 100 && !seen; i++) {
+      seen = (await engine.status()).remote?.workers.find((w) => w.id === 'rogue-hb') as Record<string, unknown> | undefined;
+      if (!seen) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(seen).toMatchObject({ id: 'rogue-hb', draining: false, sandboxes: { 'js-runner': { isolation: 'isolated-vm' } } });
+    expect(seen).not.toHaveProperty('forged');
+    const sandboxes = (seen?.sandboxes ?? {}) as Record<string, object>;
+    expect(Object.keys(sandboxes)).toEqual(['js-runner']);
+    expect(Object.keys(sandboxes['js-runner'] ?? {})).toEqual(['isolation']);
+    expect(JSON.stringify(seen)).not.toContain('__proto__');
   });
 
   it('is sent the tools folder’s files and the links that stay inside it, never what a link out of it points to', async () => {

@@ -2,28 +2,19 @@ import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { type ErrorCode, ToolFailure } from '../../src/errors.js';
+import { REMOTE_LIMITS } from '../../src/limits.js';
 import type { RunContext } from '../../src/runner.js';
 import { endsCall, isVfsOp, runVfsOp } from '../shared/vfs-ops.js';
 import { type CallFiles, fileChunk } from './call-files.js';
 import { connectNats, NatsUnreachable, natsModule } from './connect.js';
 import { LiveWorkers, type WorkerInfo } from './live-workers.js';
 import { outcomeOf } from './outcome.js';
-import { joinParts, split, tooLarge } from './parts.js';
+import { tooLarge } from './parts.js';
 import type { NatsSettings } from './settings.js';
 import { EnvIndex, type EnvTree, type Shipment } from './shipment.js';
+import { CallTransfers, Ledger } from './transfers.js';
 import { type Tree, TreeIndex } from './tree.js';
-import {
-  type BundleFile,
-  type CallMessage,
-  decode,
-  encode,
-  type Heartbeat,
-  PROTOCOL,
-  packBytes,
-  type Subjects,
-  subjects,
-  unpackBytes,
-} from './wire.js';
+import { type BundleFile, type CallMessage, decode, encode, PROTOCOL, packBytes, type Subjects, subjects, unpackBytes } from './wire.js';
 
 export interface RemoteStatus {
   servers: string[];
@@ -62,10 +53,15 @@ interface Pending extends CallFiles {
   watchdog: NodeJS.Timeout | null;
   done: boolean;
   onAbort: (() => void) | null;
-  /** Messages too large for one NATS message, kept for the worker to fetch part by part, by key. */
-  readonly downloads: Map<string, string[]>;
-  /** Parts of a large message the worker is sending, by key. */
-  readonly uploads: Map<string, string[]>;
+  /** Messages too large for one NATS message, both ways, bounded (REMOTE_LIMITS). */
+  readonly transfers: CallTransfers;
+  /** Whether the worker's passing a bound was reported as a SecurityEvent (once per call). */
+  reported: boolean;
+  /** ctx.vfs requests waiting for their turn, in the order they came, and their bytes. */
+  readonly turns: Array<{ msg: Msg; work: () => void; bytes: number }>;
+  waiting: number;
+  /** Whether the next turn is scheduled. */
+  scheduled: boolean;
 }
 
 /**
@@ -84,6 +80,8 @@ export class RemoteClient {
   readonly #envs = new EnvIndex();
   readonly #workers = new LiveWorkers();
   readonly #calls = new Set<Pending>();
+  /** What each worker's calls hold in messages in parts. */
+  readonly #ledger = new Ledger();
   /** Calls by the last token of their inbox: one subscription serves every call's inbox. */
   readonly #byInbox = new Map<string, Pending>();
   readonly #inbox: string;
@@ -129,7 +127,7 @@ export class RemoteClient {
     // One wildcard subscription for every call's inbox (one SUB for the engine's life, not a SUB and
     // an UNSUB per call); an unknown or ended call's messages are dropped.
     nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#routed(msg) });
-    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker') as Heartbeat | null) });
+    nc.subscribe(this.#subjects.hb, { callback: (_error, msg) => this.#workers.heard(decode(msg.data, 'remote.fromWorker')) });
     void this.#watch(nc);
     this.ping();
   }
@@ -257,8 +255,11 @@ export class RemoteClient {
         watchdog: null,
         done: false,
         onAbort: null,
-        downloads: new Map(),
-        uploads: new Map(),
+        transfers: new CallTransfers(this.#ledger),
+        reported: false,
+        turns: [],
+        waiting: 0,
+        scheduled: false,
         blobs: new Map(),
       };
       this.#calls.add(call);
@@ -296,11 +297,8 @@ export class RemoteClient {
       if (tooLarge(payload, this.#maxPayload)) {
         // The input is what makes a call large: the worker fetches it from the call's inbox.
         const input = new TextEncoder().encode(JSON.stringify(ctx.input));
-        call.downloads.set('input', split(input, this.#maxPayload));
-        payload = encode(
-          { ...message, input: null, input_parts: { key: 'input', count: call.downloads.get('input')?.length ?? 0 } },
-          'remote.toWorker',
-        );
+        const count = call.transfers.download('input', input, this.#maxPayload, '', 'the call’s input');
+        payload = encode({ ...message, input: null, input_parts: { key: 'input', count } }, 'remote.toWorker');
         if (tooLarge(payload, this.#maxPayload)) {
           this.#finish(
             call,
@@ -339,6 +337,8 @@ export class RemoteClient {
       // Time this thread was too busy to tick (a tick came late) is not the worker's silence: its
       // messages of that time may be waiting unread on the socket.
       const now = Date.now();
+      call.transfers.sweep(now);
+      this.#schedule(call);
       const stalled = now - lastTick - this.#keepaliveMs;
       if (stalled > 0) call.lastSeen += stalled;
       lastTick = now;
@@ -392,26 +392,28 @@ export class RemoteClient {
 
   #handle(call: Pending, msg: Msg, message: Record<string, unknown>): void {
     switch (message.t) {
-      case 'part': {
-        const parts = call.downloads.get(String(message.key));
-        const index = Number(message.index);
-        msg.respond(encode({ t: 'part', data: parts?.[index] ?? '' }, 'remote.toWorker'));
-        if (parts && index === parts.length - 1) call.downloads.delete(String(message.key));
+      case 'part':
+        msg.respond(
+          encode({ t: 'part', data: call.transfers.part(String(message.key), Number(message.index), this.#maxPayload) }, 'remote.toWorker'),
+        );
+        // A large answer fetched whole makes room for the requests waiting behind it.
+        this.#schedule(call);
         return;
-      }
-      case 'put': {
-        const key = String(message.key);
-        const parts = call.uploads.get(key) ?? [];
-        if (parts.length === 0) call.uploads.set(key, parts);
-        parts.push(String(message.data));
-        msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+      case 'put':
+        try {
+          call.transfers.put(String(message.key), message.index, message.data, this.#maxPayload, this.#workerKey(call));
+          msg.respond(encode({ t: 'ok' }, 'remote.toWorker'));
+        } catch (error) {
+          this.#refuse(call, msg, error);
+          this.#misbehaved(call, 'send a message in parts', error);
+        }
         return;
-      }
       case 'large': {
-        const key = String(message.key);
-        const whole = decode(joinParts(call.uploads.get(key) ?? []), 'remote.fromWorker');
-        call.uploads.delete(key);
+        const bytes = call.transfers.take(String(message.key));
+        const whole = bytes ? decode(bytes, 'remote.fromWorker') : null;
         if (whole && whole.t !== 'large') this.#handle(call, msg, whole);
+        // What it held is free: a request waiting for room for its answer may go.
+        this.#schedule(call);
         return;
       }
       case 'alive':
@@ -425,16 +427,18 @@ export class RemoteClient {
         );
         return;
       case 'tree':
-        this.#reply(call, msg, { t: 'tree', entries: call.tree.entries });
-        return;
       case 'env':
-        this.#reply(call, msg, { t: 'env', entries: call.env?.entries ?? [] });
+        try {
+          this.#reply(call, msg, { t: message.t, entries: message.t === 'tree' ? call.tree.entries : (call.env?.entries ?? []) });
+        } catch (error) {
+          this.#refuse(call, msg, error);
+        }
         return;
       case 'blob':
         this.#blob(call, msg, message);
         return;
       case 'vfs':
-        this.#vfs(call, msg, message);
+        this.#inTurn(call, msg, () => this.#vfs(call, msg, message));
         return;
       case 'done':
         this.#done(call, message);
@@ -442,17 +446,47 @@ export class RemoteClient {
     }
   }
 
-  /** Answers a request of the worker, in parts when the answer is larger than one NATS message. */
-  #reply(call: Pending, msg: Msg, message: Record<string, unknown>): void {
-    const bytes = encode(message, 'remote.toWorker');
+  /**
+   * Answers a request of the worker, in parts when the answer is larger than one NATS message. Throws
+   * BUSY when the call or its worker holds too much in parts already (REMOTE_LIMITS).
+   */
+  #reply(call: Pending, msg: Msg, message: Record<string, unknown>, bytes = encode(message, 'remote.toWorker'), bounded = true): void {
     if (!tooLarge(bytes, this.#maxPayload)) {
       msg.respond(bytes);
       return;
     }
     const key = `d${++this.#keys}`;
-    const parts = split(bytes, this.#maxPayload);
-    call.downloads.set(key, parts);
-    msg.respond(encode({ t: 'parts', key, count: parts.length }, 'remote.toWorker'));
+    const count = call.transfers.download(
+      key,
+      bytes,
+      this.#maxPayload,
+      this.#workerKey(call),
+      `the answer to a ${String(message.t)} request`,
+      bounded,
+    );
+    msg.respond(encode({ t: 'parts', key, count }, 'remote.toWorker'));
+  }
+
+  /** A request of the worker refused: it is told why, as plain JSON. */
+  #refuse(call: Pending, msg: Msg, error: unknown): void {
+    const failure = asFailure(error, 'answering the worker');
+    msg.respond(encode({ t: 'refused', error: wireError(failure) }, 'remote.toWorker'));
+    if (failure.code === 'INTERNAL') {
+      this.#cancel(call);
+      this.#finish(call, failure);
+    }
+  }
+
+  /** One SecurityEvent per call when its worker passes a bound of what the engine keeps for it. */
+  #misbehaved(call: Pending, what: string, error: unknown): void {
+    if (call.reported) return;
+    call.reported = true;
+    const who = call.worker ? `worker ${call.worker.id} (${call.worker.host})` : 'the worker of the call';
+    call.ctx.intrusion(`remote: ${who} tried to ${what}`, (error as Error)?.message ?? String(error));
+  }
+
+  #workerKey(call: Pending): string {
+    return call.worker?.id ?? '';
   }
 
   #keys = 0;
@@ -466,8 +500,59 @@ export class RemoteClient {
     msg.respond(encode(fileChunk(call, sha, Number(message.offset), this.#maxPayload), 'remote.toWorker'));
   }
 
+  /**
+   * Runs a call's ctx.vfs requests in the order they came, one per turn of the event loop: a large
+   * read (megabytes to copy and encode) takes a turn of its own, and timers and other calls' messages
+   * run between, however many requests one worker sends at once. While the call (or its worker) holds
+   * as many answers in parts as it may (REMOTE_LIMITS), the next waits until the worker fetches one:
+   * large reads are paced, not refused; past REMOTE_LIMITS.call_requests waiting, a request is BUSY.
+   */
+  #inTurn(call: Pending, msg: Msg, work: () => void): void {
+    const bytes = msg.data.length;
+    const { call_requests: most, call_request_bytes: mostBytes } = REMOTE_LIMITS;
+    if (call.turns.length >= most || call.waiting + bytes > mostBytes) {
+      const failure = new ToolFailure(
+        'execution',
+        'BUSY',
+        `ctx.vfs: this call already has ${call.turns.length} requests (${call.waiting} bytes) waiting on the engine (REMOTE_LIMITS.call_requests ${most}, call_request_bytes ${mostBytes}); await some first`,
+        { details: { limit: 'call_requests' } },
+      );
+      msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
+      return;
+    }
+    call.turns.push({ msg, work, bytes });
+    call.waiting += bytes;
+    this.#schedule(call);
+  }
+
+  #schedule(call: Pending): void {
+    if (call.scheduled || call.turns.length === 0 || call.done) return;
+    call.scheduled = true;
+    setImmediate(() => this.#nextTurn(call));
+  }
+
+  #nextTurn(call: Pending): void {
+    call.scheduled = false;
+    // Full: a fetched answer, the sweep or the call's end starts the next turn.
+    if (call.transfers.full(this.#workerKey(call))) return;
+    const turn = call.turns.shift();
+    if (!turn) return;
+    call.waiting -= turn.bytes;
+    try {
+      turn.work();
+    } catch (error) {
+      this.#finish(call, asFailure(error, 'the engine failed answering a ctx.vfs request'));
+    }
+    this.#schedule(call);
+  }
+
   /** A ctx.vfs request of the tool, run here on the call's checked view: the worker cannot widen it. */
   #vfs(call: Pending, msg: Msg, message: Record<string, unknown>): void {
+    if (call.done) {
+      // The call ended while the request waited for its turn.
+      msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+      return;
+    }
     const op = message.op;
     const args = Array.isArray(message.args) ? message.args.map(unpackBytes) : null;
     if (!isVfsOp(op) || args === null) {
@@ -478,20 +563,15 @@ export class RemoteClient {
     }
     try {
       const value = runVfsOp(call.ctx.vfs, op, args);
-      this.#reply(call, msg, { t: 'vfs', ok: true, value: packBytes(value) });
+      const answer = { t: 'vfs', ok: true, value: packBytes(value) };
+      const bytes = encode(answer, 'remote.toWorker');
+      // What a read or a list sends counts, before it is sent; a change already made is answered whatever its size.
+      if (op === 'read' || op === 'list') call.transfers.sent(bytes.length, `ctx.vfs.${op}`);
+      // Its turn came when the call had room: the answer is kept whatever its size (one may pass the bound).
+      this.#reply(call, msg, answer, bytes, false);
     } catch (error) {
-      const failure =
-        error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', `ctx.vfs.${op} failed in the engine`, { cause: error });
-      msg.respond(
-        encode(
-          {
-            t: 'vfs',
-            ok: false,
-            error: { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) },
-          },
-          'remote.toWorker',
-        ),
-      );
+      const failure = asFailure(error, `ctx.vfs.${op} failed in the engine`);
+      msg.respond(encode({ t: 'vfs', ok: false, error: wireError(failure) }, 'remote.toWorker'));
       // As locally: a denial ends the call here, whatever the worker reports later.
       if (failure.code === 'INTERNAL' || endsCall(failure)) {
         this.#cancel(call);
@@ -531,6 +611,10 @@ export class RemoteClient {
     if (call.watchdog) clearInterval(call.watchdog);
     if (call.onAbort) call.ctx.signal.removeEventListener('abort', call.onAbort);
     this.#byInbox.delete(call.id);
+    call.transfers.clear();
+    // Requests still waiting for their turn are told the call is over.
+    for (const turn of call.turns.splice(0)) turn.msg.respond(encode({ t: 'ended' }, 'remote.toWorker'));
+    call.waiting = 0;
     if (call.worker) call.ctx.meta.worker = { id: call.worker.id, host: call.worker.host };
     if (failure) call.reject(failure);
     else call.resolve(value);
@@ -562,6 +646,14 @@ export class RemoteClient {
     for (const call of [...this.#calls]) this.#finish(call, transport('UNAVAILABLE', 'The engine closed while the call ran on a worker'));
     await this.#nc?.close().catch(() => {});
   }
+}
+
+function asFailure(error: unknown, what: string): ToolFailure {
+  return error instanceof ToolFailure ? error : new ToolFailure('execution', 'INTERNAL', what, { cause: error });
+}
+
+function wireError(failure: ToolFailure): Record<string, unknown> {
+  return { stage: failure.stage, code: failure.code, message: failure.message, ...(failure.details ? { details: failure.details } : {}) };
 }
 
 function relativeEntry(toolsDir: string, entryPath: string): string {

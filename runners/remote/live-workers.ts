@@ -1,4 +1,5 @@
-import type { Heartbeat } from './wire.js';
+import { plainObject } from './outcome.js';
+import { type Heartbeat, SANDBOX_FIELDS } from './wire.js';
 
 /** A worker as the engine last heard of it. */
 export interface WorkerInfo extends Omit<Heartbeat, 't'> {
@@ -13,10 +14,11 @@ export interface WorkerInfo extends Omit<Heartbeat, 't'> {
 export class LiveWorkers {
   readonly #seen = new Map<string, { hb: Heartbeat; at: number }>();
 
-  heard(hb: Heartbeat | null): void {
-    if (hb?.t !== 'hb' || typeof hb.id !== 'string' || !Number.isFinite(hb.interval_ms)) return;
+  heard(message: Record<string, unknown> | null): void {
+    const hb = message ? heartbeatOf(message) : null;
+    if (hb === null) return;
     if (hb.leaving) this.#seen.delete(hb.id);
-    else this.#seen.set(hb.id, { hb, at: Date.now() });
+    else if (this.#seen.has(hb.id) || this.#seen.size < MAX_WORKERS) this.#seen.set(hb.id, { hb, at: Date.now() });
   }
 
   list(): WorkerInfo[] {
@@ -39,4 +41,54 @@ export function sandboxSummary(worker: Pick<WorkerInfo, 'sandboxes'>): string {
   return Object.entries(worker.sandboxes ?? {})
     .map(([name, sandbox]) => `${name} ${sandbox.available === false ? 'unavailable' : String(sandbox.isolation ?? '?').split(':')[0]}`)
     .join(', ');
+}
+
+/** Workers remembered at once: heartbeats of new ids past it are dropped until some are forgotten. */
+const MAX_WORKERS = 4096;
+const MAX_RUNNERS = 16;
+const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+const text = (value: unknown, max = 256): string | null => (typeof value === 'string' ? value.slice(0, max) : null);
+const count = (value: unknown): number | null => (Number.isSafeInteger(value) && (value as number) >= 0 ? (value as number) : null);
+
+/**
+ * A heartbeat as the engine keeps it: its known fields, each checked, in fresh objects (a worker's JSON
+ * is untrusted: it may hold `"__proto__"` or anything else). Null when it is not a heartbeat.
+ */
+export function heartbeatOf(message: Record<string, unknown>): Heartbeat | null {
+  const id = text(message.id);
+  const interval = count(message.interval_ms);
+  if (message.t !== 'hb' || id === null || !NAME.test(id) || interval === null || interval === 0) return null;
+  const versions = plainObject(message.versions) ?? {};
+  const cache = plainObject(message.cache);
+  const hb: Heartbeat = {
+    t: 'hb',
+    id,
+    host: text(message.host) ?? 'unknown',
+    pid: count(message.pid) ?? 0,
+    runners: (Array.isArray(message.runners) ? message.runners : [])
+      .filter((r): r is string => typeof r === 'string' && NAME.test(r))
+      .slice(0, MAX_RUNNERS),
+    capacity: count(message.capacity) ?? 0,
+    in_flight: count(message.in_flight) ?? 0,
+    versions: { arium: text(versions.arium, 64) ?? '?', node: text(versions.node, 64) ?? '?', protocol: count(versions.protocol) ?? 0 },
+    interval_ms: interval,
+    draining: message.draining === true,
+  };
+  if (message.leaving === true) hb.leaving = true;
+  if (cache && count(cache.bytes) !== null && count(cache.max_bytes) !== null)
+    hb.cache = { bytes: count(cache.bytes) as number, max_bytes: count(cache.max_bytes) as number };
+  const sandboxes = plainObject(message.sandboxes);
+  if (sandboxes) {
+    // plainObject dropped any "__proto__" key: the names below are safe as keys of a plain object.
+    const kept: Record<string, Record<string, unknown>> = {};
+    for (const name of Object.keys(sandboxes)
+      .filter((n) => NAME.test(n))
+      .slice(0, MAX_RUNNERS)) {
+      const sandbox = plainObject(sandboxes[name]);
+      if (sandbox) kept[name] = Object.fromEntries(SANDBOX_FIELDS.filter((key) => Object.hasOwn(sandbox, key)).map((key) => [key, sandbox[key]]));
+    }
+    hb.sandboxes = kept;
+  }
+  return hb;
 }

@@ -7,7 +7,8 @@ import { type Channel, observe } from '../shared/protocol.js';
  *   arium.<deployment>.run.<runner>   engine → a worker of the queue group: `call`, with the call's inbox as
  *                                     reply subject (the server answers there "no responders" when no worker is in)
  *   <call inbox of the engine>        worker → engine: `tree`, `env`, `blob`, `vfs`, `part`, `put` (requests), `alive`,
- *                                     `refused`, `large`, `done`
+ *                                     `refused`, `large`, `done`; the engine answers a request it will not serve
+ *                                     (past a bound of REMOTE_LIMITS) with `refused` and the failure
  *   arium.<deployment>.ctl.<worker>   engine → that worker: `cancel`
  *   arium.<deployment>.hb             worker → everyone: heartbeats
  *   arium.<deployment>.ping           engine → workers: announce yourselves now (a heartbeat)

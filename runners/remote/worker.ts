@@ -418,15 +418,7 @@ class RemoteWorker implements Worker {
         const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) }, Math.max(1, deadline - Date.now()));
         if (reply.t === 'ended') throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
         if (reply.ok === true) return unpackBytes(reply.value);
-        const error = (reply.error ?? {}) as WireFailure;
-        throw new ToolFailure(
-          error.stage === 'permission' ? 'permission' : 'execution',
-          (error.code ?? 'INTERNAL') as ToolFailure['code'],
-          String(error.message),
-          {
-            ...(error.details ? { details: error.details } : {}),
-          },
-        );
+        throw failureOf(reply.error);
       },
     };
   }
@@ -438,6 +430,8 @@ class RemoteWorker implements Worker {
       if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
       const reply = decode((await this.#nc.request(inbox, bytes, { timeout })).data, 'remote.toWorker');
       if (!reply) throw new Error('an answer that is not a message');
+      // The engine refused the request: a bound of what it keeps for a call (REMOTE_LIMITS), say.
+      if (reply.t === 'refused') throw failureOf(reply.error);
       if (reply.t !== 'parts') return reply;
       const whole = decode(await this.#fetchParts(inbox, String(reply.key), Number(reply.count), timeout), 'remote.toWorker');
       if (!whole) throw new Error('an answer in parts that is not a message');
@@ -494,6 +488,19 @@ async function workerPython(runnerConfig: Readonly<Record<string, unknown>>, bas
       details: { runner: 'py-runner' },
     });
   }
+}
+
+/** The engine's failure as the tool sees it. */
+function failureOf(wire: unknown): ToolFailure {
+  const error = (wire ?? {}) as WireFailure;
+  return new ToolFailure(
+    error.stage === 'permission' ? 'permission' : 'execution',
+    (error.code ?? 'INTERNAL') as ToolFailure['code'],
+    String(error.message),
+    {
+      ...(error.details ? { details: error.details } : {}),
+    },
+  );
 }
 
 function wireFailure(error: unknown): WireFailure {

@@ -3,6 +3,7 @@ import { existsSync, realpathSync } from 'node:fs';
 import { dirname, posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { hostLayout, namespaceArgs, SYSTEM } from '../../shared/bwrap.js';
+import { execFilter } from '../../shared/seccomp.js';
 import type { ExecLimits } from './settings.js';
 
 /**
@@ -16,7 +17,9 @@ import type { ExecLimits } from './settings.js';
  * elsewhere (a pyenv interpreter under /root), a fresh /proc, /dev and /tmp; an empty environment but
  * for a fixed PATH, HOME and LANG and the additions the call was allowed. prlimit sets the rlimits, and
  * setpriv drops to the call's uid with no groups and no capabilities before the program starts
- * (bubblewrap sets no_new_privs, so no setuid or file capability raises it again).
+ * (bubblewrap sets no_new_privs, so no setuid or file capability raises it again). bubblewrap loads
+ * seccomp.ts's filter first: no new namespaces (a user namespace would give the program every
+ * capability in it), no mounts.
  */
 
 /** Where the VFS root is inside the sandbox: a VFS path /a/b is /vfs/a/b there. */
@@ -33,6 +36,8 @@ const BASE_ENV: Readonly<Record<string, string>> = Object.freeze({
 });
 /** Read-only extras of /etc that programs commonly need: `cc` is a link through /etc/alternatives. */
 const ETC_EXTRAS = ['/etc/alternatives'];
+/** The descriptor bubblewrap reads the seccomp filter from (seccomp.ts): no new namespaces, no mounts. */
+const SECCOMP_FD = 4;
 const MOUNT_SCRIPT = 'mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@"';
 
 export interface SandboxRun {
@@ -104,7 +109,7 @@ export function bwrapArgs(run: SandboxRun): string[] {
   for (const [how, host, path] of mounts) args.push(how, host, inside(path));
   args.push('--chdir', inside(run.cwd));
   for (const [key, value] of Object.entries({ ...BASE_ENV, ...run.env })) args.push('--setenv', key, value);
-  args.push('--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID', '--json-status-fd', '3');
+  args.push('--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID', '--json-status-fd', '3', '--seccomp', String(SECCOMP_FD));
   const { limits } = run;
   args.push(
     run.tools.prlimit,
@@ -152,7 +157,15 @@ export function runSandboxed(run: SandboxRun): Promise<SandboxOutcome> {
   return new Promise((resolve, reject) => {
     // A process group of its own, so that a timeout kills unshare, the shell and bubblewrap at once;
     // bubblewrap's --die-with-parent and its PID namespace take everything inside with it.
-    const child = spawn(run.tools.unshare, argv, { env: {}, detached: true, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    const filter = execFilter();
+    if (filter === null) {
+      reject(new Error(`no seccomp filter for ${process.arch}`));
+      return;
+    }
+    const child = spawn(run.tools.unshare, argv, { env: {}, detached: true, stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'] });
+    const seccomp = child.stdio[SECCOMP_FD] as Writable;
+    seccomp.on('error', () => {});
+    seccomp.end(filter);
     const stdout = capture(child.stdout, run.limits.output_bytes);
     const stderr = capture(child.stderr, run.limits.output_bytes);
     let status = '';

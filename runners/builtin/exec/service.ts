@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { ToolFailure } from '../../../src/errors.js';
 import type { RunContext } from '../../../src/runner.js';
 import { bwrapProblem, privileged } from '../../shared/bwrap.js';
+import { execFilter } from '../../shared/seccomp.js';
 import { copyBack, parseListing } from './copy-back.js';
 import { type Lease, Mirror } from './mirror.js';
 import { listMerged, runSandboxed, type SandboxRun } from './sandbox.js';
@@ -84,6 +85,13 @@ export class ExecService {
         message: 'system.exec runs only when the engine runs as root: it mounts each call’s overlay and runs the program as a uid of its own',
         reason: 'not-root',
         fix: 'run the engine as root (in a container, say)',
+      };
+    }
+    if (execFilter() === null) {
+      return {
+        message: `system.exec has no seccomp filter for this machine's architecture (${process.arch}; it knows x64 and arm64), and will not run programs that could make namespaces of their own`,
+        reason: 'no-seccomp',
+        fix: 'run the engine on x86-64 or arm64',
       };
     }
     if (!this.#findTools()) {
