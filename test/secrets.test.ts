@@ -35,6 +35,7 @@ export default async function run(input, ctx) {
     case 'base64': return { b64: btoa(t), inside: btoa('xx' + t + 'yy') };
     case 'url': return { url: 'https://x.test/?q=' + encodeURIComponent(t) };
     case 'json': return { text: JSON.stringify({ t }) };
+    case 'proto': return JSON.parse('{"__proto__": {"admin": true}, "token": ' + JSON.stringify(t) + '}');
   }
   return {};
 }
@@ -149,6 +150,14 @@ describe('a secret passed by reference', () => {
       expect(kept.length).toBeGreaterThan(4000);
       for (let k = 3; k < VALUE.length; k++) expect(kept.endsWith(VALUE.slice(0, k))).toBe(false);
     }
+  });
+
+  it('an output with an own "__proto__" key keeps it as a key when scrubbed, and its prototype stays plain', async () => {
+    const out = data(await leakCall('proto'));
+    expect(Object.getPrototypeOf(out)).toBe(Object.prototype);
+    expect(Object.hasOwn(out, '__proto__')).toBe(true);
+    expect((out as { admin?: unknown }).admin).toBeUndefined();
+    expect(out.token).toBe('[secret:github]');
   });
 
   it('encoded (base64, also inside a longer text; URL; JSON): scrubbed', async () => {

@@ -84,7 +84,10 @@ export class Scrubber {
       const k = this.text(key);
       const next = this.#walk(item, depth + 1);
       if (next !== item || k !== key) changed = true;
-      out[k] = next;
+      // A tool's output may hold an own "__proto__" key (JSON.parse makes one): assigned, it would set the
+      // copy's prototype instead, and readers of the result would see the tool's fields as inherited ones.
+      if (k === '__proto__') Object.defineProperty(out, k, { value: next, enumerable: true, writable: true, configurable: true });
+      else out[k] = next;
     }
     return changed ? out : value;
   }
