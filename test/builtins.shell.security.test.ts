@@ -203,6 +203,27 @@ describe('shell.run: the host stays out of reach', () => {
     }
   });
 
+  it.each([
+    ['head -c 3000000 /dev/zero | wc -c', '3000000\n'],
+    ['head -c 3000000 /dev/urandom | wc -c', '3000000\n'],
+    ['head --bytes=100000 /dev/zero | tr "\\0" a | wc -c', '100000\n'],
+    ['bash -c "head -c 200000 /dev/urandom | wc -c"', '200000\n'],
+    ['tr -dc a-z < /dev/urandom | head -c 16 | wc -c', '16\n'],
+  ])('reads of its devices give what head -c asks for, as in bash: %s', async (script, stdout) => {
+    await withEngine(null, async (engine) => {
+      const r = await engine.call('shell.run', { script });
+      expect(r).toMatchObject({ ok: true, data: { stdout, exit_code: 0 } });
+    });
+  });
+
+  it('a head -c past the output limit is the output-limit error, not a shorter answer', async () => {
+    await withEngine(null, async (engine) => {
+      const r = await engine.call('shell.run', { script: 'head -c 40000000 /dev/zero | wc -c' });
+      expect(r).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
+      if (!r.ok) expect(r.error.message).toMatch(/output size limit/);
+    });
+  });
+
   it('has its own /dev/null and /dev/urandom: they are not VFS files', async () => {
     await withEngine(null, async (engine) => {
       const r = data(

@@ -15,6 +15,7 @@
 // Plain JavaScript, run as it is from the sources (tests) and from an installed package alike.
 
 import { Buffer } from 'node:buffer';
+import { randomFillSync } from 'node:crypto';
 import { getHeapStatistics } from 'node:v8';
 
 /** A message to the engine; dropped when the engine is gone (this process then ends, below). */
@@ -27,7 +28,11 @@ process.on('disconnect', () => process.exit(0));
 
 /**
  * Devices the shell has of its own: they are not VFS paths, so `2>/dev/null` writes nothing anywhere.
- * Reading a device of random or zero bytes gives a finite block (a file is read whole here).
+ * just-bash reads a file whole, so a read of a device of random or zero bytes gives a finite block: of
+ * DEVICE_BLOCK bytes, or as many as the largest count the script asks for with `head -c N` (read from
+ * its text before it runs, see deviceDemand), up to the output limit and one
+ * more byte so that asking past it is the output-limit error, never a silent cut. A bigger block for
+ * every read would make the common `tr -dc a-z < /dev/urandom | head -c 16` run tr over megabytes.
  */
 const DEVICE_BLOCK = 64 * 1024;
 const DEVICES = new Set(['/dev/null', '/dev/zero', '/dev/random', '/dev/urandom', '/dev/stdin', '/dev/stdout', '/dev/stderr', '/dev/tty']);
@@ -117,6 +122,9 @@ class VfsFileSystem {
    */
   #stats = new Map();
 
+  /** How many bytes a read of /dev/zero or /dev/urandom gives in this job (see DEVICE_BLOCK). */
+  deviceBytes = DEVICE_BLOCK;
+
   constructor(id) {
     this.#id = id;
   }
@@ -162,8 +170,8 @@ class VfsFileSystem {
   async #read(path) {
     const p = normalize(path);
     if (DEVICES.has(p)) {
-      if (p === '/dev/zero') return new Uint8Array(DEVICE_BLOCK);
-      if (p === '/dev/random' || p === '/dev/urandom') return crypto.getRandomValues(new Uint8Array(DEVICE_BLOCK));
+      if (p === '/dev/zero') return new Uint8Array(this.deviceBytes);
+      if (p === '/dev/random' || p === '/dev/urandom') return randomFillSync(new Uint8Array(this.deviceBytes));
       return new Uint8Array(0);
     }
     return this.#ask('read', { path: p });
@@ -323,6 +331,50 @@ function rangeText(range) {
 }
 
 /** The first brace range of a parsed script that gives more than BRACE_RANGE_MAX items, or null. */
+/** `3000000`, `3k`, `2K`, `1M`, `1MB`, `512b` (GNU's suffixes: b = 512, kB/MB/GB = powers of 1000, K/M/G = of 1024). */
+function byteCount(text) {
+  const m = /^(\d+)(b|kB|K|k|KiB|MB|M|MiB|GB|G|GiB)?$/.exec(text);
+  if (!m) return null;
+  const unit =
+    { b: 512, kB: 1e3, K: 1024, k: 1024, KiB: 1024, MB: 1e6, M: 1024 ** 2, MiB: 1024 ** 2, GB: 1e9, G: 1024 ** 3, GiB: 1024 ** 3 }[m[2] ?? ''] ?? 1;
+  return Number(m[1]) * unit;
+}
+
+/** A word of the script as written, when it is plain text (no expansion); null otherwise. */
+function literal(word) {
+  if (!word || !Array.isArray(word.parts) || word.parts.length !== 1) return null;
+  const part = word.parts[0];
+  return part?.type === 'Literal' || part?.type === 'SingleQuoted' ? String(part.value) : null;
+}
+
+/** The largest byte count a `head -c N` of the script asks for (0 for none). */
+function deviceDemand(ast) {
+  let most = 0;
+  const stack = [ast];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (Array.isArray(node)) {
+      for (const child of node) if (child && typeof child === 'object') stack.push(child);
+      continue;
+    }
+    if (node.type === 'SimpleCommand') {
+      const name = literal(node.name);
+      const args = (node.args ?? []).map(literal);
+      if (name === 'head') {
+        for (let i = 0; i < args.length; i++) {
+          const a = args[i];
+          const given =
+            a === '-c' || a === '--bytes' ? args[i + 1] : a?.startsWith('--bytes=') ? a.slice(8) : a?.startsWith('-c') ? a.slice(2) : null;
+          const n = given ? byteCount(given) : null;
+          if (n !== null) most = Math.max(most, n);
+        }
+      }
+    }
+    for (const value of Object.values(node)) if (value && typeof value === 'object') stack.push(value);
+  }
+  return most;
+}
+
 function longRange(ast) {
   const stack = [ast];
   while (stack.length > 0) {
@@ -365,8 +417,9 @@ async function run(job) {
   /** A brace range too long for the shell, in the script or in one it runs (`bash -c`, `find -exec`). */
   let tooLong = null;
   try {
+    const fs = new VfsFileSystem(job.id);
     const bash = new Bash({
-      fs: new VfsFileSystem(job.id),
+      fs,
       cwd: job.cwd,
       env: { HOME: '/', ...job.env },
       commands: COMMANDS,
@@ -386,6 +439,8 @@ async function run(job) {
     bash.registerTransformPlugin({
       name: 'brace-range-limit',
       transform({ ast }) {
+        const demand = deviceDemand(ast);
+        if (demand > fs.deviceBytes) fs.deviceBytes = Math.min(demand, job.limits.outputBytes + 1);
         const found = longRange(ast);
         if (found) {
           tooLong ??= found;
