@@ -46,13 +46,13 @@ export function packageDir(name: string, published = name, from: string | URL = 
 
 /**
  * Where isolated-vm may be installed, first choice first. No one isolated-vm line runs on every supported
- * Node: 5.x builds on Node 20 and not on 22+, 6.x needs Node 22. package.json therefore lists both as
- * optional npm aliases, and npm leaves out the one that cannot work here (6.x by its `engines`, 5.x when
- * its build fails). A plain `isolated-vm` the user installed comes first.
+ * Node: 5.x builds on Node 20 and 22 but not on 24, 6.x needs Node 22. package.json therefore lists both
+ * as optional npm aliases, and npm leaves out the one that cannot work here (6.x by its `engines`, 5.x
+ * when its build fails). A plain `isolated-vm` the user installed comes first.
  */
 const ISOLATED_VM_NAMES = ['isolated-vm', 'isolated-vm-6', 'isolated-vm-5'];
 
-/** The Node majors each isolated-vm major runs on: [lowest, highest]. */
+/** The Node majors each isolated-vm major is taken for: [lowest, highest] (6.x is the line kept up for Node 22). */
 const ISOLATED_VM_NODES: Record<number, [number, number]> = { 5: [18, 21], 6: [22, Number.POSITIVE_INFINITY], 7: [24, Number.POSITIVE_INFINITY] };
 
 /**
