@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { isolatedVmDir } from '../runners/js/locate.js';
 
 /**
  * One cold start, run by bench/cold.ts as a fresh process: gets the first answer of one kind, prints
@@ -24,7 +25,7 @@ async function answer(): Promise<unknown> {
     return null;
   }
   if (mode === 'ivm') {
-    const ivm = createRequire(import.meta.url)('isolated-vm') as {
+    const ivm = createRequire(import.meta.url)(isolatedVmDir() ?? 'isolated-vm') as {
       Isolate: new (o: {
         memoryLimit: number;
       }) => {

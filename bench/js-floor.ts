@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { isolatedVmDir } from '../runners/js/locate.js';
 import { median } from './stats.js';
 
 /**
@@ -33,7 +34,7 @@ interface Ivm {
   Isolate: new (options: { memoryLimit: number }) => Isolate;
 }
 
-const ivm = createRequire(import.meta.url)('isolated-vm') as Ivm;
+const ivm = createRequire(import.meta.url)(isolatedVmDir() ?? 'isolated-vm') as Ivm;
 const code = "(function (input) { return { text: [...input.text].reverse().join('') }; })";
 
 interface Slot {

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { isolatedVmDir } from '../runners/js/locate.js';
 import { median } from './stats.js';
 
 /**
@@ -15,7 +16,7 @@ interface Ivm {
   };
 }
 
-const ivm = createRequire(import.meta.url)('isolated-vm') as Ivm;
+const ivm = createRequire(import.meta.url)(isolatedVmDir() ?? 'isolated-vm') as Ivm;
 const isolate = new ivm.Isolate({ memoryLimit: 128 });
 const code = "(function (input) { return { text: [...input.text].reverse().join('') }; })";
 

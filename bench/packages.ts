@@ -2,6 +2,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isolatedVmDir } from '../runners/js/locate.js';
 import { createEngine, installProject } from '../src/index.js';
 import { median } from './stats.js';
 
@@ -27,14 +28,30 @@ const TOOLS: Record<string, string> = {
   yaml: "import { parse } from 'yaml';\nexport default async function run(input) { return { n: input.n, t: parse('a: 1').a }; }\n",
 };
 
-type Ivm = typeof import('isolated-vm');
+/** The part of isolated-vm this uses: the package is an optional alias of one line or another (runners/js/locate.ts). */
+interface Ivm {
+  Isolate: new (options: {
+    memoryLimit: number;
+  }) => {
+    compileModule(
+      source: string,
+      options: { produceCachedData?: boolean; cachedData?: unknown },
+    ): Promise<{
+      instantiate(context: { release(): void }, resolve: () => never): Promise<void>;
+      evaluate(): Promise<unknown>;
+      release(): void;
+    }>;
+    createContext(): Promise<{ release(): void }>;
+    dispose(): void;
+  };
+}
 
 /** Evaluating a module in a fresh context per iteration, in a bare isolate: ms each. */
 async function evaluationFloor(ivm: Ivm, source: string, count: number): Promise<number[]> {
   const isolate = new ivm.Isolate({ memoryLimit: 128 });
   try {
     const first = await isolate.compileModule(source, { produceCachedData: true });
-    const cachedData = (first as unknown as { cachedData?: import('isolated-vm').ExternalCopy<ArrayBuffer> }).cachedData;
+    const cachedData = (first as unknown as { cachedData?: unknown }).cachedData;
     first.release();
     const times: number[] = [];
     for (let i = 0; i < count + 5; i++) {
@@ -112,7 +129,7 @@ export async function benchPackages(): Promise<Record<string, unknown>> {
       const rebuildCallMs = performance.now() - t0;
 
       // The floor: each bundle's evaluation in a fresh context, bare isolated-vm, same run.
-      const ivm = createRequire(import.meta.url)('isolated-vm') as Ivm;
+      const ivm = createRequire(import.meta.url)(isolatedVmDir() ?? 'isolated-vm') as Ivm;
       const floor: Record<string, number> = {};
       const bundles = join(workspace, 'p', '.arium', 'js-bundles');
       const sources: Record<string, string> = { none: TOOLS.none as string };

@@ -1,8 +1,10 @@
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { JsRunner } from '../runners/js/index.js';
+import { isolatedVmDir } from '../runners/js/locate.js';
 import { createEngine } from '../src/index.js';
 import { dataOf, errorOf, JS_FIXTURES, jsEngine } from './support/js-engine.js';
 
@@ -42,6 +44,41 @@ describe('without a working isolated-vm', () => {
     } finally {
       await engine.close();
     }
+  });
+});
+
+describe('which isolated-vm the runner loads', () => {
+  /** A project whose node_modules holds the given folders, each an isolated-vm of that version; where lookups start. */
+  function project(name: string, installed: Record<string, string>): string {
+    const root = join(temp, name);
+    for (const [folder, version] of Object.entries(installed)) {
+      const dir = join(root, 'node_modules', folder);
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'isolated-vm', version, main: 'index.js' }));
+      writeFileSync(join(dir, 'index.js'), '');
+    }
+    return pathToFileURL(join(root, 'index.js')).href;
+  }
+
+  it('takes the line made for the running Node from the aliases a plain npm install leaves', () => {
+    const both = project('both-lines', { 'isolated-vm-5': '5.0.4', 'isolated-vm-6': '6.2.0' });
+    const modules = join(temp, 'both-lines', 'node_modules');
+    expect(isolatedVmDir('20.20.2', both)).toBe(join(modules, 'isolated-vm-5'));
+    expect(isolatedVmDir('22.23.3', both)).toBe(join(modules, 'isolated-vm-6'));
+    expect(isolatedVmDir('24.21.0', both)).toBe(join(modules, 'isolated-vm-6'));
+  });
+
+  it('prefers an isolated-vm installed under its own name, when it fits this Node', () => {
+    const own = project('own-line', { 'isolated-vm': '6.1.2', 'isolated-vm-5': '5.0.4', 'isolated-vm-6': '6.2.0' });
+    const modules = join(temp, 'own-line', 'node_modules');
+    expect(isolatedVmDir('24.21.0', own)).toBe(join(modules, 'isolated-vm'));
+    expect(isolatedVmDir('20.20.2', own)).toBe(join(modules, 'isolated-vm-5'));
+  });
+
+  it('falls back to a line that does not fit (its load error is the clearer message), and to null without any', () => {
+    const stale = project('stale-line', { 'isolated-vm-5': '5.0.4' });
+    expect(isolatedVmDir('24.21.0', stale)).toBe(join(temp, 'stale-line', 'node_modules', 'isolated-vm-5'));
+    expect(isolatedVmDir('24.21.0', project('no-line', {}))).toBeNull();
   });
 });
 

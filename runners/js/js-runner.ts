@@ -5,7 +5,7 @@ import type { Tool } from '../../src/tool.js';
 import type { Shipment } from '../remote/shipment.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { type BundleOutcome, Bundler } from './bundle.js';
-import { installAdvice, packageDir, permissionFlag, workerPath } from './locate.js';
+import { installAdvice, isolatedVmDir, packageDir, permissionFlag, workerPath } from './locate.js';
 import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
 import { jsSyntaxProblem } from './syntax.js';
 
@@ -263,7 +263,7 @@ export class JsRunner implements Runner {
   }
 
   #ivmDir(): string | null {
-    return this.#options.isolatedVm ?? packageDir('isolated-vm');
+    return this.#options.isolatedVm ?? isolatedVmDir();
   }
 
   #permissionFlag(): string | null {

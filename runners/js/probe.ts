@@ -1,15 +1,21 @@
-import { createRequire } from 'node:module';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { type Check, firstLine, run } from '../../src/probe.js';
-import { installAdvice } from './locate.js';
+import { installAdvice, isolatedVmDir } from './locate.js';
+
+/** The package.json of the isolated-vm the JS runner would load; throws when there is none. */
+function installedIsolatedVm(): string {
+  const dir = isolatedVmDir();
+  if (dir === null) throw new Error('Cannot find module isolated-vm');
+  return join(dir, 'package.json');
+}
 
 /** `locate` finds isolated-vm's package.json (tests give one that fails). */
-export async function checkIsolatedVm(locate = () => createRequire(import.meta.url).resolve('isolated-vm/package.json')): Promise<Check> {
+export async function checkIsolatedVm(locate = installedIsolatedVm): Promise<Check> {
   let path: string;
   try {
     path = dirname(locate());
   } catch {
-    // The same advice a JS call gives: on Node 22 and later a plain `npm install` leaves isolated-vm out.
+    // The same advice a JS call gives: optional dependencies were left out, or the one for this Node failed.
     return { name: 'isolated-vm', ok: false, detail: 'not installed', fix: installAdvice() };
   }
   // Node 20+ must start without its snapshot for isolated-vm to load; the JS runner's process does the same.
@@ -22,6 +28,6 @@ export async function checkIsolatedVm(locate = () => createRequire(import.meta.u
     name: 'isolated-vm',
     ok: false,
     detail: r.error ?? firstLine(r.stderr || r.stdout),
-    fix: `rebuild it for this Node (npm rebuild isolated-vm), or reinstall it: ${installAdvice()}`,
+    fix: `rebuild it for this Node (npm rebuild), or reinstall it: ${installAdvice()}`,
   };
 }
