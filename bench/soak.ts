@@ -51,6 +51,8 @@ function freePort(): Promise<number> {
   });
 }
 
+/** Milliseconds from `from` to `to`, or null when `to` never came. */
+const since = (from: number, to: number | null) => (to === null ? null : Math.round(to - from));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const round = (value: number, places = 1) => Math.round(value * 10 ** places) / 10 ** places;
 const log = (line: string) => process.stderr.write(`soak: ${line}\n`);
@@ -96,7 +98,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
   const failures: Failure[] = [];
   const latencies = new Map<Surface, number[]>(SURFACES.map((s) => [s, []]));
   const counts = new Map<string, number>();
-  const lastOk = new Map<CallClass, number>();
+  const recoveries = new Set<{ classes: CallClass[]; since: number; resolve: (t1: number | null) => void }>();
   const inFlight = new Map<number, { t0: number; surface: Surface; tool: string }>();
   const slow: Array<{ surface: Surface; tool: string; code: string; at_s: number; ms: number }> = [];
   const lost: Array<{ when: string; path: string; found: string | null; expected: Array<string | null> }> = [];
@@ -131,7 +133,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
     counts.set(`${surface} ${tool} ${code}`, (counts.get(`${surface} ${tool} ${code}`) ?? 0) + 1);
     if (answer.kind === 'ok') {
       (latencies.get(surface) as number[]).push(t1 - t0);
-      lastOk.set(cls, t1);
+      for (const waiter of recoveries) if (waiter.classes.includes(cls) && t0 > waiter.since) waiter.resolve(t1);
     } else {
       failures.push({ surface, cls, tool, code, message: answer.message.slice(0, 300), t0, t1 });
     }
@@ -206,15 +208,18 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
       gc: true,
     });
 
-  const waitOk = async (classes: CallClass[], since: number, limitMs = 60_000): Promise<number | null> => {
-    const until = performance.now() + limitMs;
-    while (performance.now() < until) {
-      for (const cls of classes) if ((lastOk.get(cls) ?? 0) > since) return Math.round((lastOk.get(cls) as number) - since);
-      if (issued >= total && inFlight.size === 0) return null;
-      await sleep(50);
-    }
-    return null;
-  };
+  /** Resolves with the end of the first successful call of one of `classes` that started after `since` (null after `limitMs`). */
+  const waitOk = (classes: CallClass[], since: number, limitMs = 60_000): Promise<number | null> =>
+    new Promise((resolve) => {
+      const waiter = { classes, since, resolve: (_t1: number | null) => {} };
+      const timer = setTimeout(() => waiter.resolve(null), limitMs);
+      waiter.resolve = (t1) => {
+        clearTimeout(timer);
+        recoveries.delete(waiter);
+        resolve(t1);
+      };
+      recoveries.add(waiter);
+    });
 
   const inject = async (kind: FaultKind): Promise<FaultRecord> => {
     const record: FaultRecord = { kind, at_call: done, at_s: 0, target: '', recovered_ms: null, failed: {}, window: [performance.now(), 0] };
@@ -226,7 +231,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
         if (!pid) throw new Error('the JS runner reports no sandbox pid');
         record.target = `JS sandbox process ${pid}`;
         process.kill(pid, 'SIGKILL');
-        record.recovered_ms = await waitOk(['js'], t);
+        record.recovered_ms = since(t, await waitOk(['js'], performance.now()));
         break;
       }
       case 'py-server':
@@ -245,7 +250,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
         }
         record.target = `${kind === 'py-server' ? 'Python fork server' : 'Python call process'} ${victim.pid} (${victim.command.slice(0, 80)})`;
         process.kill(victim.pid, 'SIGKILL');
-        record.recovered_ms = await waitOk(['py'], performance.now());
+        record.recovered_ms = since(t, await waitOk(['py'], performance.now()));
         break;
       }
       case 'worker': {
@@ -254,19 +259,21 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
           worker.once('exit', () => resolve());
           worker.kill('SIGKILL');
         });
+        const back = waitOk(['remote'], performance.now(), 120_000);
         await sleep(1000);
         worker = await spawnWorker(nats.url, join(dir, 'cache'), null, 'js-runner');
         record.note = `restarted as ${worker.pid} after 1 s`;
-        record.recovered_ms = await waitOk(['remote'], t);
+        record.recovered_ms = since(t, await back);
         break;
       }
       case 'nats': {
         record.target = `nats-server on ${nats.url}`;
         await nats.stop();
+        const back = waitOk(['remote'], performance.now(), 120_000);
         await sleep(1000);
         await nats.start();
         record.note = 'down 1 s';
-        record.recovered_ms = await waitOk(['remote'], t);
+        record.recovered_ms = since(t, await back);
         break;
       }
       case 'enospc': {
@@ -279,10 +286,8 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
         record.target = `tmpfs ${workspace} filled with ${round(bytes / 1048576)} MiB`;
         await sleep(3000);
         freeDisk(filler);
-        const freed = performance.now();
         record.note = 'full for 3 s';
-        record.recovered_ms = await waitOk(['write'], freed);
-        if (record.recovered_ms !== null) record.recovered_ms = Math.round(record.recovered_ms + freed - t);
+        record.recovered_ms = since(t, await waitOk(['write'], performance.now()));
         break;
       }
       case 'engine': {
