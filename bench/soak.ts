@@ -109,6 +109,9 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
   let lastCompletion = performance.now();
   let started = performance.now();
   let stopping = false;
+  let lanesDone = false;
+  /** Faults the calls ran out before (a short run, or faults slow to recover). */
+  const skipped: FaultKind[] = [];
   let lastStart: { pid: number; rss_mib: number; fds: Record<string, number | string[]> } | null = null;
 
   const call = async (surface: Surface, tool: string, input: Record<string, unknown>): Promise<Answer> => {
@@ -211,6 +214,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
   /** Resolves with the end of the first successful call of one of `classes` that started after `since` (null after `limitMs`). */
   const waitOk = (classes: CallClass[], since: number, limitMs = 60_000): Promise<number | null> =>
     new Promise((resolve) => {
+      if (lanesDone) return resolve(null);
       const waiter = { classes, since, resolve: (_t1: number | null) => {} };
       const timer = setTimeout(() => waiter.resolve(null), limitMs);
       waiter.resolve = (t1) => {
@@ -318,8 +322,11 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
 
   const faultLoop = async (): Promise<void> => {
     for (const [fraction, kind] of SCHEDULE) {
-      while (!stopping && done < fraction * total) await sleep(50);
-      if (stopping) return;
+      while (!stopping && !lanesDone && done < fraction * total) await sleep(50);
+      if (stopping || lanesDone) {
+        skipped.push(kind);
+        continue;
+      }
       faults.push(await inject(kind));
     }
   };
@@ -377,7 +384,12 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
         }
       }, 1000);
     });
-    const work = Promise.all([Promise.all(Array.from({ length: IN_FLIGHT }, lane)), faultLoop()]);
+    const lanes = Promise.all(Array.from({ length: IN_FLIGHT }, lane)).then(() => {
+      // No call will come to end a fault's wait for recovery, nor reach the next fault's turn.
+      lanesDone = true;
+      for (const waiter of recoveries) waiter.resolve(null);
+    });
+    const work = Promise.all([lanes, faultLoop()]);
     await Promise.race([work, watchdog]);
     const elapsed = (performance.now() - started) / 1000;
     stopping = true;
@@ -458,6 +470,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
         Object.entries(EXPECTED).map(([k, v]) => [k, v.map(([c, codes]) => `${codes.join('/')} for ${c.join(',')}`)]),
       ),
       faults: faults.map(({ window: _, ...f }) => f),
+      faults_not_injected: skipped,
       disk_fault: mounted ? 'tmpfs 256 MiB' : noDisk,
       state_on_disk: stateSize,
       processes_left_over: leftover,
