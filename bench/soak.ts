@@ -106,6 +106,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
   let issued = 0;
   let done = 0;
   let contentSeq = 0;
+  let callSeq = 0;
   let lastCompletion = performance.now();
   let started = performance.now();
   let stopping = false;
@@ -123,7 +124,7 @@ export async function benchSoak(flags: ReadonlyMap<string, string> = new Map()):
   /** One call, timed from when the engine is up; every answer counted and every failure kept. */
   const timed = async (surface: Surface, cls: CallClass, tool: string, input: Record<string, unknown>): Promise<Answer> => {
     await ready;
-    const id = issued;
+    const id = ++callSeq;
     const t0 = performance.now();
     inFlight.set(id, { t0, surface, tool });
     const answer = await call(surface, tool, input);
