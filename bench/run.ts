@@ -7,7 +7,7 @@ import { benchBuiltin } from './builtin.js';
  * bench/results.json. BENCHMARKS.md quotes these figures with the command that produced them.
  * Runner benchmarks (bench/js.ts, bench/python.ts) are loaded when present.
  */
-type Bench = () => Promise<Record<string, unknown>>;
+type Bench = (flags: ReadonlyMap<string, string>) => Promise<Record<string, unknown>>;
 
 async function optional(module: string, name: string): Promise<Bench | null> {
   try {
@@ -19,7 +19,16 @@ async function optional(module: string, name: string): Promise<Bench | null> {
   }
 }
 
-const only = process.argv.slice(2);
+// `name…` picks suites; `--flag value` pairs go to every suite (the soak reads `--calls`, `--seed`).
+const only: string[] = [];
+const flags = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i++) {
+  const arg = process.argv[i] as string;
+  if (arg.startsWith('--')) flags.set(arg.slice(2), process.argv[++i] ?? '');
+  else only.push(arg);
+}
+/** Suites that run only when named: the soak takes minutes and kills processes on purpose. */
+const NAMED_ONLY = new Set(['soak']);
 const suites: Array<[string, Bench | null]> = [
   ['builtin', benchBuiltin],
   ['js', await optional('./js.js', 'benchJs')],
@@ -38,6 +47,7 @@ const suites: Array<[string, Bench | null]> = [
   ['shell-warm', await optional('./shell-warm.js', 'benchShellWarm')],
   ['remote', await optional('./remote.js', 'benchRemote')],
   ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
+  ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),
@@ -46,13 +56,13 @@ const results: Record<string, unknown> = {
   cores: cpus().length,
 };
 for (const [name, bench] of suites) {
-  if (only.length > 0 && !only.includes(name)) continue;
+  if (only.length > 0 ? !only.includes(name) : NAMED_ONLY.has(name)) continue;
   if (!bench) {
     results[name] = 'not available';
     continue;
   }
   process.stderr.write(`bench ${name}…\n`);
-  results[name] = await bench();
+  results[name] = await bench(flags);
   process.stderr.write(`${JSON.stringify(results[name], null, 2)}\n`);
 }
 writeFileSync(new URL('../../bench/results.json', import.meta.url), `${JSON.stringify(results, null, 2)}\n`);

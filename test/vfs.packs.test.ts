@@ -1,10 +1,10 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '../src/index.js';
 import { CorruptObjectError, ObjectStore } from '../src/store/objects.js';
-import { Pack } from '../src/store/packs.js';
+import { MAX_OPEN_PACKS, Pack } from '../src/store/packs.js';
 
 let workspace: string;
 
@@ -38,7 +38,56 @@ function putBlobs(store: ObjectStore, from: number, count: number, tag = 'b'): s
   return Array.from({ length: count }, (_, i) => store.put('blob', Buffer.from(`${tag} ${from + i}\n`)));
 }
 
+/** Descriptors of this process open on pack files. */
+function packDescriptors(): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).endsWith('.pack')) n++;
+    } catch {}
+  }
+  return n;
+}
+
 describe('packs', () => {
+  it.skipIf(process.platform !== 'linux')('an engine keeps at most MAX_OPEN_PACKS pack files open, and reads every pack', async () => {
+    // One import of 70 files and one snapshot per round: each snapshot brings 70+ objects, one pack.
+    const rounds = MAX_OPEN_PACKS + 16;
+    const host = join(workspace, 'host');
+    mkdirSync(host);
+    let engine: Engine = await open();
+    try {
+      const ids: string[] = [];
+      for (let r = 0; r < rounds; r++) {
+        for (let i = 0; i < 70; i++) writeFileSync(join(host, `f${i}.txt`), content(i, r));
+        engine.importFrom(host, '/d');
+        ids.push(engine.snapshot().id);
+      }
+      expect(packs()).toHaveLength(rounds);
+      expect(packDescriptors()).toBeLessThanOrEqual(MAX_OPEN_PACKS);
+      // The first snapshot's objects are in a pack whose file was closed since: read again by path.
+      expect(
+        engine
+          .view(ids[0] as string)
+          .read('/d/f3.txt')
+          .toString(),
+      ).toBe(content(3, 0));
+      engine.restore(ids[1] as string);
+      expect(engine.vfs.read('/d/f69.txt').toString()).toBe(content(69, 1));
+      await engine.close();
+      engine = await open();
+      expect(packDescriptors()).toBeLessThanOrEqual(MAX_OPEN_PACKS);
+      expect(
+        engine
+          .view(ids[2] as string)
+          .read('/d/f0.txt')
+          .toString(),
+      ).toBe(content(0, 2));
+    } finally {
+      await engine.close();
+    }
+  });
+
   it('a snapshot of many small files goes to one pack, read back verified, in this engine and the next', async () => {
     let engine: Engine = await open();
     try {

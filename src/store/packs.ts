@@ -7,7 +7,8 @@ import { crc32 } from './crc32.js';
  * A pack: many objects in one file, so that writing the objects of a big snapshot costs one file and
  * one fsync instead of one file, one rename and one fsync each. A pack is written once, under a name
  * of its own, and never changed afterwards (garbage collection writes a new one and deletes the old):
- * a reader that has it open, or an engine sharing the folder, never sees it change.
+ * a reader that has it open, or an engine sharing the folder, never sees it change (one that opens it
+ * again after gc deleted it finds it gone, and looks in the pack that replaced it).
  *
  *   "ARP1"
  *   record*    length u32 | kind u8 | hash 32 | crc32 of the 37 bytes before it and the stored bytes | stored bytes
@@ -27,6 +28,16 @@ const ENTRY = 32 + 8 + 4 + 1;
 const TRAILER = 4 + 8 + 4 + 4;
 /** Bytes gathered into one write while a pack is written. */
 const WRITE_CHUNK = 4 * 1024 * 1024;
+/**
+ * Pack files a process keeps open at once. Every snapshot that brings PACK_MIN_OBJECTS objects adds a
+ * pack, and packs are merged only when gc finds them half dead, so a project that snapshots often
+ * gains packs without bound: one descriptor each would reach the process's limit (often 1,024), after
+ * which no file or socket opens. Past this, the pack read least recently is closed, and opened again
+ * by path when next read (a few µs).
+ */
+export const MAX_OPEN_PACKS = 32;
+/** The packs holding a descriptor, least recently read first. */
+const openPacks = new Set<Pack>();
 
 export type PackKind = 'blob' | 'tree';
 
@@ -60,11 +71,12 @@ export class Pack {
   readonly #index: Buffer;
   #fd: number | null = null;
 
-  private constructor(path: string, index: Buffer, whole: boolean, fd: number | null) {
+  private constructor(path: string, index: Buffer, whole: boolean, fd: number) {
     this.path = path;
     this.#index = index;
     this.whole = whole;
     this.#fd = fd;
+    this.#used();
   }
 
   /** Reads a pack's index (or, without a whole trailer, walks its records). */
@@ -206,11 +218,23 @@ export class Pack {
 
   #open(): number {
     this.#fd ??= openSync(this.path, 'r');
+    this.#used();
     return this.#fd;
+  }
+
+  /** Marks this pack read most recently, and closes the least recent past MAX_OPEN_PACKS. */
+  #used(): void {
+    openPacks.delete(this);
+    openPacks.add(this);
+    for (const oldest of openPacks) {
+      if (openPacks.size <= MAX_OPEN_PACKS) break;
+      oldest.close();
+    }
   }
 
   /** Closes the file (it is opened again when next read). */
   close(): void {
+    openPacks.delete(this);
     if (this.#fd !== null) closeSync(this.#fd);
     this.#fd = null;
   }
