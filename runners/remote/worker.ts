@@ -14,6 +14,7 @@ import { type CacheLimits, ToolCache, type WorkerPython } from './cache.js';
 import { connectNats } from './connect.js';
 import { joinParts, split, tooLarge } from './parts.js';
 import { ReceivedTools } from './received-tools.js';
+import { DroppingRequests } from './requests.js';
 import type { NatsSettings } from './settings.js';
 import {
   type CallMessage,
@@ -130,6 +131,8 @@ class RemoteWorker implements Worker {
   readonly id = randomUUID().slice(0, 12);
   readonly host = hostname();
   readonly #nc: NatsConnection;
+  /** Requests to the engine, failed at once when the connection drops (their answers are lost with it). */
+  readonly #requests: DroppingRequests;
   readonly #subjects: Subjects;
   readonly #names: string[];
   readonly #runners = new Map<string, Runner>();
@@ -160,6 +163,7 @@ class RemoteWorker implements Worker {
     runnerConfig: Readonly<Record<string, unknown>>,
   ) {
     this.#nc = nc;
+    this.#requests = new DroppingRequests(nc);
     this.#subjects = subjects(settings.deployment);
     this.#names = names;
     this.#concurrency = concurrency;
@@ -428,7 +432,7 @@ class RemoteWorker implements Worker {
     try {
       let bytes = encode({ ...message, worker: this.id, host: this.host }, 'remote.fromWorker');
       if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
-      const reply = decode((await this.#nc.request(inbox, bytes, { timeout })).data, 'remote.toWorker');
+      const reply = decode((await this.#requests.request(inbox, bytes, timeout)).data, 'remote.toWorker');
       if (!reply) throw new Error('an answer that is not a message');
       // The engine refused the request: a bound of what it keeps for a call (REMOTE_LIMITS), say.
       if (reply.t === 'refused') throw failureOf(reply.error);
@@ -446,7 +450,7 @@ class RemoteWorker implements Worker {
     const parts: string[] = [];
     for (let index = 0; index < count; index++) {
       const reply = decode(
-        (await this.#nc.request(inbox, encode({ t: 'part', key, index }, 'remote.fromWorker'), { timeout })).data,
+        (await this.#requests.request(inbox, encode({ t: 'part', key, index }, 'remote.fromWorker'), timeout)).data,
         'remote.toWorker',
       );
       parts.push(String(reply?.data ?? ''));
