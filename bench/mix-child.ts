@@ -10,7 +10,7 @@ import { threadCpu } from './stats.js';
  * One build's engine for bench/mix.ts, in a process of its own: `mix-child.js <dist> <fixtures>` imports
  * `<dist>/src/index.js` (this checkout's build or another's), opens a durable project on disk with the
  * tools of `<fixtures>` (fixtures/mix), and answers the parent's messages: `{ pattern, calls, round }`
- * runs one round and replies `{ ms, times, main_cpu_ms }`; `{ close: true }` closes the engine and exits.
+ * runs one round and replies `{ ms, times, runs, main_cpu_ms }`; `{ close: true }` closes the engine and exits.
  *
  * A round keeps `IN_FLIGHT` calls going until `calls` have been made; call i is of kind
  * `pattern[i % pattern.length]`: `w` an `fs.write` to one of 100 paths, `j` the JS tool and `p` the
@@ -30,6 +30,7 @@ async function round(engine: Engine, { pattern, calls, round: tag }: RoundReques
   const times = new Array<number>(calls);
   const written = new Set<string>();
   let next = 0;
+  let runs = 0;
   const caller = async () => {
     while (next < calls) {
       const i = next++;
@@ -41,6 +42,8 @@ async function round(engine: Engine, { pattern, calls, round: tag }: RoundReques
       const result = await engine.call(kind.tool, { path, content: `${tag} call ${i}\n` });
       times[i] = performance.now() - t0;
       if (!result.ok) throw new Error(`bench call ${kind.tool} failed: ${result.error.message}`);
+      // A run lost to another call's commit is made again (builds before serializable calls never do).
+      runs += (result.meta as { attempts?: number }).attempts ?? 1;
     }
   };
   const cpu0 = mainCpuMs();
@@ -53,7 +56,7 @@ async function round(engine: Engine, { pattern, calls, round: tag }: RoundReques
     const text = engine.vfs.read(path).toString();
     if (!text.startsWith(`${tag} call `)) throw new Error(`${path} holds ${JSON.stringify(text)}, not a write of round ${tag}`);
   }
-  return { ms, times, main_cpu_ms: mainCpu };
+  return { ms, times, runs, main_cpu_ms: mainCpu };
 }
 
 async function main(): Promise<void> {

@@ -11,8 +11,9 @@ import { median, percentile } from './stats.js';
  * no conflicts), on a persisting engine in a folder on disk (every call's journal record is fdatasynced
  * before it returns). Mixes: 60% writes / 20% JS / 20% Python, half writes and half JS, half writes and
  * half Python, and each kind alone. Each mix reports calls/s (the median of its rounds), the median and
- * 99th percentile of a call's time over all rounds, and how busy the engine's main thread was (its CPU
- * time over the rounds' wall time).
+ * 99th percentile of a call's time over all rounds, the runs per call (above 1 when calls lost races
+ * to other calls' commits and ran again), and how busy the engine's main thread was (its CPU time over
+ * the rounds' wall time).
  *
  * Each build's engine runs in a process of its own (bench/mix-child.ts). `ARIUM_BENCH_AGAINST` names
  * other builds (comma-separated: a checkout, or its `dist/`), built with `npm run build`; their engines
@@ -42,6 +43,8 @@ export interface RoundRequest {
 export interface RoundReply {
   ms: number;
   times: number[];
+  /** Runs of the round's tools: more than its calls when some lost a race and ran again. */
+  runs: number;
   main_cpu_ms: number;
 }
 
@@ -108,16 +111,17 @@ export async function benchMix(): Promise<Record<string, unknown>> {
     for (const [name, mix] of mixes) {
       for (const build of builds) await run(build, { pattern: mix.pattern, calls: mix.calls >> 1, round: `warm-${name}` });
     }
-    const samples = new Map<string, { perSec: number[]; times: number[]; ms: number; cpu: number }>();
+    const samples = new Map<string, { perSec: number[]; times: number[]; runs: number; ms: number; cpu: number }>();
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? builds : [...builds].reverse();
       for (const [name, mix] of mixes) {
         for (const build of order) {
           const reply = await run(build, { pattern: mix.pattern, calls: mix.calls, round: `r${r}` });
           const key = `${name}\u0000${build.label}`;
-          const s = samples.get(key) ?? { perSec: [], times: [], ms: 0, cpu: 0 };
+          const s = samples.get(key) ?? { perSec: [], times: [], runs: 0, ms: 0, cpu: 0 };
           s.perSec.push(mix.calls / (reply.ms / 1000));
           s.times.push(...reply.times);
+          s.runs += reply.runs;
           s.ms += reply.ms;
           s.cpu += reply.main_cpu_ms;
           samples.set(key, s);
@@ -136,6 +140,7 @@ export async function benchMix(): Promise<Record<string, unknown>> {
           calls_per_s: Math.round(median(s.perSec)),
           p50_ms: ms(median(s.times)),
           p99_ms: ms(percentile(s.times, 0.99)),
+          runs_per_call: Math.round((s.runs / s.times.length) * 100) / 100,
           main_thread_busy: Math.round((s.cpu / s.ms) * 100) / 100,
         };
       }
