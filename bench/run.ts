@@ -40,6 +40,7 @@ const suites: Array<[string, Bench | null]> = [
   ['diff', await optional('./diff-view.js', 'benchDiffView')],
   ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],
   ['contention', await optional('./contention.js', 'benchContention')],
+  ['mix', await optional('./mix.js', 'benchMix')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],

@@ -38,6 +38,13 @@ const JS = {
   return seen;
 }
 `,
+  'replacer.js': `export default async function run(input, ctx) {
+  await ctx.vfs.write(input.path, input.content);
+  const until = Date.now() + input.work_ms;
+  while (Date.now() < until) {}
+  return null;
+}
+`,
   'counter.js': `export default async function run(input, ctx) {
   const { entries } = await ctx.vfs.list('/items');
   const until = Date.now() + 3;
@@ -75,6 +82,14 @@ def run(input, ctx):
         busy(2)
     return seen
 `,
+  'replacer.py': `import time
+
+def run(input, ctx):
+    ctx.vfs.write(input["path"], input["content"])
+    end = time.monotonic() + input["work_ms"] / 1000
+    while time.monotonic() < end:
+        pass
+`,
   'counter.py': `import time
 
 def run(input, ctx):
@@ -99,9 +114,11 @@ function tools(): Record<string, string> {
   add('js.pair-writer', 'js-runner', 'pair-writer.js', RW_JS);
   add('js.pair-reader', 'js-runner', 'pair-reader.js', ['exec.js', 'vfs.read']);
   add('js.counter', 'js-runner', 'counter.js', RW_JS);
+  add('js.replacer', 'js-runner', 'replacer.js', ['exec.js', 'vfs.write']);
   add('py.appender', 'py-runner', 'appender.py', RW_PY);
   add('py.pair-reader', 'py-runner', 'pair_reader.py', ['exec.py', 'vfs.read']);
   add('py.counter', 'py-runner', 'counter.py', RW_PY);
+  add('py.replacer', 'py-runner', 'replacer.py', ['exec.py', 'vfs.write']);
   return { ...defs, ...JS, ...PY };
 }
 
@@ -188,6 +205,32 @@ describe('serializable calls through the real runners', () => {
       const readerRuns = events.filter((e): e is ToolResultEvent => e.type === 'ToolResultEvent' && e.tool === reader).map((e) => e.attempts);
       expect(readerRuns).toEqual(Array(8).fill(1));
       expect(engine.vfs.read('/pair/a.txt').toString()).toBe(engine.vfs.read('/pair/b.txt').toString());
+    },
+  );
+
+  it.each(['js.replacer', 'py.replacer'])(
+    'tools (%s) replacing files that fs.write replaces meanwhile never run twice: the later commit wins',
+    async (replacer) => {
+      for (let f = 0; f < 4; f++) engine.vfs.write(`/blind/${f}.txt`, 'start');
+      const events = recordEvents(engine);
+      let running = true;
+      const all = Promise.all(
+        Array.from({ length: 8 }, (_, i) => engine.call(replacer, { path: `/blind/${i % 4}.txt`, content: `tool ${i}`, work_ms: 20 })),
+      ).finally(() => {
+        running = false;
+      });
+      // Writes to the same files keep committing while the tools run (each works about 20 ms after its
+      // write): without reading a file, replacing it depends on nothing another write changes.
+      const writers: Array<{ ok: boolean }> = [];
+      for (let k = 0; running && k < 400; k++) writers.push(await engine.call('fs.write', { path: `/blind/${k % 4}.txt`, content: `fs ${k}` }));
+      const results = await all;
+      expect(results.filter((r) => !r.ok)).toEqual([]);
+      expect(writers.filter((r) => !r.ok)).toEqual([]);
+      expect(writers.length).toBeGreaterThan(4);
+      const runs = events.filter((e): e is ToolResultEvent => e.type === 'ToolResultEvent' && e.tool === replacer).map((e) => e.attempts);
+      expect(runs).toEqual(Array(8).fill(1));
+      for (let f = 0; f < 4; f++) expect(engine.vfs.read(`/blind/${f}.txt`).toString()).toMatch(/^(tool|fs) \d+$/);
+      engine.vfs.delete('/blind', { recursive: true });
     },
   );
 

@@ -106,6 +106,14 @@ describe('a commit is refused when another call changed what the transaction rea
       (t) => t.write('/keep.txt', 'theirs\n', { append: true }),
       '/keep.txt',
     ],
+    ['a file it replaced, deleted meanwhile', (t) => t.write('/keep.txt', 'mine'), (t) => t.delete('/keep.txt'), '/keep.txt'],
+    ['a file it created, created meanwhile', (t) => t.write('/later.txt', 'mine'), (t) => t.write('/later.txt', 'theirs'), '/later.txt'],
+    [
+      'a file it replaced asking for its previous content (a diff)',
+      (t) => t.write('/keep.txt', 'mine', { previous: true }),
+      (t) => t.write('/keep.txt', 'theirs'),
+      '/keep.txt',
+    ],
   ];
 
   it.each(cases)('%s', (_name, read, change, path) => {
@@ -133,6 +141,22 @@ describe('a commit is refused when another call changed what the transaction rea
     });
     expect(() => state.commit(txn)).not.toThrow();
     expect(state.vfs.read('/result.txt').toString()).toBe('what it computed');
+  });
+
+  it('replacing a file without reading it is no conflict with another write to it: the later commit wins', () => {
+    const state = seededState();
+    const txn = state.begin();
+    expect(txn.write('/keep.txt', 'mine')).toMatchObject({ created: false, previous: null });
+    txn.write('/d/x.txt', 'mine too');
+    otherCall(state, (t) => {
+      t.write('/keep.txt', 'theirs, and longer than before');
+      t.write('/d/x.txt', 'theirs');
+      t.write('/d/new.txt', 'a new file beside it');
+    });
+    expect(() => state.commit(txn)).not.toThrow();
+    expect(state.vfs.read('/keep.txt').toString()).toBe('mine');
+    expect(state.vfs.read('/d/x.txt').toString()).toBe('mine too');
+    expect(state.vfs.read('/d/new.txt').toString()).toBe('a new file beside it');
   });
 
   it('a folder listed without recursion ignores changes deeper down', () => {
@@ -241,6 +265,30 @@ describe('calls that lose a race run again', () => {
     expect(victim.runs).toBe(1);
     expect(engine.vfs.exists('/mine.txt')).toBe(false);
     expect(events.filter((e): e is ToolErrorEvent => e.type === 'ToolErrorEvent').map((e) => e.attempts)).toEqual([1]);
+  });
+
+  it('a tool replacing a file that another call replaces meanwhile runs once, and its write lands last', async () => {
+    await open({ writer: { permissions: ['exec.js', 'vfs.write'] } });
+    engine.vfs.write('/shared.txt', 'start');
+    const wrote = deferred();
+    const release = deferred();
+    let runs = 0;
+    behaviours.set('writer', async (ctx) => {
+      runs++;
+      expect(ctx.vfs.write('/shared.txt', 'from the tool')).toMatchObject({ created: false });
+      wrote.resolve();
+      await release.promise;
+      return null;
+    });
+    const writer = engine.call('writer', {});
+    await wrote.promise;
+    expect((await engine.call('fs.write', { path: '/shared.txt', content: 'from fs.write' })).ok).toBe(true);
+    release.resolve();
+    const result = await writer;
+    expect(result.ok).toBe(true);
+    expect(result.meta.attempts).toBeUndefined();
+    expect(runs).toBe(1);
+    expect(engine.vfs.read('/shared.txt').toString()).toBe('from the tool');
   });
 
   it('runs at most max_attempts times, then CONFLICT', async () => {

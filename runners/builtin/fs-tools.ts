@@ -95,6 +95,7 @@ export const fsWrite = defineBuiltin(
       append: input.append === true,
       exclusive: input.overwrite === false,
       parents: input.create_parents !== false,
+      previous: input.diff === true,
     });
     const path = outcome.path;
     const result: Record<string, unknown> = { path, created: outcome.created, size: outcome.size, bytes_written: data.length };

@@ -7,6 +7,11 @@ export interface TreeView {
   resolve(path: unknown): string;
   typeOf(path: string): EntryType | null;
   read(path: string): Buffer;
+  /**
+   * A file's bytes as this view sees them, without counting as read: for what the call's outcome does
+   * not depend on (the size a write replaces, for its quota check, which the commit makes again).
+   */
+  peek(path: string): Buffer;
   stat(path: string): VfsStat;
   list(path: string, options?: ListOptions): { entries: VfsEntry[]; truncated: boolean };
   checkQuota(deltaBytes: number, deltaNodes: number, path: string, fileBytes: number): void;
@@ -60,14 +65,19 @@ function fail(code: 'NOT_FOUND' | 'NOT_A_DIRECTORY' | 'IS_A_DIRECTORY', message:
  * children put back as they were.
  *
  * The same captures say what changed under the transaction: `conflict()` is the first thing it read
- * (a path's type, content or stat; a folder's listing) that a commit changed after it began. A
- * transaction whose reads all still hold can commit as if it had run alone (serializable); one that
- * wrote nothing never conflicts, since it saw one consistent tree.
+ * (a path's content or stat; a folder's listing) that a commit changed after it began, or a path whose
+ * type alone it looked at (`exists`, the checks of a write's target and parents) and whose type is no
+ * longer the one it saw. A transaction whose reads all still hold can commit as if it had run alone
+ * (serializable); one that wrote nothing never conflicts, since it saw one consistent tree. Two calls
+ * replacing the same file without reading it therefore both commit, the later one's content winning,
+ * as if they had run one after the other.
  */
 export class ReadView implements TreeView {
   readonly #vfs: Vfs;
-  /** Paths whose type, content or stat the transaction read. */
+  /** Paths whose content or stat the transaction read. */
   readonly #reads = new Set<string>();
+  /** Paths whose type alone it looked at: a change that keeps the type keeps what it saw. */
+  readonly #types = new Set<string>();
   /** Folders whose direct children it listed. */
   readonly #listed = new Set<string>();
   /** Folders it listed recursively. */
@@ -90,10 +100,24 @@ export class ReadView implements TreeView {
   }
 
   typeOf(path: string): EntryType | null {
-    this.#reads.add(path);
+    this.#types.add(path);
+    return this.#typeAtStart(path);
+  }
+
+  #typeAtStart(path: string): EntryType | null {
     const images = this.#images;
     if (images?.has(path)) return images.get(path)?.type ?? null;
     return this.#vfs.typeOf(path);
+  }
+
+  peek(path: string): Buffer {
+    const images = this.#images;
+    if (images?.has(path)) {
+      const image = images.get(path) ?? null;
+      if (image?.type !== 'file') throw fail('NOT_FOUND', `File not found: ${path}`, path);
+      return image.data;
+    }
+    return this.#vfs.peek(path);
   }
 
   read(path: string): Buffer {
@@ -124,7 +148,7 @@ export class ReadView implements TreeView {
     this.#reads.add(path);
     (options.recursive ? this.#listedDeep : this.#listed).add(path);
     if (this.#images === null) return this.#vfs.list(path, options);
-    const type = this.typeOf(path);
+    const type = this.#typeAtStart(path);
     if (type === null) throw fail('NOT_FOUND', `Directory not found: ${path}`, path);
     if (type === 'file') throw fail('NOT_A_DIRECTORY', `Not a directory: ${path}`, path);
     return walkEntries(path, options, (dir) => this.#children(dir));
@@ -177,6 +201,12 @@ export class ReadView implements TreeView {
       for (const path of this.#reads) if (images.has(path)) return path;
     } else {
       for (const path of images.keys()) if (this.#reads.has(path)) return path;
+    }
+    const typeChanged = (path: string) => (images.get(path)?.type ?? null) !== this.#vfs.typeOf(path);
+    if (this.#types.size <= images.size) {
+      for (const path of this.#types) if (images.has(path) && typeChanged(path)) return path;
+    } else {
+      for (const path of images.keys()) if (this.#types.has(path) && typeChanged(path)) return path;
     }
     const byParent = this.#byParent as Map<string, Set<string>>;
     for (const dir of this.#listed) {

@@ -139,14 +139,18 @@ export class Transaction implements VfsView {
     const type = missing.length > 0 ? null : this.typeOf(path);
     if (type === 'directory') throw fail('IS_A_DIRECTORY', `Is a directory, not a file: ${path}`, path);
     if (type === 'file' && options.exclusive) throw fail('ALREADY_EXISTS', `File already exists: ${path}`, path);
-    const previous = type === 'file' ? this.read(path) : null;
+    // The replaced content is read only when the outcome depends on it (an append, a caller that shows
+    // it): otherwise it is only measured, and another call's write to the file is no conflict for this one.
+    const reads = options.append === true || options.previous === true;
+    const previous = type === 'file' && reads ? this.read(path) : null;
+    const replaced = type === 'file' ? (previous ?? this.#peek(path)).length : 0;
     // A Buffer is taken as it is, not copied: every caller hands over one of its own (engine.vfs copies
     // the host's), and the committed tree keeps this same buffer. A copy held each write twice.
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.isBuffer(data) ? data : Buffer.from(data);
     this.#spend(bytes.length, path);
     const content = options.append && previous ? Buffer.concat([previous, bytes]) : bytes;
-    const nodes = missing.length + (previous ? 0 : 1);
-    this.#reserve(content.length - (previous?.length ?? 0), nodes, path, content.length);
+    const nodes = missing.length + (type === 'file' ? 0 : 1);
+    this.#reserve(content.length - replaced, nodes, path, content.length);
     this.#createDirs(missing);
     this.#overlay.set(path, { type: 'file', data: content, mtime: Date.now() });
     // An append is journaled as what was added, a create as a create: replayed at commit on a tree another
@@ -155,7 +159,13 @@ export class Transaction implements VfsView {
     if (options.append) op.append = true;
     if (options.exclusive) op.create = true;
     this.ops.push(op);
-    return { created: previous === null, previous, size: content.length };
+    return { created: type !== 'file', previous, size: content.length };
+  }
+
+  /** A file's content as this transaction sees it, without counting as read (see TreeView.peek). */
+  #peek(path: string): Buffer {
+    const own = this.#overlay.get(path);
+    return own?.type === 'file' ? own.data : this.#base.peek(path);
   }
 
   mkdir(raw: unknown, options: { parents?: boolean } = {}): { created: boolean; path: string } {

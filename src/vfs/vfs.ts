@@ -82,7 +82,10 @@ export interface VfsStat {
 
 export interface WriteOutcome {
   created: boolean;
-  /** The content the file had before, or null when it was created. */
+  /**
+   * The content the file had before, or null when it was created. A call's transaction gives it only
+   * when the write asked for it (`previous`, or an append): handing it over makes it a read of the file.
+   */
   previous: Buffer | null;
   size: number;
 }
@@ -94,6 +97,12 @@ export interface WriteOptions {
   append?: boolean;
   /** Fail with ALREADY_EXISTS if the file exists. */
   exclusive?: boolean;
+  /**
+   * The caller uses the replaced content (`previous`: fs.write's diff). In a call's transaction that
+   * content then counts as read, so another call's change to the file refuses this call's commit;
+   * without it, replacing a file depends only on its type, and does not conflict with another write.
+   */
+  previous?: boolean;
 }
 
 export interface ListOptions {
