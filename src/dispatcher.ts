@@ -1,3 +1,4 @@
+// Over 500 lines: one pipeline, the stages of a call, which share the call's record and the dispatcher's deps.
 import { randomUUID } from 'node:crypto';
 import type { ApprovalAnswer, ApprovalDecision, ApprovalGate, PendingApproval } from './approvals/gate.js';
 import type { MatchedRule } from './approvals/rules.js';
@@ -6,7 +7,7 @@ import type { Limiter } from './concurrency.js';
 import { toErrorInfo } from './error-info.js';
 import { type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
-import { type Execution, Executor, OUTSIDE_EFFECTS, type RunScope } from './execution.js';
+import { type Execution, Executor, OUTSIDE_EFFECTS, type Outcome, type RunScope } from './execution.js';
 import { type CallLimits, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
@@ -165,8 +166,7 @@ export class Dispatcher {
       this.#validate(call);
       this.#permit(call);
       if (this.#needsApproval(call)) await this.#approve(call);
-      await this.#execute(call);
-      this.#scrub(call);
+      this.#scrub(call, await this.#execute(call));
       return this.#report(call);
     } catch (thrown) {
       return this.#fail(c, thrown);
@@ -350,7 +350,7 @@ export class Dispatcher {
    * Hands the call to its runner through the Executor, which takes a concurrency slot, opens the call's
    * transaction, runs the tool under its limits and commits (a step runs in its macro's transaction).
    */
-  async #execute(c: Resolved): Promise<void> {
+  #execute(c: Resolved): Promise<Outcome> {
     c.stage = 'execution';
     const { tool, meta, runId, parent } = c;
     const opts = c.options;
@@ -382,15 +382,16 @@ export class Dispatcher {
       ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
     };
-    const outcome = parent ? await this.#executor.runStep(execution, parent) : await this.#executor.run(execution);
-    meta.duration_ms = performance.now() - c.started;
+    // Returned, not awaited here: an async stage would cost every call one more promise.
+    return parent ? this.#executor.runStep(execution, parent) : this.#executor.run(execution);
+  }
+
+  /** The run's outcome kept in the record (its time taken first); the project's secret values taken out of the output and the logs. */
+  #scrub(c: Resolved, outcome: Outcome): void {
+    c.meta.duration_ms = performance.now() - c.started;
     c.output = outcome.output;
     c.outputBytes = outcome.outputBytes;
     c.vfs = outcome.vfs;
-  }
-
-  /** The project's secret values taken out of the output and the logs. */
-  #scrub(c: Resolved): void {
     const { scrubber } = this.#d;
     if (!scrubber.active) return;
     c.output = scrubber.value(c.output);

@@ -1,3 +1,4 @@
+# Over 500 lines: one call's process, whose confinement (readied in the zygote) and tool runtime share module state.
 """The process of one call: confines itself, then runs the tool and sends back one reply.
 
 Forked by the fork server's zygote (arium_server.py), so it starts with a clean copy of a process
