@@ -92,6 +92,11 @@ function toolLabel(id: unknown): string {
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
 }
 
+/** Who is calling, as events and approvals show it. */
+function callerOf(options: CallOptions): string | null {
+  return typeof options.caller === 'string' ? options.caller.slice(0, 200) : null;
+}
+
 /**
  * One call as it goes through the stages of `Dispatcher.call`: each stage reads what the ones before it
  * left here and adds its own part. One plain object per call, so a stage costs a method call and no
@@ -112,7 +117,7 @@ interface Call {
   label: string;
   /** Where a failure is counted when the thrown value does not say (an engine bug). */
   stage: Stage;
-  /** Who is calling, as events and approvals show it. */
+  /** Who is calling, as events and approvals show it (read when the announcement or an approval needs it). */
   caller: string | null;
   /** Whether the ToolInvocationEvent went out (a failure before it sends one of its own). */
   announced: boolean;
@@ -236,9 +241,8 @@ export class Dispatcher {
 
   /** The ToolInvocationEvent: every call that got this far is announced, whether or not its tool exists. */
   #announce(c: Call): void {
-    const caller = c.options.caller;
-    c.caller = typeof caller === 'string' ? caller.slice(0, 200) : null;
     if (this.#d.bus.active) {
+      c.caller = callerOf(c.options);
       this.#d.bus.publish({
         type: 'ToolInvocationEvent',
         at: new Date().toISOString(),
@@ -338,7 +342,7 @@ export class Dispatcher {
       traceId: c.meta.trace_id,
       tool: c.tool.spec.id,
       input: c.input,
-      caller: c.caller,
+      caller: c.caller ?? callerOf(opts),
       rule: c.rule as MatchedRule,
       signal: opts.signal,
       preapproved: opts.approval,
