@@ -40,7 +40,7 @@ def in_child(child, reseed=True):
 describe('the harness', () => {
   it('a call process closes the descriptors it must not keep: exactly the range asked, wide ranges in one system call', () => {
     const out = python(`
-import arium_child
+import arium_confine
 def is_open(fd):
     try:
         os.fstat(fd)
@@ -49,11 +49,11 @@ def is_open(fd):
         return False
 fds = [fd for _ in range(40) for fd in os.pipe()]
 low, high = fds[0], fds[-1] + 1
-arium_child.close_from(low + 2, low + 5)          # narrow: os.closerange
+arium_confine.close_from(low + 2, low + 5)          # narrow: os.closerange
 after_narrow = [fd for fd in range(low, high) if not is_open(fd)]
-arium_child.close_from(low + 10, low + 200)       # wide: close_range(2)
+arium_confine.close_from(low + 10, low + 200)       # wide: close_range(2)
 after_wide = [fd for fd in range(low, high) if not is_open(fd)]
-arium_child.close_from(low + 1, 1 << 20)          # up to the server's limit
+arium_confine.close_from(low + 1, 1 << 20)          # up to the server's limit
 left = [fd for fd in range(low, high) if is_open(fd)]
 print(json.dumps({"low": low, "narrow": after_narrow, "wide": after_wide, "left": left}))
 `) as { low: number; narrow: number[]; wide: number[]; left: number[] };

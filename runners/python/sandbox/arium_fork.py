@@ -1,10 +1,10 @@
 """How the fork server's zygote forks: what the server loads before it forks (preload_asyncio), and
 fork(2) without CPython's fork hooks where they have nothing to repair (bare_fork)."""
 
+import ctypes
 import os
 import sys
 
-import arium_child
 
 CLONE_NEWPID = 0x20000000
 
@@ -67,7 +67,7 @@ def bare_fork_problem():
 
 
 # A PyDLL function keeps the GIL while it runs, so the child's one thread holds it, as after os.fork.
-_fork = arium_child.ctypes.PyDLL(None, use_errno=True).fork
+_fork = ctypes.PyDLL(None, use_errno=True).fork
 
 
 def bare_fork(reseed=True):
@@ -76,7 +76,7 @@ def bare_fork(reseed=True):
     why). A failure raises the OSError os.fork would."""
     pid = _fork()
     if pid < 0:
-        code = arium_child.ctypes.get_errno()
+        code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
     if pid == 0 and reseed:
         random = sys.modules.get("random")

@@ -44,6 +44,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import arium_child  # noqa: E402
+import arium_confine  # noqa: E402
 import arium_proto  # noqa: E402
 from arium_fork import preload_asyncio  # noqa: E402
 from arium_zygote import Zygote  # noqa: E402
@@ -59,7 +60,7 @@ MAX_INTRUSIONS = 16
 MAX_INTRUSION_CHARS = 300
 # After the engine's deadline has passed, how long the server waits before killing the call itself.
 DEADLINE_GRACE_S = 1.0
-# Above any descriptor the server holds (arium_child.close_from closes up to it in one system call).
+# Above any descriptor the server holds (arium_confine.close_from closes up to it in one system call).
 MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
@@ -131,7 +132,7 @@ class Server:
             if venv:
                 relocate(venv["host"], venv["path"])
         if config["namespaces"]:
-            arium_child.make_root_readonly()
+            arium_confine.make_root_readonly()
         preload_asyncio(config["namespaces"])
         self.config = config
         # The protocol's schema for the frames with call processes, when the engine checks the protocol (tests).
@@ -345,13 +346,13 @@ class Server:
         compile process (`compile_only`), confined the same way: compile entries[0]. Never returns."""
         try:
             signal.set_wakeup_fd(-1)
-            arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            arium_confine.libc.prctl(arium_confine.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             # Every descriptor but its own three: others' sockets and pipes, the engine's channel.
             low = 3
             for fd in sorted({child_fd, out_w, err_w}):
-                arium_child.close_from(low, fd)
+                arium_confine.close_from(low, fd)
                 low = fd + 1
-            arium_child.close_from(low, MAX_FD)
+            arium_confine.close_from(low, MAX_FD)
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out_w, 1)
@@ -362,7 +363,7 @@ class Server:
             if not self.config["namespaces"]:
                 os.setsid()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the others are reset already (prepare_zygote)
-            arium_child.confine(self.config, uid, workdir)
+            arium_confine.confine(self.config, uid, workdir)
         except BaseException as error:
             try:
                 arium_proto.send(child_fd, {"t": "error", "kind": "sandbox", "message": arium_child._describe(error)})
@@ -746,7 +747,7 @@ class Server:
         if self.uid_note:
             ready["uid_note"] = self.uid_note
         if self.config["namespaces"]:
-            ready["landlock"] = arium_child.landlock_abi()
+            ready["landlock"] = arium_confine.landlock_abi()
         self.to_host(ready)
         while self.running:
             timeout = 0.25 if self.calls else None

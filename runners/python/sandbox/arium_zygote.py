@@ -3,6 +3,7 @@ docstring for why the server does not fork them itself)."""
 
 import base64
 import json
+import ctypes
 import os
 import selectors
 import signal
@@ -10,6 +11,7 @@ import socket
 import time
 
 import arium_child
+import arium_confine
 import arium_proto
 from arium_fork import CLONE_NEWPID, bare_fork, bare_fork_problem
 
@@ -36,13 +38,13 @@ class Zygote:
         self.bare_fork = False
 
     def main(self):
-        arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        arium_confine.libc.prctl(arium_confine.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != self.server_pid:
             os._exit(0)  # the server died before the line above
         for fd in (arium_proto.HOST_IN, arium_proto.HOST_OUT):
             os.close(fd)
         self.server.selector.close()
-        arium_child.prepare_zygote(self.config)
+        arium_confine.prepare_zygote(self.config)
         self.bare_fork = bare_fork_problem() is None
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -192,13 +194,13 @@ class Zygote:
         err_r, err_w = os.pipe()
         namespaces = self.config["namespaces"]
         try:
-            if namespaces and arium_child.libc.unshare(CLONE_NEWPID) != 0:
-                raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+            if namespaces and arium_confine.libc.unshare(CLONE_NEWPID) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
             try:
                 pid = bare_fork() if self.bare_fork else os.fork()
             except BaseException:
                 if namespaces:
-                    arium_child.libc.setns(self.server.pidns, CLONE_NEWPID)
+                    arium_confine.libc.setns(self.server.pidns, CLONE_NEWPID)
                 raise
         except BaseException:
             for fd in (out_r, out_w, err_r, err_w):
@@ -206,9 +208,9 @@ class Zygote:
             parent_sock.close()
             child_sock.close()
             raise
-        if pid != 0 and namespaces and arium_child.libc.setns(self.server.pidns, CLONE_NEWPID) != 0:
+        if pid != 0 and namespaces and arium_confine.libc.setns(self.server.pidns, CLONE_NEWPID) != 0:
             # Back to our own namespace for the next order; without it the next unshare would fail.
-            error = OSError(arium_child.ctypes.get_errno(), "setns back to the zygote's PID namespace")
+            error = OSError(ctypes.get_errno(), "setns back to the zygote's PID namespace")
             os.kill(pid, signal.SIGKILL)
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
