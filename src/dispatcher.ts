@@ -1,11 +1,14 @@
+// Over 500 lines: one pipeline, the stages of a call, which share the call's record and the dispatcher's deps.
 import { randomUUID } from 'node:crypto';
-import type { ApprovalAnswer, ApprovalGate, PendingApproval } from './approvals/gate.js';
+import type { ApprovalAnswer, ApprovalDecision, ApprovalGate, PendingApproval } from './approvals/gate.js';
+import type { MatchedRule } from './approvals/rules.js';
 import { isCapabilityRequest, routeCapability } from './capabilities.js';
 import type { Limiter } from './concurrency.js';
-import { type ErrorInfo, isRetryable, type Stage, ToolFailure } from './errors.js';
+import { toErrorInfo } from './error-info.js';
+import { type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
-import { type Execution, Executor, OUTSIDE_EFFECTS, type RunScope } from './execution.js';
-import { type CallLimits, ERROR_MESSAGE_CHARS, MACRO_LIMITS, type Policy } from './limits.js';
+import { type Execution, Executor, OUTSIDE_EFFECTS, type Outcome, type RunScope } from './execution.js';
+import { type CallLimits, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
@@ -14,7 +17,9 @@ import type { Runner, StepCaller } from './runner.js';
 import { hasSecretReference, withSecrets } from './secrets/references.js';
 import type { Scrubber } from './secrets/scrub.js';
 import type { ResolvedSecret } from './secrets/sources.js';
+import { suggest } from './suggest.js';
 import type { RunnerName, Tool } from './tool.js';
+import type { ToolVfs } from './tool-vfs.js';
 import { summarize } from './validation.js';
 import type { VfsState } from './vfs/state.js';
 
@@ -87,9 +92,61 @@ function toolLabel(id: unknown): string {
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
 }
 
+/** Who is calling, as events and approvals show it. */
+function callerOf(options: CallOptions): string | null {
+  return typeof options.caller === 'string' ? options.caller.slice(0, 200) : null;
+}
+
 /**
- * The one code path every call takes, whatever its runner or surface:
- * lookup → validation → permission → execution under policy → structured result, with events.
+ * One call as it goes through the stages of `Dispatcher.call`: each stage reads what the ones before it
+ * left here and adds its own part. One plain object per call, so a stage costs a method call and no
+ * allocation of its own.
+ */
+interface Call {
+  readonly id: unknown;
+  readonly options: CallOptions;
+  /** The composite call this one is a step of. */
+  readonly parent: StepParent | undefined;
+  readonly runId: string;
+  /** `performance.now()` when the call came in. */
+  readonly started: number;
+  readonly meta: ResultMeta;
+  /** Spread into each event: names the composite call's run for a step, nothing otherwise. */
+  readonly parentRun: { parent_run_id?: string };
+  /** How events and errors name the tool: what the caller asked for until a capability names the tool. */
+  label: string;
+  /** Where a failure is counted when the thrown value does not say (an engine bug). */
+  stage: Stage;
+  /** Who is calling, as events and approvals show it (read when the announcement or an approval needs it). */
+  caller: string | null;
+  /** Whether the ToolInvocationEvent went out (a failure before it sends one of its own). */
+  announced: boolean;
+  /** The tool that runs: a capability's is known before the announcement, an id's after it. */
+  tool: Tool | null;
+  /** The caller's input, copied; past validation, with the schema's defaults filled in. */
+  input: unknown;
+  /** Why the input could not be copied; thrown once the call is announced and its tool resolved. */
+  inputError: unknown;
+  /** The engine's grants until the permit stage narrows them to the caller's (or a macro's). */
+  grants: GrantSet;
+  /** The approvals rule the call waits on. */
+  rule: MatchedRule | null;
+  /** How many times the tool ran (0 when the call failed before it ran). */
+  readonly runs: { count: number };
+  /** What the run came to, once it has run. */
+  output: unknown;
+  outputBytes: number;
+  vfs: ToolVfs | null;
+}
+
+/** A call past the resolve stage: its tool is known. */
+type Resolved = Call & { tool: Tool };
+
+/**
+ * The one code path every call takes, whatever its runner or surface. `call` is the list of its stages,
+ * in order, each a method below that takes the call's record:
+ * trace → route → copy → announce → resolve → secrets → validate → permit → approve → execute
+ * (slot, transaction, run, commit: the Executor) → scrub → report; a failure anywhere goes to `fail`.
  * `call` never throws and never rejects: every failure, including engine bugs, becomes a result.
  */
 export class Dispatcher {
@@ -103,218 +160,310 @@ export class Dispatcher {
   }
 
   async call(id: unknown, input: unknown, options: CallOptions = {}, parent?: StepParent): Promise<ToolResult> {
+    const c = this.#open(id, input, options, parent);
+    try {
+      this.#trace(c);
+      this.#route(c);
+      this.#copy(c);
+      this.#announce(c);
+      const call = this.#resolve(c);
+      this.#secrets(call);
+      this.#validate(call);
+      this.#permit(call);
+      if (this.#needsApproval(call)) await this.#approve(call);
+      this.#scrub(call, await this.#execute(call));
+      return this.#report(call);
+    } catch (thrown) {
+      return this.#fail(c, thrown);
+    }
+  }
+
+  /** The call's record; `input` is the caller's until the copy stage replaces it with its copy. */
+  #open(id: unknown, input: unknown, options: CallOptions, parent: StepParent | undefined): Call {
     const started = performance.now();
     const runId = randomUUID();
-    let label = toolLabel(id);
-    const meta: ResultMeta = { tool: label, run_id: runId, trace_id: parent?.traceId ?? runId, duration_ms: 0 };
-    const parentRun = parent ? { parent_run_id: parent.runId } : {};
-    const { bus, policy } = this.#d;
-    let stage: Stage = 'validation';
-    let invocationSent = false;
-    /** How many times the tool ran (0 when the call failed before it ran). */
-    const runs = { count: 0 };
-    /** The caller's input, copied; past validation, with the schema's defaults filled in. */
-    let copy: unknown;
+    const label = toolLabel(id);
+    return {
+      id,
+      options: options ?? {},
+      parent,
+      runId,
+      started,
+      meta: { tool: label, run_id: runId, trace_id: parent?.traceId ?? runId, duration_ms: 0 },
+      parentRun: parent ? { parent_run_id: parent.runId } : {},
+      label,
+      stage: 'validation',
+      caller: null,
+      announced: false,
+      tool: null,
+      input,
+      inputError: null,
+      grants: this.#d.grants,
+      rule: null,
+      runs: { count: 0 },
+      output: undefined,
+      outputBytes: 0,
+      vfs: null,
+    };
+  }
+
+  /** The caller's trace id, checked, replaces the generated one. */
+  #trace(c: Call): void {
+    const traceId = c.options.trace_id;
+    if (traceId === undefined) return;
+    if (typeof traceId !== 'string' || !TRACE_ID.test(traceId)) {
+      throw new ToolFailure('validation', 'INVALID_INPUT', 'trace_id must be 1-128 characters of A-Z a-z 0-9 . _ : -', {
+        details: { option: 'trace_id' },
+      });
+    }
+    c.meta.trace_id = traceId;
+  }
+
+  /** A capability is routed to its tool first, so every event, policy and audit line names the tool that runs. */
+  #route(c: Call): void {
+    if (!isCapabilityRequest(c.id)) return;
+    const opts = c.options;
+    c.tool = routeCapability(this.#d.registry, c.id.capability, this.#grantsFor(opts.grants), opts.offered);
+    c.meta.capability = c.id.capability as string;
+    c.label = c.tool.spec.id;
+    c.meta.tool = c.label;
+  }
+
+  /** The input copied within the policy's size and depth; a failure waits until the call is announced. */
+  #copy(c: Call): void {
+    const { policy } = this.#d;
     try {
-      const opts = options ?? {};
-      if (opts.trace_id !== undefined) {
-        if (typeof opts.trace_id !== 'string' || !TRACE_ID.test(opts.trace_id)) {
-          throw new ToolFailure('validation', 'INVALID_INPUT', 'trace_id must be 1-128 characters of A-Z a-z 0-9 . _ : -', {
-            details: { option: 'trace_id' },
-          });
-        }
-        meta.trace_id = opts.trace_id;
-      }
-      // A capability is resolved first, so every event, policy and audit line names the tool that runs.
-      let routed: Tool | null = null;
-      if (isCapabilityRequest(id)) {
-        routed = routeCapability(this.#d.registry, id.capability, this.#grantsFor(opts.grants), opts.offered);
-        meta.capability = id.capability as string;
-        label = routed.spec.id;
-        meta.tool = label;
-      }
-      let inputError: unknown = null;
-      try {
-        copy = copyInput(input, { bytes: policy.input_bytes, depth: policy.input_depth });
-      } catch (error) {
-        inputError = error;
-      }
-      if (bus.active) {
+      c.input = copyInput(c.input, { bytes: policy.input_bytes, depth: policy.input_depth });
+    } catch (error) {
+      c.inputError = error;
+    }
+  }
+
+  /** The ToolInvocationEvent: every call that got this far is announced, whether or not its tool exists. */
+  #announce(c: Call): void {
+    if (this.#d.bus.active) {
+      c.caller = callerOf(c.options);
+      this.#d.bus.publish({
+        type: 'ToolInvocationEvent',
+        at: new Date().toISOString(),
+        run_id: c.runId,
+        trace_id: c.meta.trace_id,
+        tool: c.label,
+        input: c.inputError ? '[rejected input]' : this.#shown(c.input),
+        caller: c.caller,
+        ...c.parentRun,
+      });
+    }
+    c.announced = true;
+  }
+
+  /** The tool an id names (an unknown id fails here, after its announcement); then a copy's failure is thrown. */
+  #resolve(c: Call): Resolved {
+    c.tool ??= this.#lookup(c.id);
+    if (c.inputError) throw c.inputError;
+    return c as Resolved;
+  }
+
+  /** `{"$secret": NAME}` references in the input replaced by the values the tool may read. */
+  #secrets(c: Resolved): void {
+    if (!hasSecretReference(c.input, 0)) return;
+    c.stage = 'permission';
+    const { tool, runId } = c;
+    if (tool.spec.steps !== undefined) {
+      // A value in a macro's input would reach its steps through their templates, tools that may
+      // not declare the secret: a step names the secret itself, and its own tool is checked.
+      this.#security(
+        runId,
+        c.meta.trace_id,
+        tool.spec.id,
+        'secret.read',
+        `pass a secret to macro ${tool.spec.id}`,
+        'a macro takes no secret references',
+      );
+      throw new ToolFailure(
+        'permission',
+        'DENIED',
+        `Permission denied: ${tool.spec.id} is a macro, whose input cannot carry {"$secret": …}; put the reference in the input template of the step that needs it, whose tool must declare secret.read:NAME`,
+        { details: { tool: tool.spec.id } },
+      );
+    }
+    c.input = withSecrets(c.input, tool, this.#grantsFor(c.options.grants), this.#d.secrets, (permission, operation, reason) =>
+      this.#security(runId, c.meta.trace_id, tool.spec.id, permission, operation, reason),
+    );
+    c.stage = 'validation';
+  }
+
+  /** The input checked against the tool's schema, which fills in its defaults. */
+  #validate(c: Resolved): void {
+    const violations = c.tool.validateInput(c.input);
+    if (violations) {
+      throw new ToolFailure('validation', 'INVALID_INPUT', `Invalid input for ${c.tool.spec.id}: ${summarize(violations)}`, {
+        details: { violations },
+      });
+    }
+  }
+
+  /** Every permission the tool declares must be granted; a step never gets more than its macro's caller. */
+  #permit(c: Resolved): void {
+    c.stage = 'permission';
+    const { tool } = c;
+    const grants = c.parent ? c.parent.grants : this.#grantsFor(c.options.grants);
+    const missing = grants.missing(tool.declared);
+    if (missing) {
+      this.#security(c.runId, c.meta.trace_id, tool.spec.id, missing.text, `call ${tool.spec.id}`, 'a declared permission is not granted');
+      throw new ToolFailure('permission', 'DENIED', `Permission denied: ${tool.spec.id} needs "${missing.text}", which the caller was not granted`, {
+        details: { permission: missing.text, granted: grants.texts() },
+      });
+    }
+    c.grants = grants;
+  }
+
+  /** Whether an approvals rule matches the call (kept in the record); a step cannot wait for one. */
+  #needsApproval(c: Resolved): boolean {
+    const rule = this.#d.approvals.needs(c.tool.spec.id, c.input);
+    if (rule && c.parent) {
+      // A step runs inside its macro's transaction and slot: waiting for a person there would hold both.
+      throw new ToolFailure(
+        'permission',
+        'APPROVAL_DENIED',
+        `${c.tool.spec.id} needs approval (approvals.rules[${rule.index}]), and a step of a macro cannot wait for it: call ${c.tool.spec.id} directly`,
+        { details: { rule } },
+      );
+    }
+    c.rule = rule;
+    return rule !== null;
+  }
+
+  /** Waits for a person's answer, before the concurrency slot and the transaction: a waiting call holds nothing. */
+  #approve(c: Resolved): Promise<ApprovalDecision> {
+    const opts = c.options;
+    return this.#d.approvals.wait({
+      runId: c.runId,
+      traceId: c.meta.trace_id,
+      tool: c.tool.spec.id,
+      input: c.input,
+      caller: c.caller ?? callerOf(opts),
+      rule: c.rule as MatchedRule,
+      signal: opts.signal,
+      preapproved: opts.approval,
+      onPending: typeof opts.onApproval === 'function' ? opts.onApproval : undefined,
+    });
+  }
+
+  /**
+   * Hands the call to its runner through the Executor, which takes a concurrency slot, opens the call's
+   * transaction, runs the tool under its limits and commits (a step runs in its macro's transaction).
+   */
+  #execute(c: Resolved): Promise<Outcome> {
+    c.stage = 'execution';
+    const { tool, meta, runId, parent } = c;
+    const opts = c.options;
+    const runner = this.#d.runners.get(tool.spec.runner);
+    if (!runner) {
+      throw new ToolFailure('execution', 'MISCONFIGURED', `No ${tool.spec.runner} is set up in this engine to run ${tool.spec.id}`);
+    }
+    meta.runner = runner.name;
+    const toolId = tool.spec.id;
+    const execution: Execution = {
+      tool,
+      runner,
+      input: c.input,
+      grants: c.grants,
+      limits: this.#limits(tool, opts),
+      signal: opts.signal,
+      meta,
+      runs: c.runs,
+      denied: (permission, operation, path) =>
+        this.#security(
+          runId,
+          meta.trace_id,
+          toolId,
+          permission,
+          `${operation} ${path}`,
+          permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
+        ),
+      intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
+      ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
+      steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
+    };
+    // Returned, not awaited here: an async stage would cost every call one more promise.
+    return parent ? this.#executor.runStep(execution, parent) : this.#executor.run(execution);
+  }
+
+  /** The run's outcome kept in the record (its time taken first); the project's secret values taken out of the output and the logs. */
+  #scrub(c: Resolved, outcome: Outcome): void {
+    c.meta.duration_ms = performance.now() - c.started;
+    c.output = outcome.output;
+    c.outputBytes = outcome.outputBytes;
+    c.vfs = outcome.vfs;
+    const { scrubber } = this.#d;
+    if (!scrubber.active) return;
+    c.output = scrubber.value(c.output);
+    if (c.meta.logs) c.meta.logs = scrubber.lines(c.meta.logs);
+  }
+
+  /** The ToolResultEvent, and the result. */
+  #report(c: Resolved): ToolResult {
+    const { meta } = c;
+    if (this.#d.bus.active) {
+      const vfs = c.vfs as ToolVfs;
+      this.#d.bus.publish({
+        type: 'ToolResultEvent',
+        at: new Date().toISOString(),
+        run_id: c.runId,
+        trace_id: meta.trace_id,
+        tool: c.label,
+        duration_ms: meta.duration_ms,
+        output_bytes: c.outputBytes,
+        input: this.#shown(c.input),
+        output: forEvent(c.output, this.#d.policy.event_payload_bytes),
+        vfs: vfs.changed ? vfs.changes : null,
+        attempts: c.runs.count,
+        ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+        ...c.parentRun,
+        ...(meta.worker ? { worker: meta.worker } : {}),
+      });
+    }
+    return { ok: true, data: c.output, meta };
+  }
+
+  /** A failure at any stage: its error scrubbed, the invocation announced if it was not, the ToolErrorEvent. */
+  #fail(c: Call, thrown: unknown): ToolResult {
+    const { meta } = c;
+    meta.duration_ms = performance.now() - c.started;
+    const { scrubber, bus } = this.#d;
+    const error = scrubber.value(toErrorInfo(thrown, c.label, c.stage, (text) => scrubber.text(text)));
+    if (scrubber.active && meta.logs) meta.logs = scrubber.lines(meta.logs);
+    if (bus.active) {
+      if (!c.announced) {
         bus.publish({
           type: 'ToolInvocationEvent',
           at: new Date().toISOString(),
-          run_id: runId,
+          run_id: c.runId,
           trace_id: meta.trace_id,
-          tool: label,
-          input: inputError ? '[rejected input]' : this.#shown(copy),
-          caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
-          ...parentRun,
+          tool: c.label,
+          input: '[rejected input]',
+          caller: null,
+          ...c.parentRun,
         });
       }
-      invocationSent = true;
-      const tool = routed ?? this.#lookup(id);
-      if (inputError) throw inputError;
-      if (hasSecretReference(copy, 0)) {
-        stage = 'permission';
-        if (tool.spec.steps !== undefined) {
-          // A value in a macro's input would reach its steps through their templates, tools that may
-          // not declare the secret: a step names the secret itself, and its own tool is checked.
-          this.#security(
-            runId,
-            meta.trace_id,
-            tool.spec.id,
-            'secret.read',
-            `pass a secret to macro ${tool.spec.id}`,
-            'a macro takes no secret references',
-          );
-          throw new ToolFailure(
-            'permission',
-            'DENIED',
-            `Permission denied: ${tool.spec.id} is a macro, whose input cannot carry {"$secret": …}; put the reference in the input template of the step that needs it, whose tool must declare secret.read:NAME`,
-            { details: { tool: tool.spec.id } },
-          );
-        }
-        copy = withSecrets(copy, tool, this.#grantsFor(opts.grants), this.#d.secrets, (permission, operation, reason) =>
-          this.#security(runId, meta.trace_id, tool.spec.id, permission, operation, reason),
-        );
-        stage = 'validation';
-      }
-      const violations = tool.validateInput(copy);
-      if (violations) {
-        throw new ToolFailure('validation', 'INVALID_INPUT', `Invalid input for ${tool.spec.id}: ${summarize(violations)}`, {
-          details: { violations },
-        });
-      }
-      stage = 'permission';
-      // A step never gets more than the caller of its macro was granted.
-      const grants = parent ? parent.grants : this.#grantsFor(opts.grants);
-      const missing = grants.missing(tool.declared);
-      if (missing) {
-        this.#security(runId, meta.trace_id, tool.spec.id, missing.text, `call ${tool.spec.id}`, 'a declared permission is not granted');
-        throw new ToolFailure(
-          'permission',
-          'DENIED',
-          `Permission denied: ${tool.spec.id} needs "${missing.text}", which the caller was not granted`,
-          {
-            details: { permission: missing.text, granted: grants.texts() },
-          },
-        );
-      }
-      const rule = this.#d.approvals.needs(tool.spec.id, copy);
-      if (rule && parent) {
-        // A step runs inside its macro's transaction and slot: waiting for a person there would hold both.
-        throw new ToolFailure(
-          'permission',
-          'APPROVAL_DENIED',
-          `${tool.spec.id} needs approval (approvals.rules[${rule.index}]), and a step of a macro cannot wait for it: call ${tool.spec.id} directly`,
-          { details: { rule } },
-        );
-      }
-      if (rule) {
-        // Before the concurrency slot and the transaction: a call waiting for a person holds nothing.
-        await this.#d.approvals.wait({
-          runId,
-          traceId: meta.trace_id,
-          tool: tool.spec.id,
-          input: copy,
-          caller: typeof opts.caller === 'string' ? opts.caller.slice(0, 200) : null,
-          rule,
-          signal: opts.signal,
-          preapproved: opts.approval,
-          onPending: typeof opts.onApproval === 'function' ? opts.onApproval : undefined,
-        });
-      }
-      stage = 'execution';
-      const runner = this.#d.runners.get(tool.spec.runner);
-      if (!runner) {
-        throw new ToolFailure('execution', 'MISCONFIGURED', `No ${tool.spec.runner} is set up in this engine to run ${tool.spec.id}`);
-      }
-      meta.runner = runner.name;
-      const toolId = tool.spec.id;
-      const execution: Execution = {
-        tool,
-        runner,
-        input: copy,
-        grants,
-        limits: this.#limits(tool, opts),
-        signal: opts.signal,
-        meta,
-        runs,
-        denied: (permission, operation, path) =>
-          this.#security(
-            runId,
-            meta.trace_id,
-            toolId,
-            permission,
-            `${operation} ${path}`,
-            permission === null ? 'a path that tries to leave the VFS' : 'VFS access outside what was declared and granted',
-          ),
-        intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
-        ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
-        steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
-      };
-      let { output, outputBytes, vfs } = parent ? await this.#executor.runStep(execution, parent) : await this.#executor.run(execution);
-      meta.duration_ms = performance.now() - started;
-      const { scrubber } = this.#d;
-      if (scrubber.active) {
-        output = scrubber.value(output);
-        if (meta.logs) meta.logs = scrubber.lines(meta.logs);
-      }
-      if (bus.active) {
-        bus.publish({
-          type: 'ToolResultEvent',
-          at: new Date().toISOString(),
-          run_id: runId,
-          trace_id: meta.trace_id,
-          tool: label,
-          duration_ms: meta.duration_ms,
-          output_bytes: outputBytes,
-          input: this.#shown(copy),
-          output: forEvent(output, policy.event_payload_bytes),
-          vfs: vfs.changed ? vfs.changes : null,
-          attempts: runs.count,
-          ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
-          ...parentRun,
-          ...(meta.worker ? { worker: meta.worker } : {}),
-        });
-      }
-      return { ok: true, data: output, meta };
-    } catch (thrown) {
-      meta.duration_ms = performance.now() - started;
-      const { scrubber } = this.#d;
-      const error = scrubber.value(toErrorInfo(thrown, label, stage, (text) => scrubber.text(text)));
-      if (scrubber.active && meta.logs) meta.logs = scrubber.lines(meta.logs);
-      if (bus.active) {
-        if (!invocationSent) {
-          bus.publish({
-            type: 'ToolInvocationEvent',
-            at: new Date().toISOString(),
-            run_id: runId,
-            trace_id: meta.trace_id,
-            tool: label,
-            input: '[rejected input]',
-            caller: null,
-            ...parentRun,
-          });
-        }
-        bus.publish({
-          type: 'ToolErrorEvent',
-          at: new Date().toISOString(),
-          run_id: runId,
-          trace_id: meta.trace_id,
-          tool: label,
-          duration_ms: meta.duration_ms,
-          error,
-          attempts: runs.count,
-          // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
-          ...(stage === 'validation' ? {} : { input: this.#shown(copy) }),
-          ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
-          ...parentRun,
-          ...(meta.worker ? { worker: meta.worker } : {}),
-        });
-      }
-      return { ok: false, error, meta };
+      bus.publish({
+        type: 'ToolErrorEvent',
+        at: new Date().toISOString(),
+        run_id: c.runId,
+        trace_id: meta.trace_id,
+        tool: c.label,
+        duration_ms: meta.duration_ms,
+        error,
+        attempts: c.runs.count,
+        // Past validation the input is the one the tool got (defaults filled in); before it, only the invocation shows it.
+        ...(c.stage === 'validation' ? {} : { input: this.#shown(c.input) }),
+        ...(meta.logs && meta.logs.length > 0 ? { logs: meta.logs } : {}),
+        ...c.parentRun,
+        ...(meta.worker ? { worker: meta.worker } : {}),
+      });
     }
+    return { ok: false, error, meta };
   }
 
   /**
@@ -437,85 +586,4 @@ export class Dispatcher {
       reason,
     });
   }
-}
-
-/**
- * Plain JSON error for a result. Host stacks never leave this function; only a tool's own stack does.
- * `scrub` runs on the message before it is cut: a cut through a secret's value leaves its first
- * characters, which scrubbing after the cut would not recognise.
- */
-export function toErrorInfo(thrown: unknown, tool: string, stage: Stage, scrub: (text: string) => string = (text) => text): ErrorInfo {
-  if (isFailure(thrown)) {
-    const info: ErrorInfo = {
-      type: 'ToolError',
-      tool,
-      stage: thrown.stage,
-      code: thrown.code,
-      message: bounded(scrub(thrown.message)),
-      retryable: isRetryable(thrown.code),
-    };
-    if (thrown.details) info.details = thrown.details;
-    if (thrown.toolStack) info.stack = thrown.toolStack;
-    return info;
-  }
-  let message: string;
-  try {
-    message = thrown instanceof Error ? String(thrown.message) : String(thrown);
-  } catch {
-    message = 'unprintable value';
-  }
-  return {
-    type: 'ToolError',
-    tool,
-    stage,
-    code: 'INTERNAL',
-    message: bounded(scrub(`Internal error in the engine while running ${tool}: ${message}`)),
-    retryable: false,
-  };
-}
-
-/** A message cut to ERROR_MESSAGE_CHARS, saying how much was cut. */
-function bounded(message: string): string {
-  if (message.length <= ERROR_MESSAGE_CHARS) return message;
-  return `${message.slice(0, ERROR_MESSAGE_CHARS)}… (${message.length - ERROR_MESSAGE_CHARS} more characters cut)`;
-}
-
-/**
- * `instanceof` runs the thrown value's prototype lookup, and a hostile value (a revoked Proxy, a Proxy
- * whose getPrototypeOf trap throws) makes that throw: the catch block that builds the result must not.
- */
-function isFailure(thrown: unknown): thrown is ToolFailure {
-  try {
-    return thrown instanceof ToolFailure;
-  } catch {
-    return false;
-  }
-}
-
-/** Ids within a small edit distance of `id`, closest first. */
-function suggest(id: string, ids: readonly string[]): string[] {
-  if (id.length > 128) return [];
-  const scored: Array<[number, string]> = [];
-  for (const candidate of ids) {
-    const d = distance(id, candidate);
-    if (d <= Math.max(2, Math.floor(candidate.length / 4))) scored.push([d, candidate]);
-  }
-  return scored
-    .sort((a, b) => a[0] - b[0])
-    .slice(0, 3)
-    .map(([, c]) => c);
-}
-
-function distance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0] as number;
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const tmp = row[j] as number;
-      row[j] = Math.min((row[j] as number) + 1, (row[j - 1] as number) + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = tmp;
-    }
-  }
-  return row[b.length] as number;
 }

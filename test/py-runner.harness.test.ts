@@ -8,7 +8,7 @@ const interpreter = await findInterpreter(undefined, process.cwd());
 
 /** Runs `body` (Python, after the harness is importable) and returns what it printed as JSON. */
 function python(body: string): unknown {
-  const script = ['import json, os, sys', `sys.path.insert(0, ${JSON.stringify(harnessDir())})`, 'import arium_server', body].join('\n');
+  const script = ['import json, os, sys', `sys.path.insert(0, ${JSON.stringify(harnessDir())})`, 'import arium_server, arium_fork', body].join('\n');
   // -B, as the fork server runs: no bytecode written into the harness's folder.
   return JSON.parse(execFileSync(interpreter.executable, ['-I', '-S', '-B', '-c', script], { encoding: 'utf8', timeout: 20_000 }));
 }
@@ -17,7 +17,7 @@ function python(body: string): unknown {
 const FORK_HELPER = `
 def in_child(child, reseed=True):
     r, w = os.pipe()
-    pid = arium_server.bare_fork(reseed)
+    pid = arium_fork.bare_fork(reseed)
     if pid == 0:
         try:
             out = child()
@@ -40,7 +40,7 @@ def in_child(child, reseed=True):
 describe('the harness', () => {
   it('a call process closes the descriptors it must not keep: exactly the range asked, wide ranges in one system call', () => {
     const out = python(`
-import arium_child
+import arium_confine
 def is_open(fd):
     try:
         os.fstat(fd)
@@ -49,11 +49,11 @@ def is_open(fd):
         return False
 fds = [fd for _ in range(40) for fd in os.pipe()]
 low, high = fds[0], fds[-1] + 1
-arium_child.close_from(low + 2, low + 5)          # narrow: os.closerange
+arium_confine.close_from(low + 2, low + 5)          # narrow: os.closerange
 after_narrow = [fd for fd in range(low, high) if not is_open(fd)]
-arium_child.close_from(low + 10, low + 200)       # wide: close_range(2)
+arium_confine.close_from(low + 10, low + 200)       # wide: close_range(2)
 after_wide = [fd for fd in range(low, high) if not is_open(fd)]
-arium_child.close_from(low + 1, 1 << 20)          # up to the server's limit
+arium_confine.close_from(low + 1, 1 << 20)          # up to the server's limit
 left = [fd for fd in range(low, high) if is_open(fd)]
 print(json.dumps({"low": low, "narrow": after_narrow, "wide": after_wide, "left": left}))
 `) as { low: number; narrow: number[]; wide: number[]; left: number[] };
@@ -65,20 +65,20 @@ print(json.dumps({"low": low, "narrow": after_narrow, "wide": after_wide, "left"
 });
 
 // The zygote forks call processes with fork(2) itself, without CPython's fork hooks, when it has one
-// thread (arium_server.bare_fork_problem): when that is allowed, and that a child forked so draws
+// thread (arium_fork.bare_fork_problem): when that is allowed, and that a child forked so draws
 // random numbers of its own and can still use threads and fork.
 describe('the zygote forks without CPython fork hooks only where nothing needs them', () => {
   it('allows it with one thread, refuses it with two and says why', () => {
     const out = python(`
 import threading
-alone = arium_server.bare_fork_problem()
+alone = arium_fork.bare_fork_problem()
 stop = threading.Event()
 thread = threading.Thread(target=stop.wait)
 thread.start()
-crowded = arium_server.bare_fork_problem()
+crowded = arium_fork.bare_fork_problem()
 stop.set()
 thread.join()
-first, last = arium_server.BARE_FORK_PYTHONS
+first, last = arium_fork.BARE_FORK_PYTHONS
 print(json.dumps([alone, crowded, first <= sys.version_info[:2] <= last]))
 `) as [string | null, string | null, boolean];
     const [alone, crowded, supported] = out;

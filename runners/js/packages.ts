@@ -3,6 +3,10 @@ import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+// node:child_process, not execa: one npm run, from a module the JS runner loads at start (bundle.ts).
+// Importing execa takes 0.1-0.4 s on the 2-core development machine, which every engine start would pay
+// (ARCHITECTURE.md, "What a start costs").
+
 /**
  * A project's npm packages for its JS tools: `package.json` (and its lock file) next to `tools/`,
  * installed by `arium install` with the ordinary npm client into `<project>/.arium/js-packages/`, never

@@ -20,6 +20,10 @@ import { ENV_LINK, ENV_PYTHON, evaluateEnvironment, linked, type PythonEnvironme
 import { findInterpreter, type Interpreter, interpreterTag } from './interpreter.js';
 import { findPythonPins, HOW_TO_HASH, PIN_FILE, pinProblems } from './pins.js';
 
+// node:child_process, not execa: each install step is a process group of its own that a cancel kills
+// whole, and only the tail of its output is kept as it streams, which spawn gives as is; execa would add
+// its import (0.1-0.4 s on the 2-core development machine) to every install for nothing this needs.
+
 /**
  * The API `arium install`, `arium doctor` and the library call: where a project's pinned Python
  * environment stands (environment-state.ts says how it is kept on disk), and making it.

@@ -3,6 +3,9 @@ import { existsSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// node:child_process, not execa: short probes of an interpreter, on the engine's start path. Importing execa takes 0.1-0.4 s on the
+// 2-core development machine, which every engine start would pay (ARCHITECTURE.md, "What a start costs").
+
 /**
  * Finds the Python interpreter once. `python3` on PATH is often a shim (pyenv, asdf) that starts a shell
  * and re-executes the real interpreter — over 100 ms a start on some machines — so the engine asks it

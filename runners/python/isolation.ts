@@ -4,6 +4,9 @@ import { dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { type HostPaths, hostLayout, namespaceArgs, privileged, type SandboxLayout, TRIAL_TIMEOUT_MS } from '../shared/bwrap.js';
 import type { Interpreter } from './interpreter.js';
 
+// node:child_process, not execa: one short trial run of unshare, on the engine's start path. Importing execa takes 0.1-0.4 s on the
+// 2-core development machine, which every engine start would pay (ARCHITECTURE.md, "What a start costs").
+
 export { bwrapProblem, privileged, type SandboxLayout } from '../shared/bwrap.js';
 
 /**

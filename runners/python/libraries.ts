@@ -5,6 +5,9 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { Interpreter } from './interpreter.js';
 
+// node:child_process, not execa: one short probe of the interpreter's libraries, as the runner starts. Importing execa takes 0.1-0.4 s on the
+// 2-core development machine, which every engine start would pay (ARCHITECTURE.md, "What a start costs").
+
 /**
  * The shared libraries an interpreter loads: those of its executable and of every extension module in
  * the folders it imports from (`ssl` needs libssl and libcrypto, `sqlite3` libsqlite3, `ctypes` libffi,

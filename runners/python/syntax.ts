@@ -2,6 +2,9 @@ import { execFile } from 'node:child_process';
 import { relative } from 'node:path';
 import type { CodeProblem } from '../../src/runner.js';
 
+// node:child_process, not execa: one short syntax check per batch of tools, as tools load. Importing execa takes 0.1-0.4 s on the
+// 2-core development machine, which every engine start would pay (ARCHITECTURE.md, "What a start costs").
+
 /** How long one check of a batch of files may take before it gives up (it then reports nothing). */
 const CHECK_MS = 10_000;
 

@@ -18,6 +18,9 @@ import { dirname, join, relative } from 'node:path';
 import { ToolFailure } from '../../src/errors.js';
 import type { TreeEntry } from './wire.js';
 
+// node:child_process, not execa: one compileall run per received environment, from a module the worker
+// loads at start, where importing execa (0.1-0.4 s on the 2-core development machine) would slow every start.
+
 const SHA = /^[0-9a-f]{64}$/;
 
 /** A path the engine sent that stays below the folder it is joined to: relative, no `..`, no empty part. */

@@ -2,6 +2,9 @@ import { execFile } from 'node:child_process';
 import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 
+// node:child_process, not execa: one short trial run of bubblewrap, on the engine's start path. Importing execa takes 0.1-0.4 s on the
+// 2-core development machine, which every engine start would pay (ARCHITECTURE.md, "What a start costs").
+
 /**
  * Bubblewrap as Arium's sandboxes use it: the namespaces, the trial that says whether it works here, and
  * the read-only view of the host a sandboxed program needs. The Python runner's fork server

@@ -1,3 +1,4 @@
+// Over 500 lines: one class, the on-disk object store, whose writes, reads, tree cache and collection share its indexes.
 import { createHash } from 'node:crypto';
 import {
   closeSync,

@@ -1,16 +1,19 @@
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
 import { FileStateStore } from '../store/file-store.js';
-import { JournalCorruptError, type JournalOp, type JournalRecord } from '../store/journal.js';
+import { JournalCorruptError, type JournalOp } from '../store/journal.js';
 import { MemoryObjectStore, type Objects } from '../store/memory-objects.js';
 import { CorruptObjectError, ObjectStore, PACK_MIN_OBJECTS } from '../store/objects.js';
-import type { JournalPort, LiveRef, StateStore } from '../store/port.js';
+import type { JournalPort, StateStore } from '../store/port.js';
 import type { ChangeLog } from './change-log.js';
 import { parentOf } from './path.js';
 import { imageOf, type NodeImage, ReadView } from './read-view.js';
+import { InconsistentReadError, type RecoveryReport, StateCorruptError, StateLoader } from './state-load.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
-import { decodeTree, TreeIndex } from './tree-index.js';
+import { TreeIndex } from './tree-index.js';
 import { Vfs, type WriteOptions } from './vfs.js';
+
+export { InconsistentReadError, type RecoveryReport, StateCorruptError } from './state-load.js';
 
 export interface SnapshotInfo {
   id: string;
@@ -22,18 +25,6 @@ export interface SnapshotInfo {
   files: number;
   dirs: number;
   bytes: number;
-}
-
-/** The state folder could not be read as it is; the message says what is wrong and how to recover. */
-export class StateCorruptError extends Error {
-  override readonly name = 'StateCorruptError';
-}
-
-export interface RecoveryReport {
-  /** Bytes of a torn last journal record that was never acknowledged, dropped. */
-  torn_bytes: number;
-  /** What `recover` had to give up, one line each. */
-  lost: string[];
 }
 
 export interface StateOptions {
@@ -53,11 +44,6 @@ export interface StateOptions {
    * while it was read (read it again).
    */
   readOnly?: boolean;
-}
-
-/** A read-only open met the state mid-change by the engine that holds it: reading it again will do. */
-export class InconsistentReadError extends Error {
-  override readonly name = 'InconsistentReadError';
 }
 
 /**
@@ -118,13 +104,7 @@ export class VfsState {
     }
     store.acquire();
     try {
-      this.#snapshots = this.#readSnapshots(options.recover === true);
-      const live = this.#readLive(options.recover === true);
-      this.#seq = live.seq;
-      this.#folded = live.seq;
-      if (live.root) this.#materialize(live.root, options.recover === true);
-      this.#journal = store.journal();
-      this.#replay(options.recover === true);
+      this.#load(store, options.recover === true);
       // Save the repaired state now, so the next start is a normal one instead of hitting the same damage.
       if (this.recovery.lost.length > 0) this.#writeCheckpoint();
     } catch (error) {
@@ -143,13 +123,7 @@ export class VfsState {
   #readWithoutLock(store: StateStore): void {
     const before = store.liveStamp();
     try {
-      this.#snapshots = this.#readSnapshots(false);
-      const ref = this.#readLive(false);
-      this.#seq = ref.seq;
-      this.#folded = ref.seq;
-      if (ref.root) this.#materialize(ref.root, false);
-      this.#journal = store.journal();
-      if (this.#journal) this.#replay(false);
+      this.#load(store, false);
     } catch (error) {
       store.close();
       if (error instanceof StateCorruptError || error instanceof CorruptObjectError || error instanceof JournalCorruptError) {
@@ -161,6 +135,25 @@ export class VfsState {
       store.close();
       throw new InconsistentReadError('the live checkpoint was replaced while the state was read');
     }
+  }
+
+  /** Reads the state back (state-load.ts) into this tree, index and objects. */
+  #load(store: StateStore, recover: boolean): void {
+    const loader = new StateLoader({
+      store,
+      vfs: this.vfs,
+      index: this.#index,
+      objects: this.objects,
+      recovery: this.recovery,
+      readOnly: this.#readOnly !== null,
+      target: () => this.#target(),
+    });
+    loader.load(recover);
+    this.#snapshots = loader.snapshots;
+    this.#unlogged = loader.unlogged;
+    this.#seq = loader.seq;
+    this.#folded = loader.folded;
+    this.#journal = loader.journal;
   }
 
   /** Set when the state was opened read-only: the pid of the engine that holds it, if known. */
@@ -476,154 +469,6 @@ export class VfsState {
       `${what} needs to change the project, which another engine${holder === null ? '' : ` (pid ${holder})`} holds: it was opened read-only, to inspect it. Make the change through that engine, or stop it and try again`,
       { details: { reason: 'read-only', holder } },
     );
-  }
-
-  #replaySnapshot(record: JournalRecord, known: Set<string>, recover: boolean): void {
-    for (const object of record.objects ?? []) this.objects.restore(object);
-    const info = record.snapshot as SnapshotInfo;
-    if (typeof info?.id !== 'string' || typeof info.root !== 'string') {
-      if (!recover) throw new StateCorruptError(`Journal record ${record.seq} holds no readable snapshot; start with recover to skip it`);
-      this.recovery.lost.push(`the snapshot of journal record ${record.seq} was unreadable and skipped`);
-      return;
-    }
-    if (known.has(info.id)) return;
-    known.add(info.id);
-    this.#snapshots.push(info);
-    this.#unlogged.push(info);
-  }
-
-  #readLive(recover: boolean): LiveRef {
-    const where = `The live checkpoint ${(this.store as StateStore).describe('live')}`;
-    let live: LiveRef | null;
-    try {
-      live = (this.store as StateStore).readLive();
-      if (live !== null && ((live.root !== null && typeof live.root !== 'string') || !Number.isInteger(live.seq)))
-        throw new Error('unexpected fields');
-    } catch (error) {
-      const latest = this.#snapshots[this.#snapshots.length - 1];
-      if (!recover) {
-        throw new StateCorruptError(
-          `${where} is unreadable (${(error as Error).message}). Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from ${latest ? `the newest snapshot ${latest.id}` : 'an empty tree'} plus the journal.`,
-        );
-      }
-      this.recovery.lost.push(`live.json was unreadable; restarted from ${latest ? `snapshot ${latest.id}` : 'an empty tree'}`);
-      return { root: latest?.root ?? null, seq: 0 };
-    }
-    if (live !== null) return live;
-    // A checkpoint is written before the first snapshot: snapshots without one means it was lost.
-    const latest = this.#snapshots[this.#snapshots.length - 1];
-    if (!latest) return { root: null, seq: 0 };
-    if (!recover) {
-      throw new StateCorruptError(
-        `${where} is missing although the project has snapshots. Start with recover (arium --recover, or createEngine({ recover: true })) to rebuild it from the newest snapshot ${latest.id} plus the journal.`,
-      );
-    }
-    this.recovery.lost.push(`live.json was missing; restarted from snapshot ${latest.id}`);
-    return { root: latest.root, seq: 0 };
-  }
-
-  #readSnapshots(recover: boolean): SnapshotInfo[] {
-    const { lines, tornBytes } = (this.store as StateStore).readSnapshotLog();
-    if (!this.#readOnly) this.recovery.torn_bytes += tornBytes;
-    const out: SnapshotInfo[] = [];
-    lines.forEach((line, i) => {
-      if (line.trim() === '') return;
-      try {
-        const info = JSON.parse(line) as SnapshotInfo;
-        if (typeof info?.id !== 'string' || typeof info.root !== 'string') throw new Error('not a snapshot');
-        out.push(info);
-      } catch {
-        if (!recover) {
-          throw new StateCorruptError(
-            `Line ${i + 1} of ${(this.store as StateStore).describe('snapshot log')} is not a snapshot record; start with recover to skip it`,
-          );
-        }
-        this.recovery.lost.push(`snapshot record on line ${i + 1} was unreadable and skipped`);
-      }
-    });
-    return out;
-  }
-
-  #materialize(root: string, recover: boolean): void {
-    const walk = (hash: string, dir: string): void => {
-      let entries: ReturnType<typeof decodeTree>;
-      try {
-        entries = decodeTree(this.objects.get('tree', hash));
-      } catch (error) {
-        if (!recover || !(error instanceof CorruptObjectError)) throw this.#corrupt(error, dir);
-        this.recovery.lost.push(`folder ${dir}: ${error.message}`);
-        return;
-      }
-      if (dir !== '/') this.vfs.mkdir(dir, { parents: true });
-      this.#index.seed(dir, 'd', hash);
-      for (const [name, kind, child, size] of entries) {
-        const path = dir === '/' ? `/${name}` : `${dir}/${name}`;
-        if (kind === 'd') {
-          walk(child, path);
-          continue;
-        }
-        try {
-          this.vfs.write(path, this.objects.get('blob', child), { parents: true });
-          this.#index.seed(path, 'f', child, size);
-        } catch (error) {
-          if (!recover || !(error instanceof CorruptObjectError)) throw this.#corrupt(error, path);
-          this.recovery.lost.push(`file ${path}: ${error.message}`);
-          this.#index.invalidate(path);
-        }
-      }
-    };
-    walk(root, '/');
-    if (this.recovery.lost.length > 0) this.#index.invalidate('/');
-  }
-
-  #corrupt(error: unknown, path: string): Error {
-    if (error instanceof CorruptObjectError) {
-      return new StateCorruptError(`${error.message} (needed for ${path}). Start with recover to load everything that is intact.`);
-    }
-    return error as Error;
-  }
-
-  #replay(recover: boolean): void {
-    const journal = this.#journal as JournalPort;
-    let records: JournalRecord[];
-    try {
-      const result = journal.replay(recover);
-      records = result.records;
-      if (result.corruptAt === null) {
-        this.recovery.torn_bytes += result.droppedBytes;
-      } else {
-        this.recovery.lost.push(`journal records from byte ${result.corruptAt} on were damaged and dropped (${result.droppedBytes} bytes)`);
-      }
-    } catch (error) {
-      if (error instanceof JournalCorruptError) {
-        throw new StateCorruptError(`${error.message}. Start with recover to keep those ${error.intact} records and drop the rest.`);
-      }
-      throw error;
-    }
-    const known = new Set(this.#snapshots.map((x) => x.id));
-    for (const record of records) {
-      // Snapshot records count even when folded: a crash after live.json was written and before the
-      // snapshot log was appended leaves them only here. One already in the log is not added twice.
-      if (record.snapshot !== undefined) this.#replaySnapshot(record, known, recover);
-      if (record.seq <= this.#folded) continue;
-      if (record.seq !== this.#seq + 1 && !recover && this.#folded === this.#seq) {
-        throw new StateCorruptError(
-          `Journal record ${record.seq} follows checkpoint ${this.#seq}: the records in between are missing (was live.json lost or replaced?). Start with recover to apply what the journal holds.`,
-        );
-      }
-      try {
-        applyOps(this.#target(), record.ops);
-      } catch (error) {
-        if (!recover) {
-          throw new StateCorruptError(
-            `Journal record ${record.seq} does not apply to the checkpoint (${(error as Error).message}); start with recover to stop before it`,
-          );
-        }
-        this.recovery.lost.push(`journal record ${record.seq} and later did not apply and were dropped`);
-        break;
-      }
-      this.#seq = record.seq;
-    }
   }
 }
 

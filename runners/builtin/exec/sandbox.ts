@@ -6,6 +6,10 @@ import { hostLayout, namespaceArgs, SYSTEM } from '../../shared/bwrap.js';
 import { execFilter } from '../../shared/seccomp.js';
 import type { ExecLimits } from './settings.js';
 
+// node:child_process, not execa: the builtin runner loads this module at start, where importing execa
+// (0.1-0.4 s on the 2-core development machine) would cost every engine start (ARCHITECTURE.md, "What a start
+// costs"), and each call's process needs a fourth pipe and a process group of its own, which spawn gives as is.
+
 /**
  * One program run in bubblewrap, as system.exec runs it. The engine (root) starts `unshare -m` and a
  * shell that mounts the call's overlay (the mirror's copy of `cwd` below, the call's own folder above)

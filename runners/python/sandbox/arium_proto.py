@@ -20,6 +20,9 @@ import os
 import struct
 
 HEADER = struct.Struct(">I")
+# The fork server's descriptors for frames from the engine and to it.
+HOST_IN = 3
+HOST_OUT = 4
 
 
 class FrameError(Exception):

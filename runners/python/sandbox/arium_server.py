@@ -1,3 +1,4 @@
+# Over 500 lines: one Server, an event loop whose handlers share its tables of calls and processes.
 """The Python fork server: started once (inside bubblewrap where the host has it), it forks a fresh,
 confined process per call and never runs or compiles tool code itself.
 
@@ -10,7 +11,7 @@ namespace of its own and has a mount namespace of its own, has confined itself (
 holds. A job sets its resource limits and runs the tool; the socket then carries its reply, its logs
 and its VFS requests, which the server relays to the engine; stdout and stderr are pipes.
 
-The call processes are not forked by the server itself but by its zygote: a process the server forks
+The call processes are not forked by the server itself but by its zygote (arium_zygote.py): a process the server forks
 once, before it reads anything from the engine, and gives nothing afterwards but orders to fork. A
 call's process is a copy of the zygote, so it holds nothing of any other call — no job, no input, no
 VFS data relayed for another call, not even freed memory that once held them — whereas a copy of the
@@ -27,7 +28,6 @@ the server kills the call's process (PID 1: every process the tool started dies 
 and answers the engine only after it has reaped it, so nothing of the call is left running.
 """
 
-import base64
 import collections
 import gc
 import importlib
@@ -44,12 +44,14 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import arium_child  # noqa: E402
+import arium_confine  # noqa: E402
 import arium_proto  # noqa: E402
+from arium_fork import preload_asyncio  # noqa: E402
+from arium_zygote import Zygote  # noqa: E402
 
 
-CLONE_NEWPID = 0x20000000
-HOST_IN = 3
-HOST_OUT = 4
+HOST_IN = arium_proto.HOST_IN
+HOST_OUT = arium_proto.HOST_OUT
 MAX_HOST_FRAME = 1024 * 1024 * 1024
 VFS_OPS = {"read", "write", "list", "stat", "exists", "delete", "mkdir", "move"}
 LOG_LEVELS = {"log", "info", "warn", "error"}
@@ -58,7 +60,7 @@ MAX_INTRUSIONS = 16
 MAX_INTRUSION_CHARS = 300
 # After the engine's deadline has passed, how long the server waits before killing the call itself.
 DEADLINE_GRACE_S = 1.0
-# Above any descriptor the server holds (arium_child.close_from closes up to it in one system call).
+# Above any descriptor the server holds (arium_confine.close_from closes up to it in one system call).
 MAX_FD = 1 << 20
 # After the zygote could not fork, how long before it is asked again (a fork that fails, for lack of
 # memory or processes, would otherwise be retried in a loop).
@@ -67,82 +69,6 @@ FORK_RETRY_S = 0.1
 # more, and every call's process would pay for tools it is not given (without namespaces it compiles
 # them itself: a folder with one large tool, 2 ms to compile, cost that much CPU per call of any tool).
 WARM_COMPILED = 2
-
-
-def preload_asyncio(no_network):
-    """asyncio, loaded once here: a call's process imports it only for an async tool, and importing it
-    there would cost each such call about 35 ms. Nothing else is loaded for tools: every module the
-    server holds makes each call's fork and exit slower (page tables to copy, pages to unmap). Where
-    calls have no network (namespaces), asyncio is loaded without its TLS support: `ssl` maps libssl
-    and libcrypto (6 MB) into every call's process for connections a call cannot make. A tool that
-    imports ssl itself still gets it."""
-    if not no_network:
-        # Imported for its side effect (loaded into this process), never used here by name.
-        import asyncio  # noqa: F401  # pyright: ignore[reportUnusedImport]
-
-        return
-    saved = sys.modules.get("ssl")
-    # `import ssl` raises ImportError, which asyncio expects where there is no ssl. None in sys.modules is
-    # the import system's documented way to block a module; typeshed types the values as ModuleType only.
-    sys.modules["ssl"] = None  # pyright: ignore[reportArgumentType]
-    try:
-        import asyncio  # noqa: F401
-    finally:
-        if saved is None:
-            del sys.modules["ssl"]
-        else:
-            sys.modules["ssl"] = saved
-
-
-# The CPython versions whose fork hooks bare_fork_problem was checked against (the runner's tests ran
-# with each), first and last.
-BARE_FORK_PYTHONS = ((3, 9), (3, 13))
-
-
-def bare_fork_problem():
-    """Why the zygote must fork through os.fork, or None when it may call fork(2) directly.
-
-    os.fork runs CPython's fork hooks around the system call. In the child they repair what threads
-    that vanished with the fork could have left (the GIL, the import lock, other thread states) and
-    run the Python at-fork handlers (threading, logging and concurrent.futures renew their locks;
-    random reseeds). In a process with one thread nothing needs repair, and that work is most of what
-    a call's process that does little else pays for: with threading and logging loaded, about 180
-    pages written in the child (each a copy-on-write fault), and twice the CPU of a child that exits
-    at once (1.0 against 0.5 ms, 400 forks of a process holding what the server holds). random, the
-    one handler whose effect a tool could see, is reseeded in the child (bare_fork); what else
-    differs is cosmetic (threading.main_thread().native_id keeps the zygote's thread id, while
-    threading.get_native_id() asks the kernel). Limited to the CPython versions the runner's tests
-    were run with; anything else forks through os.fork."""
-    if sys.implementation.name != "cpython" or not (BARE_FORK_PYTHONS[0] <= sys.version_info[:2] <= BARE_FORK_PYTHONS[1]):
-        return "not CPython %d.%d-%d.%d" % (BARE_FORK_PYTHONS[0] + BARE_FORK_PYTHONS[1])
-    if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
-        return "a free-threaded build"
-    try:
-        threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        return "/proc/self/task cannot be read to count threads"
-    if threads != 1:
-        return "%d threads" % threads
-    return None
-
-
-# A PyDLL function keeps the GIL while it runs, so the child's one thread holds it, as after os.fork.
-_fork = arium_child.ctypes.PyDLL(None, use_errno=True).fork
-
-
-def bare_fork(reseed=True):
-    """fork(2) without CPython's hooks (only where bare_fork_problem finds none needed). The child
-    reseeds random, the one hook whose effect a tool could see (`reseed` is for the test that shows
-    why). A failure raises the OSError os.fork would."""
-    pid = _fork()
-    if pid < 0:
-        code = arium_child.ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    if pid == 0 and reseed:
-        random = sys.modules.get("random")
-        if random is not None:
-            random.seed()  # otherwise every call's process would draw the zygote's sequence
-    return pid
 
 
 class Proc:
@@ -206,7 +132,7 @@ class Server:
             if venv:
                 relocate(venv["host"], venv["path"])
         if config["namespaces"]:
-            arium_child.make_root_readonly()
+            arium_confine.make_root_readonly()
         preload_asyncio(config["namespaces"])
         self.config = config
         # The protocol's schema for the frames with call processes, when the engine checks the protocol (tests).
@@ -420,13 +346,13 @@ class Server:
         compile process (`compile_only`), confined the same way: compile entries[0]. Never returns."""
         try:
             signal.set_wakeup_fd(-1)
-            arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            arium_confine.libc.prctl(arium_confine.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             # Every descriptor but its own three: others' sockets and pipes, the engine's channel.
             low = 3
             for fd in sorted({child_fd, out_w, err_w}):
-                arium_child.close_from(low, fd)
+                arium_confine.close_from(low, fd)
                 low = fd + 1
-            arium_child.close_from(low, MAX_FD)
+            arium_confine.close_from(low, MAX_FD)
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out_w, 1)
@@ -437,7 +363,7 @@ class Server:
             if not self.config["namespaces"]:
                 os.setsid()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the others are reset already (prepare_zygote)
-            arium_child.confine(self.config, uid, workdir)
+            arium_confine.confine(self.config, uid, workdir)
         except BaseException as error:
             try:
                 arium_proto.send(child_fd, {"t": "error", "kind": "sandbox", "message": arium_child._describe(error)})
@@ -821,7 +747,7 @@ class Server:
         if self.uid_note:
             ready["uid_note"] = self.uid_note
         if self.config["namespaces"]:
-            ready["landlock"] = arium_child.landlock_abi()
+            ready["landlock"] = arium_confine.landlock_abi()
         self.to_host(ready)
         while self.running:
             timeout = 0.25 if self.calls else None
@@ -863,233 +789,6 @@ class Server:
                 os.kill(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
-
-
-class Zygote:
-    """Forks the call processes, on the server's orders (see the module's docstring). Forked from the
-    server before the server read anything from the engine; afterwards it receives only fork orders (a
-    uid, a working folder, the names of the tools to compile ahead), so the processes it forks hold
-    nothing of any call. Each order is answered with the new process's socket, pipes and pidfd (passed
-    as descriptors); each exit of a child with its wait status. It dies with the server."""
-
-    def __init__(self, server, sock, server_pid):
-        self.server = server
-        self.config = server.config
-        self.sock = sock
-        self.server_pid = server_pid
-        # entry -> (file key, marshalled code or None): see refresh_code.
-        self.code = {}
-        # Compile processes running: their socket -> what they compile; and their pids, which reap()
-        # does not report to the server.
-        self.compiling = {}
-        self.compile_pids = set()
-        self.selector = None
-        self.bare_fork = False
-
-    def main(self):
-        arium_child.libc.prctl(arium_child.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != self.server_pid:
-            os._exit(0)  # the server died before the line above
-        for fd in (HOST_IN, HOST_OUT):
-            os.close(fd)
-        self.server.selector.close()
-        arium_child.prepare_zygote(self.config)
-        self.bare_fork = bare_fork_problem() is None
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.sock.fileno(), selectors.EVENT_READ, "orders")
-        self.selector.register(wake_r, selectors.EVENT_READ, "children")
-        while True:
-            for key, _ in self.selector.select(self.compile_timeout()):
-                if key.data == "children":
-                    try:
-                        while os.read(wake_r, 512):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    self.reap()
-                    continue
-                if key.data == "compile":
-                    self.on_compile(key.fd)
-                    continue
-                data = self.sock.recv(65536)
-                if not data:
-                    os._exit(0)  # the server is gone
-                self.order(json.loads(data))
-
-    def send(self, message, fds=()):
-        socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
-
-    def order(self, order):
-        entries = order.get("entries") or []
-        self.refresh_code(entries, order.get("uid"))
-        try:
-            pid, fds = self.fork(order.get("uid"), order.get("workdir"), entries)
-        except OSError as error:
-            self.send({"t": "fork-error", "seq": order["seq"], "message": arium_child._describe(error)})
-            return
-        try:
-            pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        fds = fds + ([pidfd] if pidfd is not None else [])
-        try:
-            self.send({"t": "forked", "seq": order["seq"], "pid": pid}, fds)
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def refresh_code(self, entries, uid):
-        """Keeps the code of the tools the server names (the ones called last), made by compile
-        processes, for the call processes to come (see arium_child.compile_main). A tool whose file
-        changed is compiled again. Compiling never holds up a fork: until a tool's code has come back,
-        the call processes forked compile it themselves. A tool that cannot be compiled, or not within
-        the engine's compile wait (config compile_wait_s; the zygote then kills the compile process), is
-        kept as None (each call process compiles it, and its call reports why) until its file changes.
-        Only with namespaces: there a compile process shares nothing with the calls (with rlimits only,
-        a call of the same user could reach into it)."""
-        if not self.config["namespaces"]:
-            return
-        for entry in list(self.code):
-            if entry not in entries:
-                del self.code[entry]
-        compiling = {job["entry"]: job["key"] for job in self.compiling.values()}
-        for entry in entries:
-            try:
-                stat = os.stat(os.path.join(self.config["tools_dir"], entry))
-            except (OSError, ValueError, TypeError):
-                self.code.pop(entry, None)
-                continue
-            key = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
-            known = self.code.get(entry)
-            if (known is None or known[0] != key) and compiling.get(entry) != key:
-                self.start_compile(entry, key, uid)
-
-    def start_compile(self, entry, key, uid):
-        """Forks a compile process for one tool; its answer arrives in on_compile."""
-        assert self.selector is not None, "main() makes the selector before the first order"
-        try:
-            pid, fds = self.fork(uid, None, [entry], compile_only=True)
-        except OSError:
-            return  # out of processes or memory for now: tried again with the next order
-        sock, out_r, err_r = fds
-        os.close(out_r)
-        os.close(err_r)
-        os.set_blocking(sock, False)
-        self.compiling[sock] = {
-            "entry": entry,
-            "key": key,
-            "pid": pid,
-            "reader": arium_proto.Reader(arium_child.MAX_CODE_BLOB * 2),
-            "deadline": time.monotonic() + self.config["compile_wait_s"],
-        }
-        self.compile_pids.add(pid)
-        self.selector.register(sock, selectors.EVENT_READ, "compile")
-
-    def on_compile(self, sock):
-        """Reads what a compile process sent; ends it once its one frame is whole, or it closed or broke it."""
-        job = self.compiling.get(sock)
-        while job is not None:
-            try:
-                data = os.read(sock, 1 << 20)
-            except BlockingIOError:
-                return  # more to come
-            except OSError:
-                data = b""
-            try:
-                frames = job["reader"].feed(data) if data else None
-            except arium_proto.FrameError:
-                frames = None
-            if frames != []:
-                self.end_compile(sock, frames[0] if frames else None)
-                return
-
-    def end_compile(self, sock, message):
-        """Keeps what a compile process sent (or None when it sent nothing usable) and kills it."""
-        assert self.selector is not None, "compile processes are started only once main() made the selector"
-        job = self.compiling.pop(sock)
-        self.selector.unregister(sock)
-        os.close(sock)
-        try:
-            os.kill(job["pid"], signal.SIGKILL)  # reaped in reap()
-        except OSError:
-            pass
-        code = (job["key"], None)
-        if isinstance(message, dict) and isinstance(message.get("blob"), str) and isinstance(message.get("key"), list):
-            try:
-                code = (message["key"], base64.b64decode(message["blob"], validate=True))
-            except ValueError:
-                pass  # kept as None: its calls compile it
-        self.code[job["entry"]] = code
-
-    def compile_timeout(self):
-        """Seconds until the next compile process's deadline (None: none runs); ends those past it."""
-        now = time.monotonic()
-        for sock, job in list(self.compiling.items()):
-            if job["deadline"] <= now:
-                self.end_compile(sock, None)
-        if not self.compiling:
-            return None
-        return max(0.0, min(job["deadline"] for job in self.compiling.values()) - now)
-
-    def fork(self, uid, workdir, entries, compile_only=False):
-        """One call process (or compile process): its socket and pipes, then, with namespaces, PID 1 of a PID namespace of its own."""
-        parent_sock, child_sock = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        namespaces = self.config["namespaces"]
-        try:
-            if namespaces and arium_child.libc.unshare(CLONE_NEWPID) != 0:
-                raise OSError(arium_child.ctypes.get_errno(), "unshare(CLONE_NEWPID)")
-            try:
-                pid = bare_fork() if self.bare_fork else os.fork()
-            except BaseException:
-                if namespaces:
-                    arium_child.libc.setns(self.server.pidns, CLONE_NEWPID)
-                raise
-        except BaseException:
-            for fd in (out_r, out_w, err_r, err_w):
-                os.close(fd)
-            parent_sock.close()
-            child_sock.close()
-            raise
-        if pid != 0 and namespaces and arium_child.libc.setns(self.server.pidns, CLONE_NEWPID) != 0:
-            # Back to our own namespace for the next order; without it the next unshare would fail.
-            error = OSError(arium_child.ctypes.get_errno(), "setns back to the zygote's PID namespace")
-            os.kill(pid, signal.SIGKILL)
-            for fd in (out_r, out_w, err_r, err_w):
-                os.close(fd)
-            parent_sock.close()
-            child_sock.close()
-            raise error
-        if pid == 0:
-            self.server.child_main(child_sock.fileno(), out_w, err_w, uid, workdir, entries, self.code, compile_only)
-        os.close(out_w)
-        os.close(err_w)
-        child_sock.close()
-        return pid, [parent_sock.detach(), out_r, err_r]
-
-    def reap(self):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid in self.compile_pids:
-                self.compile_pids.discard(pid)
-                for sock, job in list(self.compiling.items()):
-                    if job["pid"] == pid:
-                        self.on_compile(sock)  # what it sent before it died: all of it is readable now
-                        if sock in self.compiling:
-                            self.end_compile(sock, None)
-                continue
-            self.send({"t": "exit", "pid": pid, "status": status})
 
 
 def main():

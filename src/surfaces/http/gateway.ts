@@ -1,29 +1,36 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
-import { readdirSync, statSync } from 'node:fs';
-import { type ServerResponse, STATUS_CODES } from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import { join } from 'node:path';
 import swagger from '@fastify/swagger';
-import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
-import type { EngineEvent, SecurityEvent } from '../../events.js';
+import type { SecurityEvent } from '../../events.js';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from '../../limits.js';
 import { ProjectLockedError } from '../../store/lock.js';
-import type { ToolInfo } from '../../tool.js';
-import { asText } from '../../vfs/text-diff.js';
 import { SurfaceAccess } from '../access.js';
-import { ENVELOPE_SCHEMA, errorEnvelope, type RunEnvelope, runEnvelope, statusOf } from './envelope.js';
+import { errorEnvelope, type RunEnvelope } from './envelope.js';
+import { EventLog } from './event-log.js';
 import { type HeaderRefusal, hostRules, refusal } from './host-guard.js';
 import { builtInspector, isInspectorAsset, registerInspector } from './inspector.js';
 import { jsonBreak } from './json-body.js';
 import { type McpSessionStats, McpSessions } from './mcp-http.js';
+import { failureStatus } from './replies.js';
+import { bearer, decoded, digest, header } from './request.js';
+import { approvalRoutes } from './routes/approvals.js';
+import type { RouteContext, Served } from './routes/context.js';
+import { eventRoutes } from './routes/events.js';
+import { mcpRoutes } from './routes/mcp.js';
+import { toolRoutes } from './routes/tools.js';
+import { vfsRoutes } from './routes/vfs.js';
 
 /**
  * `arium serve`: the HTTP gateway (Fastify, with JSON-Schema validation of every request). One server
  * serves the workspace's projects: the default one at `/v1/…` and `/mcp`, any project at
  * `/p/<project>/v1/…` and `/p/<project>/mcp`, each engine opened on first use. Runs go through
  * `engine.call`, so results, errors, permissions and events are those of every other surface.
+ * This file builds the server: request guards, error answers, opening projects; each family of routes is
+ * a module of routes/, the SSE event log is event-log.ts, the inspector inspector.ts, MCP sessions mcp-http.ts.
  */
 
 export interface GatewayOptions {
@@ -65,48 +72,6 @@ export interface Gateway {
   mcpSessions(): McpSessionStats;
   close(): Promise<void>;
 }
-
-interface Served {
-  engine: Engine;
-  events: EventLog;
-  /** The project's `surfaces.http` profile, compiled once: which tools it offers, its grants. */
-  visible: (id: string) => boolean;
-  grants: readonly string[] | undefined;
-  /** What the routes besides the runs may read, show and answer: the same grants. */
-  access: SurfaceAccess;
-}
-
-const RUN_BODY_SCHEMA = {
-  type: 'object',
-  required: ['input'],
-  additionalProperties: false,
-  properties: {
-    input: { type: 'object', description: 'The tool input; it is checked against the tool’s own schema' },
-    trace_id: { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$', description: 'Correlates calls of one agent step (also X-Trace-Id)' },
-    timeout_ms: { type: 'integer', minimum: 1, description: 'Shortens the tool’s timeout for this run' },
-  },
-} as const;
-
-const APPROVAL_BODY_SCHEMA = {
-  type: 'object',
-  required: ['decision', 'by'],
-  additionalProperties: false,
-  properties: {
-    decision: { enum: ['approve', 'deny'] },
-    by: { type: 'string', minLength: 1, maxLength: 200, description: 'Who answers, for the events and the audit log' },
-    reason: { type: 'string', maxLength: 2000, description: 'Why (shown in the denied call’s error)' },
-  },
-} as const;
-
-/** `stat=true` in a query string: the gateway's validator does not coerce types, so the flag is a word. */
-const STAT_QUERY = { type: 'string', enum: ['true', 'false'], description: 'true: file list and counts only, no patches' } as const;
-
-/** One file of a diff by its exact path (`path` is a glob, which has no escapes for `*` and `?`). */
-const FILE_QUERY = { type: 'string', minLength: 1, description: 'Only this file: its exact path' } as const;
-
-const ERROR_RESPONSES = Object.fromEntries(
-  [400, 401, 403, 404, 409, 413, 415, 429, 500, 503].map((status) => [status, { description: 'An error, in the run envelope', ...ENVELOPE_SCHEMA }]),
-);
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const limits = gatewayLimits(options.limits);
@@ -302,6 +267,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   if (inspector) await registerInspector(app, options.inspectorDir ?? builtInspector());
 
+  const context: RouteContext = { options, inspector, mcp, keyed: expected !== null };
   const routes = async (scope: FastifyInstance, fixed: string | null) => {
     // Under /p/:project a route that declares its own path parameters must declare `project` too, or
     // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
@@ -326,385 +292,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         throw error;
       }
     });
-    const engineOf = (request: FastifyRequest) => (request as FastifyRequest & { served: Served }).served;
-    const visible = (request: FastifyRequest) => engineOf(request).visible;
-    /**
-     * Runs a builtin for a route that changes state (a snapshot, a restore), as a call from this
-     * surface: offered by its profile, with its grants, through approvals, events and the audit log.
-     */
-    const runBuiltin = async (request: FastifyRequest, reply: FastifyReply, id: string, input: unknown, created = false) => {
-      const { engine, grants, access } = engineOf(request);
-      const traceId = header(request.headers['x-trace-id']);
-      if (!access.offered(id)) {
-        return send(
-          reply,
-          403,
-          errorEnvelope('DENIED', `${request.method} ${request.routeOptions.url} runs ${id}, which surfaces.http.tools does not offer`, {
-            stage: 'permission',
-            toolId: id,
-            traceId,
-          }),
-        );
-      }
-      const result = await engine.call(id, input, {
-        caller: `http:${request.ip}`,
-        signal: connectionSignal(request.raw.socket),
-        ...(traceId ? { trace_id: traceId } : {}),
-        ...(grants ? { grants } : {}),
-      });
-      if (result.ok) return send(reply, created ? 201 : 200, result.data);
-      const status = failureStatus(result.error);
-      if (status === 429) reply.header('retry-after', '1');
-      return send(reply, status, runEnvelope(id, result));
-    };
-
-    scope.get(
-      '/v1/tools',
-      {
-        schema: {
-          summary: 'The tools this gateway offers, and the definition files that did not load',
-          response: { 200: { type: 'object', properties: { tools: { type: 'array' }, problems: { type: 'array' } } } },
-        },
-      },
-      async (request) => {
-        const show = visible(request);
-        const { engine } = engineOf(request);
-        return {
-          tools: engine
-            .tools()
-            .filter((t) => show(t.id))
-            .map(publicTool),
-          // A file that did not load is shown with its problem whatever the profile: it offers no tool.
-          problems: engine.problems(),
-        };
-      },
-    );
-
-    scope.get(
-      '/v1/tools/:id',
-      {
-        schema: {
-          summary: 'One tool',
-          params: { type: 'object', properties: { id: { type: 'string' } } },
-          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request, reply) => {
-        const { id } = request.params as { id: string };
-        const tool = visible(request)(id) ? engineOf(request).engine.tool(id) : undefined;
-        if (!tool)
-          return send(reply, 404, errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id }));
-        return publicTool(tool);
-      },
-    );
-
-    scope.post(
-      '/v1/tools/:id(^[^:/]+)::run',
-      {
-        schema: {
-          summary: 'Run a tool',
-          params: { type: 'object', properties: { id: { type: 'string' } } },
-          body: RUN_BODY_SCHEMA,
-          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
-          response: { 200: { description: 'The run, succeeded or failed', ...ENVELOPE_SCHEMA }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request, reply) => {
-        const { id } = request.params as { id: string };
-        const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
-        const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
-        const { engine } = engineOf(request);
-        if (!visible(request)(id)) {
-          return send(
-            reply,
-            404,
-            errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId: traceId ?? null }),
-          );
-        }
-        const { grants } = engineOf(request);
-        const result = await engine.call(id, body.input, {
-          caller: `http:${request.ip}`,
-          // A client that goes away cancels its run: nothing it would have written lands.
-          signal: connectionSignal(request.raw.socket),
-          ...(traceId ? { trace_id: traceId } : {}),
-          ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
-          ...(grants ? { grants } : {}),
-        });
-        const envelope = runEnvelope(id, result);
-        const status = result.ok ? 200 : statusOf(result.error.code);
-        if (status === 429) reply.header('retry-after', '1');
-        return send(reply, status, envelope);
-      },
-    );
-
-    scope.post(
-      '/v1/capabilities/:name(^[^:/]+)::run',
-      {
-        schema: {
-          summary: 'Run the one tool offered here that provides a capability (409 AMBIGUOUS when several do)',
-          params: { type: 'object', properties: { name: { type: 'string' } } },
-          body: RUN_BODY_SCHEMA,
-          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
-          response: { 200: { description: 'The run, succeeded or failed', ...ENVELOPE_SCHEMA }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request, reply) => {
-        const { name } = request.params as { name: string };
-        const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
-        const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
-        const { engine, grants } = engineOf(request);
-        const result = await engine.call({ capability: name }, body.input, {
-          caller: `http:${request.ip}`,
-          offered: visible(request),
-          signal: connectionSignal(request.raw.socket),
-          ...(traceId ? { trace_id: traceId } : {}),
-          ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
-          ...(grants ? { grants } : {}),
-        });
-        const envelope = runEnvelope(result.meta.tool, result);
-        const status = result.ok ? 200 : statusOf(result.error.code);
-        if (status === 429) reply.header('retry-after', '1');
-        return send(reply, status, envelope);
-      },
-    );
-
-    scope.get(
-      '/v1/snapshots',
-      {
-        schema: {
-          summary: 'The snapshot log, oldest first (needs vfs.read)',
-          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request) => ({ snapshots: engineOf(request).access.snapshots() }),
-    );
-
-    scope.post(
-      '/v1/snapshots',
-      {
-        schema: {
-          summary: 'Save the live VFS as a snapshot: a call of vfs.snapshot (needs vfs.read on /, goes through approvals)',
-          body: {
-            type: ['object', 'null'],
-            additionalProperties: false,
-            properties: {
-              label: { type: 'string', minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
-              message: { type: 'string', maxLength: 2000 },
-            },
-          },
-          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
-          response: { 201: { description: 'The snapshot', type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request, reply) => runBuiltin(request, reply, 'vfs.snapshot', request.body ?? {}, true),
-    );
-
-    scope.get(
-      '/v1/diff',
-      {
-        schema: {
-          summary: 'Compare snapshots or live (default: newest snapshot → live); files without vfs.read are left out',
-          querystring: {
-            type: 'object',
-            additionalProperties: false,
-            properties: { from: { type: 'string' }, to: { type: 'string' }, path: { type: 'string' }, file: FILE_QUERY, stat: STAT_QUERY },
-          },
-        },
-      },
-      async (request) => {
-        const q = request.query as { from?: string; to?: string; path?: string; file?: string; stat?: string };
-        const { engine, access } = engineOf(request);
-        return engine.diff(q.from, q.to, {
-          visible: (path) => access.mayRead(path),
-          ...(q.path ? { path: q.path } : {}),
-          ...(q.file ? { file: q.file } : {}),
-          ...(q.stat === 'true' ? { stat_only: true } : {}),
-        });
-      },
-    );
-
-    scope.post(
-      '/v1/restore',
-      {
-        schema: {
-          summary: 'Bring the live VFS back to a snapshot: a call of vfs.restore (needs vfs.read and vfs.write on /, goes through approvals)',
-          body: {
-            type: 'object',
-            required: ['ref'],
-            additionalProperties: false,
-            properties: { ref: { type: 'string', minLength: 1, maxLength: 200 } },
-          },
-          headers: { type: 'object', properties: { 'x-trace-id': { type: 'string' } } },
-          response: {
-            200: { description: 'What was restored, and the snapshot that undoes it', type: 'object', additionalProperties: true },
-            ...ERROR_RESPONSES,
-          },
-        },
-      },
-      async (request, reply) => runBuiltin(request, reply, 'vfs.restore', { snapshot: (request.body as { ref: string }).ref }),
-    );
-
-    scope.get('/v1/project', { schema: { summary: 'The project served here, and the projects of the workspace' } }, async (request) => {
-      const { engine } = engineOf(request);
-      return {
-        project: engine.project,
-        projects: workspaceProjects(options.workspace),
-        read_only: engine.readOnly !== null,
-        persist: engine.config.persist !== false && options.engineOptions?.persist !== false,
-        change_log: inspector || options.engineOptions?.changeLog !== undefined,
-      };
-    });
-
-    const TREE_QUERY = {
-      type: 'object',
-      required: ['path'],
-      additionalProperties: false,
-      properties: {
-        path: { type: 'string', minLength: 1, description: 'An absolute VFS path' },
-        at: { type: 'string', minLength: 1, description: '`live` (default) or a snapshot: id, prefix, label, `latest`' },
-      },
-    } as const;
-
-    scope.get(
-      '/v1/fs/list',
-      {
-        schema: {
-          summary: 'The entries of one folder of the live tree or of a snapshot (folders first, then by name); needs vfs.read on it',
-          querystring: TREE_QUERY,
-          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request) => {
-        const q = request.query as { path: string; at?: string };
-        const at = q.at ?? 'live';
-        const { engine, access } = engineOf(request);
-        const { entries } = access.tree(at).list(q.path);
-        const sorted = [...entries].sort((a, b) =>
-          a.type === b.type ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.type === 'directory' ? -1 : 1,
-        );
-        return { at, path: engine.scrub(q.path), entries: sorted };
-      },
-    );
-
-    scope.get(
-      '/v1/fs/read',
-      {
-        schema: {
-          summary: 'One file of the live tree or of a snapshot: text up to 1 MiB, or its size and hash; needs vfs.read on it',
-          querystring: TREE_QUERY,
-          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request) => {
-        const q = request.query as { path: string; at?: string };
-        const at = q.at ?? 'live';
-        const { engine, access } = engineOf(request);
-        const bytes = access.tree(at).read(q.path);
-        const cut = bytes.length > FILE_TEXT_BYTES;
-        const head = cut ? bytes.subarray(0, FILE_TEXT_BYTES) : bytes;
-        // A cut may split a character: the text is what decodes, the cut noted.
-        const text = asText(head) ?? (cut ? asText(head.subarray(0, lastCharBoundary(head))) : null);
-        return {
-          at,
-          path: engine.scrub(q.path),
-          size: bytes.length,
-          sha256: createHash('sha256').update(bytes).digest('hex'),
-          binary: text === null,
-          // Scrubbed as the beginning of a longer text: a secret the cut goes through is left out whole.
-          text: text === null ? null : engine.scrub(text, { cut }),
-          truncated: text !== null && cut,
-        };
-      },
-    );
-
-    scope.get(
-      '/v1/runs/:run_id/diff',
-      {
-        schema: {
-          summary: 'What one committed call changed in the VFS, while the change log still holds it; files without vfs.read are left out',
-          params: { type: 'object', properties: { run_id: { type: 'string', maxLength: 200 } } },
-          querystring: {
-            type: 'object',
-            additionalProperties: false,
-            properties: { path: { type: 'string' }, file: FILE_QUERY, stat: STAT_QUERY },
-          },
-        },
-      },
-      async (request, reply) => {
-        const { run_id: runId } = request.params as { run_id: string };
-        const q = request.query as { path?: string; file?: string; stat?: string };
-        const { engine, access } = engineOf(request);
-        const found = engine.changes(runId, {
-          visible: (path) => access.mayRead(path),
-          ...(q.path ? { path: q.path } : {}),
-          ...(q.file ? { file: q.file } : {}),
-          ...(q.stat === 'true' ? { stat_only: true } : {}),
-        });
-        if (found) return found;
-        return send(
-          reply,
-          404,
-          errorEnvelope(
-            'NOT_FOUND',
-            `No changes of run ${runId} are kept: it changed no file, failed, is older than what the change log holds, or this gateway keeps no change log`,
-            { details: { run_id: runId } },
-          ),
-        );
-      },
-    );
-
-    scope.get(
-      '/v1/approvals',
-      { schema: { summary: 'Calls waiting for a person’s approval (oldest first) that this gateway’s profile may see' } },
-      async (request) => {
-        const { engine, access } = engineOf(request);
-        return { approvals: engine.approvals().filter((p) => access.seesCall(p.tool)) };
-      },
-    );
-
-    scope.post(
-      '/v1/approvals/:run_id',
-      {
-        schema: {
-          summary: 'Approve or deny a waiting call',
-          params: { type: 'object', properties: { run_id: { type: 'string', maxLength: 200 } } },
-          body: APPROVAL_BODY_SCHEMA,
-          response: { 200: { type: 'object', additionalProperties: true }, ...ERROR_RESPONSES },
-        },
-      },
-      async (request) => {
-        const { run_id: runId } = request.params as { run_id: string };
-        const body = request.body as { decision: 'approve' | 'deny'; by: string; reason?: string };
-        const { engine, access } = engineOf(request);
-        const waiting = engine.approvals().find((p) => p.run_id === runId);
-        // An approval this gateway may not see is as unknown here as one that does not exist.
-        if (waiting && !access.seesCall(waiting.tool)) {
-          throw new ToolFailure('validation', 'NOT_FOUND', `No approval is pending for run ${runId}; GET /v1/approvals lists them`, {
-            details: { run_id: runId },
-          });
-        }
-        const answer = { by: body.by, ...(body.reason !== undefined ? { reason: body.reason } : {}) };
-        return body.decision === 'approve' ? engine.approve(runId, answer) : engine.deny(runId, answer);
-      },
-    );
-
-    scope.get(
-      '/v1/events',
-      { schema: { summary: 'Engine events as server-sent events, of the calls this gateway’s profile may see; Last-Event-ID resumes' } },
-      async (request, reply) => {
-        const lastId = Number(header(request.headers['last-event-id']) ?? (request.query as { last_event_id?: string }).last_event_id ?? Number.NaN);
-        const { events, access } = engineOf(request);
-        reply.hijack();
-        events.stream(reply.raw, Number.isFinite(lastId) ? lastId : null, (event) => access.seesEvent(event));
-      },
-    );
-
-    // MCP over Streamable HTTP: the SDK's transport, one per session.
-    scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
-      const { engine } = engineOf(request);
-      reply.hijack();
-      await mcp.handle(engine, sessionKey(request, expected !== null), request.raw, reply.raw, request.body);
-    });
+    toolRoutes(scope);
+    vfsRoutes(scope, context);
+    approvalRoutes(scope);
+    eventRoutes(scope);
+    mcpRoutes(scope, context);
   };
 
   await app.register((scope) => routes(scope, options.project));
@@ -723,15 +315,6 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
-}
-
-/**
- * Who holds MCP sessions, for their per-key bound: the API key given (its digest) on a gateway that checks
- * keys, else the client's address (a key nobody checks would let a client pick a new one per session).
- */
-function sessionKey(request: FastifyRequest, keyed: boolean): string {
-  const given = keyed ? (bearer(request.headers.authorization) ?? header(request.headers['x-api-key'])) : null;
-  return given === null ? `address ${request.ip}` : `key ${digest(given).toString('hex')}`;
 }
 
 function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimits> {
@@ -777,31 +360,6 @@ function clientErrorAnswer(limits: Readonly<GatewayLimits>): (error: ConnectionE
   };
 }
 
-function decoded(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return segment;
-  }
-}
-
-/**
- * One abort signal per connection, aborted when it closes: every run still going on a connection that
- * is gone is cancelled. (An AbortController per request cost 3.5% of the gateway's time under load;
- * a keep-alive connection carries its requests one after another, so they can share one.)
- */
-const CONNECTION_SIGNALS = new WeakMap<Socket, AbortSignal>();
-function connectionSignal(socket: Socket): AbortSignal {
-  let signal = CONNECTION_SIGNALS.get(socket);
-  if (!signal) {
-    const controller = new AbortController();
-    socket.once('close', () => controller.abort());
-    signal = controller.signal;
-    CONNECTION_SIGNALS.set(socket, signal);
-  }
-  return signal;
-}
-
 const PROJECT_PARAM = { type: 'string', description: 'A project of the workspace (a folder name)' } as const;
 
 function withProjectParam(schema: { params?: unknown } | undefined): void {
@@ -812,123 +370,6 @@ function withProjectParam(schema: { params?: unknown } | undefined): void {
     properties: { project: PROJECT_PARAM, ...params.properties },
     required: [...new Set(['project', ...(params.required ?? [])])],
   };
-}
-
-/** Sends `body` with `status` (the route's typed reply knows only the statuses its schema lists). */
-function send(reply: FastifyReply, status: number, body: unknown): FastifyReply {
-  return reply.code(status).send(body);
-}
-
-/** The status of a route's failure (a run's failure is a 200 answer; a route's is not). */
-function failureStatus(failure: Pick<ToolFailure, 'code'>): number {
-  if (failure.code === 'NOT_FOUND') return 404;
-  if (failure.code === 'UNAVAILABLE') return 503;
-  if (failure.code === 'MISCONFIGURED' || failure.code === 'INTERNAL') return 500;
-  const status = statusOf(failure.code);
-  return status === 200 ? 400 : status;
-}
-
-/** A tool as the gateway shows it: what a caller needs, not the host's paths. */
-function publicTool(tool: ToolInfo): Record<string, unknown> {
-  const { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides } = tool;
-  return { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides };
-}
-
-/** How much of a file `/v1/fs/read` returns as text. */
-const FILE_TEXT_BYTES = 1024 * 1024;
-
-/** Where the last whole UTF-8 character of `bytes` ends (a cut file ends inside one at most). */
-function lastCharBoundary(bytes: Buffer): number {
-  let end = bytes.length;
-  // Step back over continuation bytes (10xxxxxx) to the lead byte of the cut character, and drop it.
-  while (end > 0 && ((bytes[end - 1] as number) & 0xc0) === 0x80) end--;
-  return end > 0 && (bytes[end - 1] as number) >= 0xc0 ? end - 1 : bytes.length;
-}
-
-/** The project folders of a workspace (those with a tools folder or an arium.json), by name. */
-function workspaceProjects(workspace: string): string[] {
-  let names: string[];
-  try {
-    names = readdirSync(workspace);
-  } catch {
-    return [];
-  }
-  const isProject = (name: string) => {
-    for (const marker of ['tools', 'arium.json']) {
-      try {
-        statSync(join(workspace, name, marker));
-        return true;
-      } catch {}
-    }
-    return false;
-  };
-  return names.filter((name) => !name.startsWith('.') && isProject(name)).sort();
-}
-
-function digest(text: string): Buffer {
-  return createHash('sha256').update(text).digest();
-}
-
-function bearer(value: string | undefined): string | null {
-  const match = value ? /^Bearer\s+(.+)$/i.exec(value) : null;
-  return match ? (match[1] as string) : null;
-}
-
-function header(value: string | string[] | undefined): string | null {
-  return typeof value === 'string' && value !== '' ? value : null;
-}
-
-/**
- * The recent events of one project, numbered, for server-sent event streams: a client that
- * reconnects with `Last-Event-ID` gets what it missed while it is still in the buffer, and an event
- * `gap` saying how many it lost when it is not.
- */
-class EventLog {
-  readonly #buffer: Array<{ id: number; event: EngineEvent }> = [];
-  readonly #streams = new Set<(entry: { id: number; event: EngineEvent }) => void>();
-  readonly #listener: (event: EngineEvent) => void;
-  #next = 1;
-
-  constructor(
-    readonly engine: Engine,
-    readonly size: number,
-  ) {
-    this.#listener = (event) => {
-      const entry = { id: this.#next++, event };
-      this.#buffer.push(entry);
-      if (this.#buffer.length > size) this.#buffer.shift();
-      for (const stream of this.#streams) stream(entry);
-    };
-    engine.events.on('event', this.#listener);
-  }
-
-  detach(): void {
-    this.engine.events.off('event', this.#listener);
-  }
-
-  /** Streams the events `shown` keeps; the ids stay the log's, so a gap is still told as one. */
-  stream(res: ServerResponse, lastId: number | null, shown: (event: EngineEvent) => boolean): void {
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-    res.write(': arium events\n\n');
-    const send = (entry: { id: number; event: EngineEvent }) => {
-      if (!shown(entry.event)) return;
-      const ok = res.write(`id: ${entry.id}\nevent: ${entry.event.type}\ndata: ${JSON.stringify(entry.event)}\n\n`);
-      // A reader that does not keep up is let go rather than buffered without end: it reconnects with Last-Event-ID.
-      if (!ok && res.writableLength > 8 * 1024 * 1024) res.end();
-    };
-    if (lastId !== null) {
-      const oldest = this.#buffer[0]?.id ?? this.#next;
-      if (lastId + 1 < oldest)
-        res.write(`event: gap\ndata: ${JSON.stringify({ after: lastId, resumed_at: oldest, missed: oldest - lastId - 1 })}\n\n`);
-      for (const entry of this.#buffer) if (entry.id > lastId) send(entry);
-    }
-    this.#streams.add(send);
-    const heartbeat = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
-    res.on('close', () => {
-      clearInterval(heartbeat);
-      this.#streams.delete(send);
-    });
-  }
 }
 
 export type { RunEnvelope };
