@@ -1,6 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { runnerCatalog } from '../runners/index.js';
+// The one module of the engine that knows the default runners: everything else is handed a catalog.
+import { DEFAULT_CATALOG, DEFAULT_RUNNERS, runnerCatalog } from '../runners/index.js';
 import type { RemoteConfig } from '../runners/remote/settings.js';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditSetting } from './config.js';
@@ -150,6 +151,9 @@ export function openReadOnly(dir: string | StateStore | null, quota: Partial<Vfs
     }
   }
 }
+
+/** The default runners, and their catalog: what an engine has when `runners` adds none. */
+export { DEFAULT_CATALOG, DEFAULT_RUNNERS };
 
 /** A definition has `create` (or, when it lacks it by mistake, the `extensions` only definitions have). */
 const isDefinition = (value: Runner | RunnerDefinition): value is RunnerDefinition =>

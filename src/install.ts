@@ -1,6 +1,5 @@
 import { readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { DEFAULT_CATALOG } from '../runners/index.js';
 import { BUNDLES_FOLDER } from '../runners/js/bundle.js';
 import { installJsPackages, type JsInstallReport, type JsPackagesStatus, jsPackagesStatus } from '../runners/js/packages.js';
 import {
@@ -12,6 +11,7 @@ import {
 } from '../runners/python/environment.js';
 import { loadProjectConfig } from './config.js';
 import { type EngineOptions, projectLocation } from './engine.js';
+import { DEFAULT_CATALOG } from './engine-options.js';
 import type { Check } from './runner.js';
 
 /**

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_CATALOG } from '../../../../runners/index.js';
 import { sandboxSummary } from '../../../../runners/remote/live-workers.js';
+import { DEFAULT_CATALOG } from '../../../engine-options.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
 import { maxPositionals } from '../args.js';
