@@ -1,6 +1,5 @@
 import { realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { RemoteClient, RemoteStatus } from '../runners/remote/client.js';
 import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';
 import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
@@ -15,8 +14,11 @@ import {
   defaultGrants,
   EngineConfigError,
   type EngineOptions,
+  loadRemote,
   openReadOnly,
   projectLocation,
+  type RemoteStatus,
+  type RemoteTransport,
   runnerOptions,
 } from './engine-options.js';
 import { EventBus, type RegistryProblem } from './events.js';
@@ -262,11 +264,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runners.set(definition.name, runner as Runner);
   }
 
-  let remote: RemoteClient | null = null;
+  let remote: RemoteTransport | null = null;
   const remoteConfig = options.remote === undefined ? config.remote : options.remote || undefined;
   if (remoteConfig) {
-    // Loaded only here: the NATS client costs every engine that does not use it its import.
-    const { openRemote } = await import('../runners/remote/setup.js');
+    const { openRemote } = await loadRemote();
     try {
       remote = await openRemote(remoteConfig, runners, bus, projectDir, options.env);
     } catch (error) {
