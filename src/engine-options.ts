@@ -1,10 +1,8 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-// The one module of the engine that knows the default runners and the remote transport: everything
-// else is handed a catalog, or loads the transport through loadRemote.
-import { DEFAULT_CATALOG, DEFAULT_RUNNERS, runnerCatalog } from '../runners/index.js';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditSetting } from './config.js';
+import { runnerCatalog } from './defaults.js';
 import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, parsePermission } from './permissions.js';
 import type { PermissionWidening } from './registry/registry.js';
@@ -152,16 +150,6 @@ export function openReadOnly(dir: string | StateStore | null, quota: Partial<Vfs
     }
   }
 }
-
-export type { RemoteStatus } from '../runners/remote/client.js';
-/** The default runners, and their catalog: what an engine has when `runners` adds none. */
-export { DEFAULT_CATALOG, DEFAULT_RUNNERS };
-
-/** The remote transport, loaded only by an engine whose arium.json sets `remote`: the NATS client costs the others its import. */
-export const loadRemote = () => import('../runners/remote/setup.js');
-
-/** An engine's open remote transport. */
-export type RemoteTransport = Awaited<ReturnType<Awaited<ReturnType<typeof loadRemote>>['openRemote']>>;
 
 /** A definition has `create` (or, when it lacks it by mistake, the `extensions` only definitions have). */
 const isDefinition = (value: Runner | RunnerDefinition): value is RunnerDefinition =>

@@ -5,6 +5,7 @@ import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
+import { loadRemote, type RemoteStatus, type RemoteTransport } from './defaults.js';
 import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import {
   changeLogLimits,
@@ -14,11 +15,8 @@ import {
   defaultGrants,
   EngineConfigError,
   type EngineOptions,
-  loadRemote,
   openReadOnly,
   projectLocation,
-  type RemoteStatus,
-  type RemoteTransport,
   runnerOptions,
 } from './engine-options.js';
 import { EventBus, type RegistryProblem } from './events.js';

@@ -2,7 +2,7 @@
 // test/index.exports.test.ts pins the list.
 
 import { projectConfigSchema } from './config.js';
-import { DEFAULT_CATALOG } from './engine-options.js';
+import { DEFAULT_CATALOG } from './defaults.js';
 import type { InstallOptions, InstallReport } from './install.js';
 import { toolMetaSchema } from './registry/meta-schema.js';
 import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
@@ -10,10 +10,10 @@ import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 export type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approvals/gate.js';
 export type { ApprovalCondition, ApprovalRule, ApprovalsConfig, MatchedRule } from './approvals/rules.js';
 export type { ProjectConfig } from './config.js';
+export { DEFAULT_RUNNERS } from './defaults.js';
 export type { CallOptions, CallTarget, CapabilityRequest } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
 export { createEngine, EngineConfigError } from './engine.js';
-export { DEFAULT_RUNNERS } from './engine-options.js';
 export type { ErrorCode, ErrorInfo, Stage } from './errors.js';
 export { ERROR_CODES, isRetryable, ToolFailure } from './errors.js';
 export type {

@@ -11,8 +11,8 @@ import {
   pythonEnvironmentStatus,
 } from '../runners/python/environment.js';
 import { loadProjectConfig } from './config.js';
+import { DEFAULT_CATALOG } from './defaults.js';
 import { type EngineOptions, projectLocation } from './engine.js';
-import { DEFAULT_CATALOG } from './engine-options.js';
 import type { Check } from './runner.js';
 
 /**

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_CATALOG } from '../../../engine-options.js';
+import { DEFAULT_CATALOG } from '../../../defaults.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
 import { maxPositionals } from '../args.js';
