@@ -1,10 +1,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from '../runners/remote/settings.js';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import { SECRETS_SCHEMA } from './secrets/sources.js';
 import type { SurfaceProfile } from './surfaces/mcp/profile.js';

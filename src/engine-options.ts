@@ -1,12 +1,12 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { runnerCatalog } from '../runners/index.js';
-import type { RemoteConfig } from '../runners/remote/settings.js';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditSetting } from './config.js';
+import { runnerCatalog } from './defaults.js';
 import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, parsePermission } from './permissions.js';
 import type { PermissionWidening } from './registry/registry.js';
+import type { RemoteConfig } from './remote-config.js';
 import type { Runner, RunnerDefinition } from './runner.js';
 import { type RunnerCatalog, RunnerDefinitionError } from './runner-catalog.js';
 import type { StateStore } from './store/port.js';

@@ -1,11 +1,11 @@
 import { realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { RemoteClient, RemoteStatus } from '../runners/remote/client.js';
 import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';
 import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
+import { loadRemote, type RemoteStatus, type RemoteTransport } from './defaults.js';
 import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import {
   changeLogLimits,
@@ -262,11 +262,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runners.set(definition.name, runner as Runner);
   }
 
-  let remote: RemoteClient | null = null;
+  let remote: RemoteTransport | null = null;
   const remoteConfig = options.remote === undefined ? config.remote : options.remote || undefined;
   if (remoteConfig) {
-    // Loaded only here: the NATS client costs every engine that does not use it its import.
-    const { openRemote } = await import('../runners/remote/setup.js');
+    const { openRemote } = await loadRemote();
     try {
       remote = await openRemote(remoteConfig, runners, bus, projectDir, options.env);
     } catch (error) {

@@ -1,16 +1,16 @@
 // The public API. Each export is named on purpose: adding a line here is an API decision, and
 // test/index.exports.test.ts pins the list.
 
-import { DEFAULT_CATALOG } from '../runners/index.js';
 import { projectConfigSchema } from './config.js';
+import { DEFAULT_CATALOG } from './defaults.js';
 import type { InstallOptions, InstallReport } from './install.js';
 import { toolMetaSchema } from './registry/meta-schema.js';
 import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
-export { DEFAULT_RUNNERS } from '../runners/index.js';
 export type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approvals/gate.js';
 export type { ApprovalCondition, ApprovalRule, ApprovalsConfig, MatchedRule } from './approvals/rules.js';
 export type { ProjectConfig } from './config.js';
+export { DEFAULT_RUNNERS } from './defaults.js';
 export type { CallOptions, CallTarget, CapabilityRequest } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
 export { createEngine, EngineConfigError } from './engine.js';

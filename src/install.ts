@@ -1,16 +1,17 @@
 import { readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { DEFAULT_CATALOG } from '../runners/index.js';
 import { BUNDLES_FOLDER } from '../runners/js/bundle.js';
-import { installJsPackages, type JsInstallReport, type JsPackagesStatus, jsPackagesStatus } from '../runners/js/packages.js';
+import { installJsPackages, type JsInstallReport, type JsPackagesStatus, jsPackagesStatus, PackageInstallError } from '../runners/js/packages.js';
 import {
   findPythonPins,
   installPythonEnvironment,
+  PythonEnvironmentError,
   type PythonEnvironmentReport,
   type PythonEnvironmentStatus,
   pythonEnvironmentStatus,
 } from '../runners/python/environment.js';
 import { loadProjectConfig } from './config.js';
+import { DEFAULT_CATALOG } from './defaults.js';
 import { type EngineOptions, projectLocation } from './engine.js';
 import type { Check } from './runner.js';
 
@@ -19,6 +20,14 @@ import type { Check } from './runner.js';
  * folder (`<project>/.arium/`): npm packages for JS tools (package.json), and a virtual environment for
  * Python tools (requirements.txt with hashes). A part the project does not pin is left alone.
  */
+
+/**
+ * Whether `error` is an install that failed (npm's or pip's), whose message says what failed and how
+ * to fix it, as opposed to a fault of the engine.
+ */
+export function isInstallFailure(error: unknown): error is PackageInstallError | PythonEnvironmentError {
+  return error instanceof PackageInstallError || error instanceof PythonEnvironmentError;
+}
 
 export interface InstallOptions extends Pick<EngineOptions, 'workspace' | 'project'> {
   /** npm: take packages from its cache when it has them (`--prefer-offline`). */

@@ -36,13 +36,6 @@ export class LiveWorkers {
   }
 }
 
-/** How a worker isolates calls, in a few words per runner (e.g. `py-runner bubblewrap, js-runner isolated-vm`); '' until it has said. */
-export function sandboxSummary(worker: Pick<WorkerInfo, 'sandboxes'>): string {
-  return Object.entries(worker.sandboxes ?? {})
-    .map(([name, sandbox]) => `${name} ${sandbox.available === false ? 'unavailable' : String(sandbox.isolation ?? '?').split(':')[0]}`)
-    .join(', ');
-}
-
 /** Workers remembered at once: heartbeats of new ids past it are dropped until some are forgotten. */
 const MAX_WORKERS = 4096;
 const MAX_RUNNERS = 16;

@@ -1,8 +1,9 @@
 import type { EventBus } from '../../src/events.js';
+import type { RemoteConfig } from '../../src/remote-config.js';
 import type { Runner } from '../../src/runner.js';
 import { RemoteClient } from './client.js';
 import { RoutedRunner, toolPattern } from './routing.js';
-import { engineSettings, type RemoteConfig, RemoteConfigError } from './settings.js';
+import { engineSettings, RemoteConfigError } from './settings.js';
 import { HOSTABLE_RUNNERS } from './worker.js';
 
 /**

@@ -9,29 +9,13 @@ import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
 import { DEFAULT_CATALOG } from '../index.js';
 import { findInterpreter, interpreterTag } from '../python/interpreter.js';
-import type { ForwardedVfs, VfsOp } from '../shared/vfs-ops.js';
 import { type CacheLimits, ToolCache, type WorkerPython } from './cache.js';
 import { connectNats } from './connect.js';
-import { joinParts, split, tooLarge } from './parts.js';
+import { ASK_MS, EngineLink, wireFailure } from './engine-link.js';
 import { ReceivedTools } from './received-tools.js';
-import { DroppingRequests } from './requests.js';
 import type { NatsSettings } from './settings.js';
-import {
-  type CallMessage,
-  decode,
-  encode,
-  type Heartbeat,
-  PROTOCOL,
-  packBytes,
-  SANDBOX_FIELDS,
-  type Subjects,
-  subjects,
-  unpackBytes,
-  type WireFailure,
-} from './wire.js';
+import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, SANDBOX_FIELDS, type Subjects, subjects } from './wire.js';
 
-/** How long a worker waits for the engine to send a tools tree or file. */
-const ASK_MS = 30_000;
 /** How often a worker reads its runners' status again for its heartbeats. */
 const SANDBOX_REFRESH_MS = 30_000;
 
@@ -131,8 +115,8 @@ class RemoteWorker implements Worker {
   readonly id = randomUUID().slice(0, 12);
   readonly host = hostname();
   readonly #nc: NatsConnection;
-  /** Requests to the engine, failed at once when the connection drops (their answers are lost with it). */
-  readonly #requests: DroppingRequests;
+  /** What it publishes and asks the engine on its calls' inboxes. */
+  readonly #link: EngineLink;
   readonly #subjects: Subjects;
   readonly #names: string[];
   readonly #runners = new Map<string, Runner>();
@@ -163,7 +147,7 @@ class RemoteWorker implements Worker {
     runnerConfig: Readonly<Record<string, unknown>>,
   ) {
     this.#nc = nc;
-    this.#requests = new DroppingRequests(nc);
+    this.#link = new EngineLink(nc, this.id, this.host);
     this.#subjects = subjects(settings.deployment);
     this.#names = names;
     this.#concurrency = concurrency;
@@ -223,7 +207,7 @@ class RemoteWorker implements Worker {
   }
 
   #beat(extra: Partial<Heartbeat> = {}): void {
-    if (!this.#closed) this.#publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
+    if (!this.#closed) this.#link.publish(this.#subjects.hb, encode({ ...this.heartbeat(), ...extra }, 'remote.fromWorker'));
   }
 
   /**
@@ -253,7 +237,7 @@ class RemoteWorker implements Worker {
     if (call?.t !== 'call' || typeof call.id !== 'string' || typeof call.inbox !== 'string') return;
     if (call.v !== PROTOCOL || this.#draining || this.#closed) {
       const reason = call.v !== PROTOCOL ? `this worker speaks protocol ${PROTOCOL}` : 'draining';
-      this.#publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
+      this.#link.publish(call.inbox, encode({ t: 'refused', worker: this.id, reason }, 'remote.fromWorker'));
       return;
     }
     const running: Running = { controller: new AbortController() };
@@ -279,7 +263,7 @@ class RemoteWorker implements Worker {
   async #run(runnerName: string, call: CallMessage, running: Running): Promise<void> {
     const inbox = call.inbox;
     const keepaliveMs = Math.max(20, Number(call.keepalive_ms) || 1000);
-    const beat = () => this.#publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
+    const beat = () => this.#link.publish(inbox, encode({ t: 'alive', worker: this.id, host: this.host }, 'remote.fromWorker'));
     // The first soon, so the engine learns who has a call that runs a while; a quick call sends only its done.
     const first = setTimeout(beat, Math.min(keepaliveMs / 4, 50));
     const alive = setInterval(beat, keepaliveMs);
@@ -291,7 +275,7 @@ class RemoteWorker implements Worker {
     let timer: NodeJS.Timeout | undefined;
     try {
       const runner = this.#runners.get(runnerName) as Runner;
-      const tool = await this.#received.tool(call, (message) => this.#ask(inbox, message));
+      const tool = await this.#received.tool(call, (message) => this.#link.ask(inbox, message));
       const release = this.#received.hold(tool);
       await this.#slot(signal).catch((error) => {
         release();
@@ -300,7 +284,7 @@ class RemoteWorker implements Worker {
       try {
         const parts = (call as { input_parts?: { key?: unknown; count?: unknown } }).input_parts;
         const input = parts
-          ? JSON.parse(new TextDecoder().decode(await this.#fetchParts(inbox, String(parts.key), Number(parts.count), ASK_MS)))
+          ? JSON.parse(new TextDecoder().decode(await this.#link.fetchParts(inbox, String(parts.key), Number(parts.count), ASK_MS)))
           : call.input;
         const ctx: RunContext = {
           tool,
@@ -309,7 +293,7 @@ class RemoteWorker implements Worker {
           signal,
           runId: String(call.run_id),
           traceId: String(call.trace_id),
-          vfs: this.#forwardedVfs(inbox, signal, Date.now() + timeoutMs) as unknown as ToolVfs,
+          vfs: this.#link.forwardedVfs(inbox, signal, Date.now() + timeoutMs) as unknown as ToolVfs,
           history: null,
           log: (level, message) => logs.push({ level, message }),
           intrusion: (operation, reason) => intrusions.push([operation, reason]),
@@ -328,7 +312,7 @@ class RemoteWorker implements Worker {
           signal.addEventListener('abort', () => reject(new ToolFailure('execution', 'CANCELLED', 'The engine stopped the call')), { once: true });
         });
         const data = await Promise.race([runner.run(ctx), deadline]);
-        await this.#done(inbox, { ok: true, data, logs, intrusions, meta });
+        await this.#link.done(inbox, { ok: true, data, logs, intrusions, meta });
       } finally {
         this.#release();
         release();
@@ -336,55 +320,13 @@ class RemoteWorker implements Worker {
         if (!this.#received.busy) this.#cache.sweep();
       }
     } catch (error) {
-      await this.#done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
+      await this.#link.done(inbox, { ok: false, error: wireFailure(error), logs, intrusions, meta });
     } finally {
       clearTimeout(timer);
       clearTimeout(first);
       clearInterval(alive);
     }
   }
-
-  async #done(inbox: string, body: Record<string, unknown>): Promise<void> {
-    if (this.#nc.isClosed()) return;
-    const bytes = encode({ t: 'done', worker: this.id, host: this.host, ...body }, 'remote.fromWorker');
-    if (!tooLarge(bytes, this.#maxPayload)) {
-      this.#publish(inbox, bytes);
-      return;
-    }
-    try {
-      this.#publish(inbox, encode(await this.#upload(inbox, bytes, ASK_MS), 'remote.fromWorker'));
-    } catch (error) {
-      // The answer could not be sent whole: the engine gets the failure instead of waiting for it.
-      this.#publish(
-        inbox,
-        encode({ t: 'done', worker: this.id, ok: false, error: wireFailure(error), logs: [], intrusions: [], meta: {} }, 'remote.fromWorker'),
-      );
-    }
-  }
-
-  /** Publishes unless the connection is closed (a worker closing under its calls must not throw from a timer). */
-  #publish(subject: string, bytes: Uint8Array): void {
-    if (this.#nc.isClosed()) return;
-    try {
-      this.#nc.publish(subject, bytes);
-    } catch {
-      // Closed or draining meanwhile: the engine notices the silence.
-    }
-  }
-
-  get #maxPayload(): number {
-    return this.#nc.info?.max_payload ?? 1_048_576;
-  }
-
-  /** Sends the parts of a message too large for one; returns the `large` message that stands for it. */
-  async #upload(inbox: string, bytes: Uint8Array, timeout: number): Promise<Record<string, unknown>> {
-    const key = `u${++this.#keys}`;
-    const parts = split(bytes, this.#maxPayload);
-    for (const [index, data] of parts.entries()) await this.#ask(inbox, { t: 'put', key, index, data }, timeout);
-    return { t: 'large', key, count: parts.length };
-  }
-
-  #keys = 0;
 
   async #slot(signal: AbortSignal): Promise<void> {
     if (this.#running < this.#concurrency) {
@@ -410,52 +352,6 @@ class RemoteWorker implements Worker {
   #release(): void {
     this.#running--;
     this.#waiting.shift()?.();
-  }
-
-  /** `ctx.vfs` for the local runner: every request goes back to the engine on the call's inbox, to be checked there. */
-  #forwardedVfs(inbox: string, signal: AbortSignal, deadline: number): ForwardedVfs {
-    return {
-      forwarded: true,
-      forward: async (op: VfsOp, args: readonly unknown[]) => {
-        if (signal.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
-        // An engine that went away answers no more: the request waits no longer than the call may run.
-        const reply = await this.#ask(inbox, { t: 'vfs', op, args: args.map(packBytes) }, Math.max(1, deadline - Date.now()));
-        if (reply.t === 'ended') throw new ToolFailure('execution', 'CANCELLED', 'The call has ended');
-        if (reply.ok === true) return unpackBytes(reply.value);
-        throw failureOf(reply.error);
-      },
-    };
-  }
-
-  /** A request to the engine on the call's inbox; either way, a message too large for one travels in parts. */
-  async #ask(inbox: string, message: Record<string, unknown>, timeout = ASK_MS): Promise<Record<string, unknown>> {
-    try {
-      let bytes = encode({ ...message, worker: this.id, host: this.host }, 'remote.fromWorker');
-      if (message.t !== 'put' && tooLarge(bytes, this.#maxPayload)) bytes = encode(await this.#upload(inbox, bytes, timeout), 'remote.fromWorker');
-      const reply = decode((await this.#requests.request(inbox, bytes, timeout)).data, 'remote.toWorker');
-      if (!reply) throw new Error('an answer that is not a message');
-      // The engine refused the request: a bound of what it keeps for a call (REMOTE_LIMITS), say.
-      if (reply.t === 'refused') throw failureOf(reply.error);
-      if (reply.t !== 'parts') return reply;
-      const whole = decode(await this.#fetchParts(inbox, String(reply.key), Number(reply.count), timeout), 'remote.toWorker');
-      if (!whole) throw new Error('an answer in parts that is not a message');
-      return whole;
-    } catch (error) {
-      if (error instanceof ToolFailure) throw error;
-      throw new ToolFailure('transport', 'UNAVAILABLE', `The engine did not answer (${String((error as Error)?.message ?? error)})`);
-    }
-  }
-
-  async #fetchParts(inbox: string, key: string, count: number, timeout: number): Promise<Uint8Array> {
-    const parts: string[] = [];
-    for (let index = 0; index < count; index++) {
-      const reply = decode(
-        (await this.#requests.request(inbox, encode({ t: 'part', key, index }, 'remote.fromWorker'), timeout)).data,
-        'remote.toWorker',
-      );
-      parts.push(String(reply?.data ?? ''));
-    }
-    return joinParts(parts);
   }
 
   drain(): Promise<void> {
@@ -492,30 +388,4 @@ async function workerPython(runnerConfig: Readonly<Record<string, unknown>>, bas
       details: { runner: 'py-runner' },
     });
   }
-}
-
-/** The engine's failure as the tool sees it. */
-function failureOf(wire: unknown): ToolFailure {
-  const error = (wire ?? {}) as WireFailure;
-  return new ToolFailure(
-    error.stage === 'permission' ? 'permission' : 'execution',
-    (error.code ?? 'INTERNAL') as ToolFailure['code'],
-    String(error.message),
-    {
-      ...(error.details ? { details: error.details } : {}),
-    },
-  );
-}
-
-function wireFailure(error: unknown): WireFailure {
-  if (error instanceof ToolFailure) {
-    return {
-      stage: error.stage,
-      code: error.code,
-      message: error.message,
-      ...(error.details ? { details: error.details } : {}),
-      ...(error.toolStack ? { stack: error.toolStack } : {}),
-    };
-  }
-  return { stage: 'execution', code: 'INTERNAL', message: `The worker failed running the call: ${String((error as Error)?.message ?? error)}` };
 }

@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { RemoteConfig } from '../../runners/remote/settings.js';
 import { startWorker, type Worker, type WorkerOptions } from '../../runners/remote/worker.js';
 import { createEngine, type Engine, type EngineOptions } from '../../src/index.js';
+import type { RemoteConfig } from '../../src/remote-config.js';
 import type { TempProject } from './project.js';
 
 /** Short beats and keepalives: a lost worker is noticed in a few hundred ms. */

@@ -112,3 +112,10 @@ function visible(s: string): string {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: strips ANSI colour codes to measure width
   return s.replace(/\u001b\[\d+m/g, '');
 }
+
+/** How a worker isolates calls, in a few words per runner (e.g. `py-runner bubblewrap, js-runner isolated-vm`); '' until it has said. */
+export function sandboxSummary(worker: { sandboxes?: Record<string, Record<string, unknown>> }): string {
+  return Object.entries(worker.sandboxes ?? {})
+    .map(([name, sandbox]) => `${name} ${sandbox.available === false ? 'unavailable' : String(sandbox.isolation ?? '?').split(':')[0]}`)
+    .join(', ');
+}

@@ -1,13 +1,12 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_CATALOG } from '../../../../runners/index.js';
-import { sandboxSummary } from '../../../../runners/remote/live-workers.js';
+import { DEFAULT_CATALOG } from '../../../defaults.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
-import { table } from '../format.js';
+import { sandboxSummary, table } from '../format.js';
 import { EXIT } from '../io.js';
 import { type Check, checkNode } from '../probes.js';
 

@@ -1,9 +1,9 @@
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DEFAULT_CATALOG } from '../../../../runners/index.js';
 import { rotatedPath } from '../../../audit.js';
 import { auditSettings, loadProjectConfig, ProjectConfigError } from '../../../config.js';
+import { DEFAULT_CATALOG } from '../../../defaults.js';
 import { ENGINE_EVENT_TYPES } from '../../../events.js';
 import { EngineConfigError, type EngineEvent } from '../../../index.js';
 import { bool, int, maxPositionals } from '../args.js';

@@ -1,8 +1,6 @@
-import { PackageInstallError } from '../../../../runners/js/packages.js';
-import { PythonEnvironmentError } from '../../../../runners/python/environment.js';
 import { ProjectConfigError } from '../../../config.js';
 import { EngineConfigError } from '../../../engine.js';
-import { type InstallOptions, type InstallReport, installProject } from '../../../install.js';
+import { type InstallOptions, type InstallReport, installProject, isInstallFailure } from '../../../install.js';
 import { bool, list, maxPositionals, str } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -31,7 +29,7 @@ async function run(ctx: Context): Promise<number> {
     });
   } catch (error) {
     // Both carry a message that says what failed and how to fix it (pip's or npm's own words included).
-    if (error instanceof PackageInstallError || error instanceof PythonEnvironmentError) throw new HostError(error.message);
+    if (isInstallFailure(error)) throw new HostError(error.message);
     if (error instanceof ProjectConfigError) throw new EngineConfigError(error.message, 'arium.json');
     throw error;
   }

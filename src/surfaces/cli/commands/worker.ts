@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { loadWorker } from '../../../defaults.js';
 import { int, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -10,9 +11,7 @@ async function run(ctx: Context): Promise<number> {
   const url = str(ctx.parsed, 'nats') ?? ctx.io.env.ARIUM_NATS_URL;
   if (!url) throw new UsageError('Name the NATS server: --nats nats://host:4222 (or set ARIUM_NATS_URL)');
   // Loaded here: the NATS client and the worker cost every other command their import.
-  const { checkSettings, resolveAuth, RemoteConfigError } = await import('../../../../runners/remote/settings.js');
-  const { startWorker, HOSTABLE_RUNNERS } = await import('../../../../runners/remote/worker.js');
-  const { NatsUnreachable } = await import('../../../../runners/remote/connect.js');
+  const { checkSettings, resolveAuth, RemoteConfigError, startWorker, HOSTABLE_RUNNERS, NatsUnreachable } = await loadWorker();
   const runners = (str(ctx.parsed, 'runners') ?? HOSTABLE_RUNNERS.join(',')).split(',').filter((r) => r !== '');
   for (const name of runners) {
     if (!HOSTABLE_RUNNERS.includes(name)) throw new UsageError(`Option --runners: a worker hosts ${HOSTABLE_RUNNERS.join(' and ')} (got "${name}")`);

@@ -1,8 +1,7 @@
-import { sandboxSummary } from '../../../../runners/remote/live-workers.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
-import { table } from '../format.js';
+import { sandboxSummary, table } from '../format.js';
 import { EXIT } from '../io.js';
 
 /** How long to listen for the workers' answers to the engine's ping. */
