@@ -31,7 +31,7 @@ const OPENAI_STRICT_DOC = 'platform.openai.com/docs/guides/structured-outputs#su
  * `dependentRequired`, `dependentSchemas` are not on it, and the API answers "'minLength' is not
  * permitted" for them.
  */
-const OPENAI_STRICT_KEYWORDS = new Set([
+export const OPENAI_STRICT_KEYWORDS: ReadonlySet<string> = new Set([
   'type',
   'properties',
   'required',
@@ -79,7 +79,7 @@ export const OPENAI_STRICT_LIMITS = {
  * Unknown name "additionalProperties" … Cannot find field." (BerriAI/litellm#14330; `const`:
  * zed-industries/zed#44875; `$schema`, `exclusiveMinimum`, `propertyNames`: openswarm-ai/openswarm#24).
  */
-const GEMINI_FIELDS = new Set([
+export const GEMINI_FIELDS: ReadonlySet<string> = new Set([
   'type',
   'format',
   'title',

@@ -330,7 +330,6 @@ function rangeText(range) {
   return `{${from}..${to}${range.step !== undefined ? `..${range.step}` : ''}}`;
 }
 
-/** The first brace range of a parsed script that gives more than BRACE_RANGE_MAX items, or null. */
 /** `3000000`, `3k`, `2K`, `1M`, `1MB`, `512b` (GNU's suffixes: b = 512, kB/MB/GB = powers of 1000, K/M/G = of 1024). */
 function byteCount(text) {
   const m = /^(\d+)(b|kB|K|k|KiB|MB|M|MiB|GB|G|GiB)?$/.exec(text);
@@ -347,9 +346,8 @@ function literal(word) {
   return part?.type === 'Literal' || part?.type === 'SingleQuoted' ? String(part.value) : null;
 }
 
-/** The largest byte count a `head -c N` of the script asks for (0 for none). */
-function deviceDemand(ast) {
-  let most = 0;
+/** Every node of a parsed script, depth first. */
+function* nodes(ast) {
   const stack = [ast];
   while (stack.length > 0) {
     const node = stack.pop();
@@ -357,40 +355,36 @@ function deviceDemand(ast) {
       for (const child of node) if (child && typeof child === 'object') stack.push(child);
       continue;
     }
-    if (node.type === 'SimpleCommand') {
-      const name = literal(node.name);
-      const args = (node.args ?? []).map(literal);
-      if (name === 'head') {
-        for (let i = 0; i < args.length; i++) {
-          const a = args[i];
-          const given =
-            a === '-c' || a === '--bytes' ? args[i + 1] : a?.startsWith('--bytes=') ? a.slice(8) : a?.startsWith('-c') ? a.slice(2) : null;
-          const n = given ? byteCount(given) : null;
-          if (n !== null) most = Math.max(most, n);
-        }
-      }
-    }
+    yield node;
     for (const value of Object.values(node)) if (value && typeof value === 'object') stack.push(value);
+  }
+}
+
+/** The largest byte count a `head -c N` of the script asks for (0 for none). */
+function deviceDemand(ast) {
+  let most = 0;
+  for (const node of nodes(ast)) {
+    if (node.type !== 'SimpleCommand' || literal(node.name) !== 'head') continue;
+    const args = (node.args ?? []).map(literal);
+    for (let i = 0; i < args.length; i++) {
+      const a = args[i];
+      const given = a === '-c' || a === '--bytes' ? args[i + 1] : a?.startsWith('--bytes=') ? a.slice(8) : a?.startsWith('-c') ? a.slice(2) : null;
+      const n = given ? byteCount(given) : null;
+      if (n !== null) most = Math.max(most, n);
+    }
   }
   return most;
 }
 
+/** The first brace range of a parsed script that gives more than BRACE_RANGE_MAX items, or null. */
 function longRange(ast) {
-  const stack = [ast];
-  while (stack.length > 0) {
-    const node = stack.pop();
-    if (Array.isArray(node)) {
-      for (const child of node) if (child && typeof child === 'object') stack.push(child);
-      continue;
+  for (const node of nodes(ast)) {
+    if (node.type !== 'BraceExpansion' || !Array.isArray(node.items)) continue;
+    for (const item of node.items) {
+      if (item?.type !== 'Range') continue;
+      const items = rangeItems(item);
+      if (items > BRACE_RANGE_MAX) return { range: rangeText(item), items: Number.isFinite(items) ? items : null, max: BRACE_RANGE_MAX };
     }
-    if (node.type === 'BraceExpansion' && Array.isArray(node.items)) {
-      for (const item of node.items) {
-        if (item?.type !== 'Range') continue;
-        const items = rangeItems(item);
-        if (items > BRACE_RANGE_MAX) return { range: rangeText(item), items: Number.isFinite(items) ? items : null, max: BRACE_RANGE_MAX };
-      }
-    }
-    for (const value of Object.values(node)) if (value && typeof value === 'object') stack.push(value);
   }
   return null;
 }

@@ -1,4 +1,4 @@
-import { checkSchema, MAX_WALK_DEPTH } from '../vendor-rules.js';
+import { checkSchema, GEMINI_FIELDS, MAX_WALK_DEPTH } from '../vendor-rules.js';
 import { brief, clone, hint, isNode, type Node, type Notes, own, pointerKey, put, Unpublishable } from './node.js';
 import { normalize } from './normalize.js';
 import { sayInstead } from './openai-strict.js';
@@ -6,27 +6,11 @@ import { mergeObject, stringList } from './top-level.js';
 
 /** Gemini: local `$ref`s inlined, type lists as `nullable`, keywords Gemini's Schema lacks said in descriptions. */
 
-export const GEMINI_KEPT = new Set([
-  'type',
-  'format',
-  'title',
-  'description',
-  'nullable',
-  'enum',
-  'maxItems',
-  'minItems',
-  'properties',
-  'required',
-  'minProperties',
-  'maxProperties',
-  'minLength',
-  'maxLength',
-  'pattern',
-  'anyOf',
-  'items',
-  'minimum',
-  'maximum',
-]);
+// The fields Gemini's Schema has are written down once, with their sources, in vendor-rules.ts; of them,
+// the examples, defaults and ordering hints are not copied into a published declaration.
+export const GEMINI_KEPT: ReadonlySet<string> = new Set(
+  [...GEMINI_FIELDS].filter((key) => !['example', 'default', 'propertyOrdering'].includes(key)),
+);
 export const GEMINI_FORMATS: Record<string, string[]> = { string: ['enum', 'date-time'], number: ['float', 'double'], integer: ['int32', 'int64'] };
 export const GEMINI_SILENT = new Set([
   '$schema',

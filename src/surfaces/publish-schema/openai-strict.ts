@@ -1,4 +1,4 @@
-import { MAX_WALK_DEPTH, OPENAI_STRICT_FORMATS } from '../vendor-rules.js';
+import { MAX_WALK_DEPTH, OPENAI_STRICT_FORMATS, OPENAI_STRICT_KEYWORDS } from '../vendor-rules.js';
 import { brief, clone, hint, isNode, type Node, type Notes, own, pointerKey, put, Unpublishable } from './node.js';
 import { normalize } from './normalize.js';
 import { stringList } from './top-level.js';
@@ -167,30 +167,9 @@ export class StrictPass {
   }
 }
 
-export const STRICT_KEPT = new Set([
-  'type',
-  'properties',
-  'required',
-  'additionalProperties',
-  'items',
-  'enum',
-  'const',
-  'anyOf',
-  'description',
-  'title',
-  '$defs',
-  'definitions',
-  '$ref',
-  'pattern',
-  'minimum',
-  'maximum',
-  'exclusiveMinimum',
-  'exclusiveMaximum',
-  'multipleOf',
-  'minItems',
-  'maxItems',
-  '$schema',
-]);
+// The keywords strict mode takes are written down once, with their source, in vendor-rules.ts; `format`
+// among them is said in the description instead (above), so it never reaches the copy.
+export const STRICT_KEPT: ReadonlySet<string> = OPENAI_STRICT_KEYWORDS;
 
 export function makeNullable(schema: Node): Node {
   const type = own(schema, 'type');
