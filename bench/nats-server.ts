@@ -13,7 +13,8 @@ export function natsServerPath(): string | null {
   return null;
 }
 
-function freePort(): Promise<number> {
+/** A TCP port free on loopback now (the soak's gateway takes one too). */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);

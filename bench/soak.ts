@@ -1,9 +1,8 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startNats } from './nats-server.js';
+import { freePort, startNats } from './nats-server.js';
 import { spawnWorker } from './remote.js';
 import { EXPECTED, expectedAnyTime, explains, type FaultKind, type FaultRecord, GRACE_MS, SCHEDULE, TRANSPORT } from './soak-faults.js';
 import { Gate, type Outcome, WriteModel } from './soak-model.js';
@@ -38,17 +37,6 @@ interface Failure {
   message: string;
   t0: number;
   t1: number;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Milliseconds from `from` to `to`, or null when `to` never came. */
