@@ -99,11 +99,16 @@ export function readLog(fixture: DaemonFixture): string {
 }
 
 /** Runs a tool of project `p` over the daemon's socket. */
-export async function runOverSocket(fixture: DaemonFixture, tool: string, input: unknown, headers: Record<string, string> = {}): Promise<any> {
+export async function runOverSocket(
+  fixture: DaemonFixture,
+  tool: string,
+  input: unknown,
+  headers: Record<string, string> = {},
+): Promise<Record<string, unknown>> {
   const response = await socketFetch(fixture.paths.socket, { connection: 'close', ...headers })(`/p/p/v1/tools/${tool}:run`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ input }),
   });
-  return { status: response.status, ...((await response.json()) as object) };
+  return { status: response.status, ...((await response.json()) as Record<string, unknown>) };
 }
