@@ -31,7 +31,8 @@ export function daemonFixture(files: Record<string, string> = {}): DaemonFixture
 }
 
 function kill(pid: unknown): void {
-  if (typeof pid !== 'number') return;
+  // A test may name itself as a fake daemon's pid.
+  if (typeof pid !== 'number' || pid === process.pid) return;
   try {
     process.kill(pid, 'SIGKILL');
   } catch {}
