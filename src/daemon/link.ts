@@ -4,7 +4,7 @@
  * of Arium, so it imports Node's built-ins and the two daemon modules beside it only.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, rmSync, type Stats } from 'node:fs';
+import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, type Stats } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -168,6 +168,9 @@ export async function findDaemon(workspace: string, env: Env = process.env): Pro
   const socketStats = statOrNull(paths.socket);
   if (!socketStats) return null;
   checkSocketOwner(paths.socket, socketStats);
+  if (!socketStats.isSocket()) {
+    throw new DaemonError('DENIED', `The daemon socket's path ${paths.socket} holds something else (not a socket): remove it`);
+  }
   recordedProtocol(paths);
   let health: Health;
   try {
@@ -249,15 +252,33 @@ export function ensureDaemonFolder(dir: string): void {
   checkDaemonFolder(dir);
 }
 
+/** Past this size the log is moved to `<id>.log.old` when a daemon is started: every start appends to it. */
+const LOG_ROTATE_BYTES = 1024 * 1024;
+
+function rotateLog(log: string): void {
+  if ((statOrNull(log)?.size ?? 0) > LOG_ROTATE_BYTES) renameSync(log, `${log}.old`);
+}
+
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** findDaemon, else starts one detached (`node --no-node-snapshot <bin/arium.js> daemon run …`) and waits until it answers; racing starters end with one daemon. */
 export async function ensureDaemon(workspace: string, options: { env?: Env; idleMs?: number; timeoutMs?: number } = {}): Promise<DaemonLink> {
   const env = options.env ?? process.env;
+  if (options.idleMs !== undefined && !(Number.isSafeInteger(options.idleMs) && options.idleMs >= 0)) {
+    throw new RangeError(`idleMs must be a whole number of milliseconds, 0 for never (got ${String(options.idleMs)})`);
+  }
   const found = await findDaemon(workspace, env);
   if (found) return found;
   const paths = daemonPaths(workspace, env);
+  // Checked here: the daemon's folder may be inside the workspace, and making it would make the workspace.
+  if (!statOrNull(paths.workspace)?.isDirectory()) {
+    throw new DaemonError(
+      'UNAVAILABLE',
+      `The workspace ${paths.workspace} is not a folder: make it (arium init --workspace ${paths.workspace}) or pass the right one`,
+    );
+  }
   ensureDaemonFolder(paths.dir);
+  rotateLog(paths.log);
   const args = ['--no-node-snapshot', join(packageRoot(), 'bin', 'arium.js'), 'daemon', 'run', '--workspace', paths.workspace];
   if (options.idleMs !== undefined) args.push('--idle', String(options.idleMs / 1000));
   const log = openSync(paths.log, 'a', 0o600);

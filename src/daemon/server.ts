@@ -3,7 +3,7 @@
  * socket (for the workspace's user: no API key there) and on loopback HTTP. `arium serve` runs it in the
  * foreground; clients start it detached (`arium daemon run`) through link.ts and it stops when idle.
  */
-import { chmodSync, realpathSync, renameSync, rmSync, type Stats, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, realpathSync, renameSync, rmSync, type Stats, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { ProjectLock, ProjectLockedError } from '../store/lock.js';
@@ -134,6 +134,9 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   let local: Server | undefined;
   try {
     // A socket file here is a dead daemon's: a live one would hold the lock.
+    if (existsSync(paths.socket) && !lstatSync(paths.socket).isSocket()) {
+      throw new DaemonError('DENIED', `The daemon socket's path ${paths.socket} holds something else (not a socket): remove it`);
+    }
     rmSync(paths.socket, { force: true });
     rmSync(paths.record, { force: true });
     let http: string | null = null;
@@ -174,9 +177,11 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     writeRecord(paths.record, record);
     return running({ options, paths, record, gateway: served, local, lock, connections, workspaceStats, log });
   } catch (error) {
-    local?.close();
+    if (local) {
+      local.close();
+      rmSync(paths.socket, { force: true });
+    }
     await gateway?.close();
-    rmSync(paths.socket, { force: true });
     lock.release();
     throw error;
   }
