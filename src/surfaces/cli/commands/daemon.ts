@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { DaemonError, type DaemonLink, ensureDaemon, findDaemon } from '../../../daemon/link.js';
 import { daemonPaths } from '../../../daemon/paths.js';
+import { lockHolder } from '../../../store/lock.js';
 import { maxPositionals, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -78,7 +79,8 @@ async function stop(ctx: Context): Promise<number> {
   let pid: number | null = null;
   try {
     const record = JSON.parse(readFileSync(paths.record, 'utf8')) as { pid?: unknown };
-    if (typeof record.pid === 'number' && alive(record.pid)) pid = record.pid;
+    // The lock names the same pid only while that daemon runs: a record left by a killed one may name a pid reused since.
+    if (typeof record.pid === 'number' && alive(record.pid) && lockHolder(paths.lock) === record.pid) pid = record.pid;
   } catch {}
   if (pid === null) {
     if (ctx.json) ctx.emit({ stopped: false, running: false, workspace: paths.workspace });
