@@ -179,6 +179,13 @@ describe('the daemon socket', () => {
       body: JSON.stringify({ input: { path: '/' } }),
     });
     expect(overTcp.status).toBe(200);
-    expect(await callers(fixture, 3)).toEqual(['connect:my-agent', 'local', 'http:127.0.0.1']);
+    // The routes that run builtins for the inspector name their caller the same way.
+    const snapshot = await socketFetch(fixture.paths.socket, { connection: 'close', 'x-arium-client': 'cli' })('/p/p/v1/snapshots', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(snapshot.status).toBe(201);
+    expect(await callers(fixture, 4)).toEqual(['connect:my-agent', 'local', 'http:127.0.0.1', 'cli']);
   }, 30_000);
 });
