@@ -1,7 +1,8 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { dirname } from 'node:path';
+import { connect } from 'node:net';
+import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ariumVersion, ensureDaemon, findDaemon } from '../src/daemon/link.js';
 import { socketFetch } from '../src/daemon/socket-fetch.js';
@@ -163,6 +164,42 @@ describe('the daemon socket', () => {
     expect((await local('/v1/tools')).status).toBe(200);
     expect(await (await local('/healthz')).json()).toMatchObject({ daemon: { pid: record.pid, protocol: 1, workspace: fixture.paths.workspace } });
     expect(await (await fetch(`${record.http}/healthz`)).json()).not.toHaveProperty('daemon');
+  }, 30_000);
+
+  it('lets no TCP request skip the API key by resetting its connection (it then has no peer address either)', async () => {
+    const fixture = daemonFixture();
+    writeFileSync(join(fixture.project.dir, 'arium.json'), JSON.stringify({ approvals: { rules: [{ tool: 'fs.write' }] } }));
+    const record = await serve(fixture, { ARIUM_API_KEY: 'k-reset-secret' });
+    const call = runOverSocket(fixture, 'fs.write', { path: '/approved.txt', content: 'by whom?' });
+    const local = socketFetch(fixture.paths.socket, { connection: 'close' });
+    let runId = '';
+    await waitFor(async () => {
+      runId = ((await (await local('/p/p/v1/approvals')).json()) as { approvals: Array<{ run_id: string }> }).approvals[0]?.run_id ?? '';
+      return runId !== '';
+    });
+    // The answer a person would give, sent without the key by a client that resets the connection at once.
+    const body = JSON.stringify({ decision: 'approve', by: 'intruder' });
+    const { port } = new URL(record.http);
+    for (let i = 0; i < 20; i++) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(Number(port), '127.0.0.1', () => {
+          socket.write(
+            `POST /p/p/v1/approvals/${runId} HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+          );
+          socket.resetAndDestroy();
+          setTimeout(resolve, 20);
+        });
+      });
+    }
+    const waiting = (await (await local('/p/p/v1/approvals')).json()) as { approvals: Array<{ run_id: string }> };
+    expect(waiting.approvals.map((a) => a.run_id)).toEqual([runId]);
+    const denied = await local(`/p/p/v1/approvals/${runId}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ decision: 'deny', by: 'test' }),
+    });
+    expect(denied.status).toBe(200);
+    expect(await call).toMatchObject({ ok: false, error: { code: 'APPROVAL_DENIED', details: { by: 'test' } } });
   }, 30_000);
 
   it('names a socket client by X-Arium-Client (else local), refuses a bad name, and keeps http:<ip> over TCP', async () => {
