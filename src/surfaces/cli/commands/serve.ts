@@ -63,6 +63,8 @@ export async function serveDaemon(ctx: Context, how: ServeHow): Promise<number> 
   const { builtInspector } = await import('../../http/inspector.js');
   const { host, port, apiKey, allowedHosts, allowedOrigins } = how.http;
   const say = (line: string) => ctx.io.stderr.write(how.stamped ? `${new Date().toISOString()} ${line}\n` : `${line}\n`);
+  // Taken before the daemon starts: a SIGTERM while it opens would otherwise kill it with its lock and socket left behind.
+  const interrupted = ctx.io.interrupt();
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
     daemon = await startDaemon({
@@ -85,8 +87,9 @@ export async function serveDaemon(ctx: Context, how: ServeHow): Promise<number> 
     throw error;
   }
   const address = daemon.record.http as string;
-  const stop = ctx.io.interrupt();
-  stop.addEventListener('abort', () => void daemon.stop('asked to stop (SIGTERM or SIGINT)'), { once: true });
+  const stop = () => void daemon.stop('asked to stop (SIGTERM or SIGINT)');
+  if (interrupted.aborted) stop();
+  else interrupted.addEventListener('abort', stop, { once: true });
   if (how.addrFile) {
     try {
       mkdirSync(dirname(how.addrFile), { recursive: true });
