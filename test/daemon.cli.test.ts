@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureDaemon, findDaemon } from '../src/daemon/link.js';
-import { alive, arium, cleanUpDaemons, daemonFixture } from './support/daemon.js';
+import { alive, arium, cleanUpDaemons, daemonFixture, readLog, waitFor } from './support/daemon.js';
 
 /** `arium daemon start|status|stop|run`, `arium serve` beside a daemon, and what a failed start says. */
 
@@ -86,6 +86,19 @@ describe('a start that fails', () => {
       rmSync(fixture.paths.lock);
     }
   }, 30_000);
+
+  it('starts another daemon when the one that held the lock stops meanwhile (stopping when idle as a client comes)', async () => {
+    const fixture = daemonFixture();
+    mkdirSync(fixture.paths.dir, { mode: 0o700 });
+    // This process holds the lock as a daemon does while it stops: the one started loses to it and exits 0.
+    writeFileSync(fixture.paths.lock, JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() }));
+    const linking = ensureDaemon(fixture.project.workspace, { env: fixture.env });
+    await waitFor(() => readLog(fixture).includes('already serves'), 30_000, 'the started daemon to lose the lock');
+    rmSync(fixture.paths.lock);
+    const link = await linking;
+    expect(alive(link.pid)).toBe(true);
+    expect(readLog(fixture).match(/arium daemon: pid \d+ serves/g)).toHaveLength(1);
+  }, 60_000);
 
   it('refuses something other than a socket at the socket path, on the client and in the daemon', async () => {
     const fixture = daemonFixture();

@@ -286,6 +286,29 @@ function rotateLog(log: string): void {
   if ((statOrNull(log)?.size ?? 0) > LOG_ROTATE_BYTES) renameSync(log, `${log}.old`);
 }
 
+/** Daemons one ensureDaemon starts at most, each having lost the lock to one that then stopped. */
+const MAX_STARTS = 3;
+
+/** `bin/arium.js daemon run …` detached from this process, its output appended to the log. */
+function startDetached(args: string[], logPath: string, env: Env): { pid: number | undefined; exited: number | string | null } {
+  const log = openSync(logPath, 'a', 0o600);
+  let child: ReturnType<typeof spawn>;
+  try {
+    child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', log, log], env: env as NodeJS.ProcessEnv, cwd: '/' });
+  } finally {
+    closeSync(log);
+  }
+  const state: { pid: number | undefined; exited: number | string | null } = { pid: child.pid, exited: null };
+  child.on('exit', (code, signal) => {
+    state.exited = code ?? signal ?? 'unknown';
+  });
+  child.on('error', (error) => {
+    state.exited = error.message;
+  });
+  child.unref();
+  return state;
+}
+
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** findDaemon, else starts one detached (`node --no-node-snapshot <bin/arium.js> daemon run …`) and waits until it answers; racing starters end with one daemon. */
@@ -308,35 +331,28 @@ export async function ensureDaemon(workspace: string, options: { env?: Env; idle
   rotateLog(paths.log);
   const args = ['--no-node-snapshot', join(packageRoot(), 'bin', 'arium.js'), 'daemon', 'run', '--workspace', paths.workspace];
   if (options.idleMs !== undefined) args.push('--idle', String(options.idleMs / 1000));
-  const log = openSync(paths.log, 'a', 0o600);
-  const started: { exited: number | string | null } = { exited: null };
-  let child: ReturnType<typeof spawn>;
-  try {
-    child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', log, log], env: env as NodeJS.ProcessEnv, cwd: '/' });
-  } finally {
-    closeSync(log);
-  }
-  child.on('exit', (code, signal) => {
-    started.exited = code ?? signal ?? 'unknown';
-  });
-  child.on('error', (error) => {
-    started.exited = error.message;
-  });
-  child.unref();
+  let child = startDetached(args, paths.log, env);
+  let starts = 1;
   const timeoutMs = options.timeoutMs ?? START_TIMEOUT_MS;
   const until = Date.now() + timeoutMs;
   let wait = 10;
   for (;;) {
     const link = await findDaemon(workspace, env);
     if (link) return link;
-    // The one started lost the race to another daemon (it exits 0 saying so): wait for that one.
     const holder = liveLockHolder(paths.lock);
-    if (started.exited !== null && (holder === null || holder === child.pid)) {
+    if (child.exited !== null && holder === null) {
+      // It lost the lock to a daemon that has stopped since (one stopping when idle as this client came): start another.
+      if (child.exited === 0 && starts < MAX_STARTS) {
+        child = startDetached(args, paths.log, env);
+        starts++;
+        continue;
+      }
       throw new DaemonError(
         'UNAVAILABLE',
-        `The daemon started for ${paths.workspace} (pid ${child.pid}) stopped (exit ${started.exited}) before it answered; its log ${paths.log} ends:\n${logTail(paths.log)}`,
+        `The daemon started for ${paths.workspace} (pid ${child.pid}) stopped (exit ${child.exited}) before it answered; its log ${paths.log} ends:\n${logTail(paths.log)}`,
       );
     }
+    // Otherwise the one started lost the race to a live daemon (it exits 0 saying so): wait for that one.
     if (Date.now() >= until) {
       throw new DaemonError(
         'UNAVAILABLE',
