@@ -1,5 +1,6 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -44,6 +45,37 @@ function daemonProcesses(workspace: string): number[] {
     .split('\n')
     .filter((line) => line.includes('daemon run') && line.includes(workspace))
     .map((line) => Number.parseInt(line.trim(), 10));
+}
+
+/**
+ * One request to /p/p/mcp on a connection of its own, closed by this side once answered: the SDK answers
+ * `Connection: keep-alive` even to a request that asked to close, so a pooled socket would stay open.
+ */
+function once(socket: string, method: string, fields: Record<string, string>): Promise<{ status: number; text: string; session: string }> {
+  const { body, ...headers } = fields;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath: socket,
+        method,
+        path: '/p/p/mcp',
+        agent: false,
+        headers: { host: 'localhost', accept: 'application/json, text/event-stream', ...headers },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => {
+          text += chunk.toString();
+        });
+        res.on('end', () => {
+          res.socket?.destroy();
+          resolve({ status: res.statusCode ?? 0, text, session: String(res.headers['mcp-session-id']) });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 describe('the engine daemon', () => {
@@ -116,6 +148,26 @@ describe('the engine daemon', () => {
     expect(answer.status).toBe(200);
     expect(await call).toMatchObject({ ok: true, output: { path: '/approved.txt' } });
     await waitFor(() => !alive(link.pid), 30_000, 'the daemon to exit after the call');
+  }, 60_000);
+
+  it('does not stop while an MCP session is open, though no connection is, and stops once it is closed', async () => {
+    const fixture = daemonFixture();
+    const link = await ensureDaemon(fixture.project.workspace, { env: fixture.env, idleMs: 500 });
+    const initialize = await once(link.socket, 'POST', {
+      'content-type': 'application/json',
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'idle-test', version: '1' } },
+      }),
+    });
+    expect(initialize.status).toBe(200);
+    expect(initialize.text).toContain('"protocolVersion"');
+    await pause(3_000);
+    expect(alive(link.pid)).toBe(true);
+    expect((await once(link.socket, 'DELETE', { 'mcp-session-id': initialize.session })).status).toBe(200);
+    await waitFor(() => !alive(link.pid), 30_000, 'the daemon to exit once the session closed');
   }, 60_000);
 
   it('after kill -9: no daemon is found, the stale socket goes, a new one starts and has every acknowledged write', async () => {
