@@ -105,6 +105,7 @@ describe('arium doctor', () => {
       'bubblewrap',
       'user namespaces',
       'landlock',
+      'daemon',
     ]);
     expect(report.checks[9].detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
     expect(report.checks[0]).toMatchObject({ name: 'node', ok: true });

@@ -3,6 +3,7 @@ import { bool, closest, GLOBAL_FLAGS, type Parsed, parseArgs, UsageError } from 
 import { type CommandSpec, commandHelp, EXIT_CODES_HELP, flagsHelp, HostError } from './command.js';
 import { approvalsSpec, approveSpec, denySpec } from './commands/approvals.js';
 import { callSpec } from './commands/call.js';
+import { daemonSpec } from './commands/daemon.js';
 import { demoSpec } from './commands/demo.js';
 import { doctorSpec } from './commands/doctor.js';
 import { eventsSpec } from './commands/events.js';
@@ -32,6 +33,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     mcpSpec,
     mcpConfigSpec,
     serveSpec,
+    daemonSpec,
     approvalsSpec,
     approveSpec,
     denySpec,

@@ -16,7 +16,7 @@ import { builtInspector, isInspectorAsset, registerInspector } from './inspector
 import { jsonBreak } from './json-body.js';
 import { type McpSessionStats, McpSessions } from './mcp-http.js';
 import { failureStatus } from './replies.js';
-import { bearer, decoded, digest, header } from './request.js';
+import { bearer, decoded, digest, header, overSocket } from './request.js';
 import { approvalRoutes } from './routes/approvals.js';
 import type { RouteContext, Served } from './routes/context.js';
 import { eventRoutes } from './routes/events.js';
@@ -62,6 +62,20 @@ export interface GatewayOptions {
   allowedOrigins?: string[];
   /** Request timeouts and MCP session bounds; each field defaults to `DEFAULT_GATEWAY_LIMITS` (limits.ts). */
   limits?: Partial<GatewayLimits>;
+  /** Set by the engine daemon: what `/healthz` answers over its socket (never over TCP, where it would tell a pid to the network). */
+  daemon?: () => DaemonHealth;
+}
+
+/** The engine daemon as `/healthz` describes it over the socket (src/daemon/server.ts). */
+export interface DaemonHealth {
+  pid: number;
+  /** The package's version. */
+  version: string;
+  /** `DAEMON_PROTOCOL` (src/daemon/paths.ts): clients of another protocol refuse it. */
+  protocol: number;
+  workspace: string;
+  /** Its loopback HTTP address, or null when it serves the socket only. */
+  http: string | null;
 }
 
 export interface Gateway {
@@ -204,6 +218,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const expected = options.apiKey ? digest(options.apiKey) : null;
   app.addHook('onRequest', async (request, reply) => {
     if (!expected || request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return;
+    // The socket is the local user's own (0600 in a 0700 folder): the key guards the TCP port only.
+    if (overSocket(request)) return;
     const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
     // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
     if (given === null || !timingSafeEqual(digest(given), expected)) {
@@ -261,7 +277,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     reply.code(404).send(errorEnvelope('NOT_FOUND', `No route ${request.method} ${request.url.split('?')[0]}; see /v1/openapi.json`)),
   );
 
-  app.get('/healthz', { schema: { hide: true } }, async () => ({ ok: true, projects: [...opened.keys()] }));
+  app.get('/healthz', { schema: { hide: true } }, async (request) => ({
+    ok: true,
+    projects: [...opened.keys()],
+    ...(options.daemon && overSocket(request) ? { daemon: options.daemon() } : {}),
+  }));
 
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 

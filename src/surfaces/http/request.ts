@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import type { Socket } from 'node:net';
+import type { Server, Socket } from 'node:net';
 import type { FastifyRequest } from 'fastify';
+import { ToolFailure } from '../../errors.js';
 
 /** What the gateway reads from a request: its headers, its API key, the connection it came on. */
 
@@ -24,6 +25,39 @@ export function decoded(segment: string): string {
   } catch {
     return segment;
   }
+}
+
+/**
+ * Whether the request came over a Unix socket (the daemon's, 0600 in a 0700 folder: only its user reaches
+ * it). Judged by the server that accepted the connection, which a client cannot change: the peer's address
+ * is not a sound sign, since a TCP connection already reset has none either.
+ */
+export function overSocket(request: FastifyRequest): boolean {
+  const server = (request.raw.socket as Socket & { server?: Server }).server;
+  return typeof server?.address() === 'string';
+}
+
+/** What a local client may call itself with `X-Arium-Client` (as a caller name in events and the audit log). */
+const CLIENT_NAME = /^[A-Za-z0-9._:@-]{1,64}$/;
+
+/**
+ * The caller a request's calls are made as: over the socket, the name the client gives in
+ * `X-Arium-Client` (`cli`, `connect:my-agent`), else `local`; over TCP, `tcpFallback` (`http:<ip>`), whatever
+ * the header says, since a remote client's word about itself is not the local user's.
+ */
+export function clientName(request: FastifyRequest, tcpFallback: string): string {
+  if (!overSocket(request)) return tcpFallback;
+  const given = request.headers['x-arium-client'];
+  if (given === undefined) return 'local';
+  if (typeof given !== 'string' || !CLIENT_NAME.test(given)) {
+    throw new ToolFailure(
+      'validation',
+      'INVALID_INPUT',
+      'The X-Arium-Client header must be one name of 1 to 64 characters among letters, digits and . _ : @ - (e.g. cli, connect:my-agent)',
+      { details: { header: 'x-arium-client' } },
+    );
+  }
+  return given;
 }
 
 /**

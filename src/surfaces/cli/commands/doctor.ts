@@ -1,5 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { findDaemon } from '../../../daemon/link.js';
+import { daemonPaths } from '../../../daemon/paths.js';
 import { DEFAULT_CATALOG } from '../../../defaults.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
@@ -40,6 +42,23 @@ function remoteCheck(status: EngineStatus | null): Check[] {
     })
     .join(', ');
   return [{ name: 'remote workers', ok: true, detail: `${remote.workers.length} on ${where}: ${load}` }];
+}
+
+/** The workspace's daemon: running (pid, socket, log) or not; one that cannot be used is a failed check. */
+async function daemonCheck(ctx: Context): Promise<Check> {
+  const paths = daemonPaths(ctx.workspace, ctx.io.env);
+  try {
+    const link = await findDaemon(ctx.workspace, ctx.io.env);
+    return {
+      name: 'daemon',
+      ok: true,
+      detail: link
+        ? `running, pid ${link.pid} (Arium ${link.version}), socket ${link.socket}${link.http ? `, ${link.http}` : ''}, log ${link.log}`
+        : `not running (a client starts it; socket ${paths.socket}, log ${paths.log})`,
+    };
+  } catch (error) {
+    return { name: 'daemon', ok: false, detail: (error as Error).message, fix: `see ${paths.log}; arium daemon stop, then arium daemon start` };
+  }
 }
 
 export interface DoctorReport {
@@ -120,7 +139,7 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   } catch {
     // No such project: its own check says so.
   }
-  const checks = [checkNode(), project.check, ...remoteCheck(project.engine), ...dependencies, ...probes.flat()];
+  const checks = [checkNode(), project.check, ...remoteCheck(project.engine), ...dependencies, ...probes.flat(), await daemonCheck(ctx)];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine, projects: await workspaceDependencies(ctx.workspace) };
 }
 

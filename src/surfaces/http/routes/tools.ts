@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ToolInfo } from '../../../tool.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, runEnvelope, statusOf } from '../envelope.js';
 import { ERROR_RESPONSES, send } from '../replies.js';
-import { connectionSignal, header } from '../request.js';
+import { clientName, connectionSignal, header } from '../request.js';
 import { servedOf } from './context.js';
 
 /** The tools a project offers here, and their runs: by id, or by a capability one of them provides. */
@@ -89,7 +89,7 @@ export function toolRoutes(scope: FastifyInstance): void {
       }
       const { grants } = servedOf(request);
       const result = await engine.call(id, body.input, {
-        caller: `http:${request.ip}`,
+        caller: clientName(request, `http:${request.ip}`),
         // A client that goes away cancels its run: nothing it would have written lands.
         signal: connectionSignal(request.raw.socket),
         ...(traceId ? { trace_id: traceId } : {}),
@@ -120,7 +120,7 @@ export function toolRoutes(scope: FastifyInstance): void {
       const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
       const { engine, grants } = servedOf(request);
       const result = await engine.call({ capability: name }, body.input, {
-        caller: `http:${request.ip}`,
+        caller: clientName(request, `http:${request.ip}`),
         offered: servedOf(request).visible,
         signal: connectionSignal(request.raw.socket),
         ...(traceId ? { trace_id: traceId } : {}),
