@@ -22,6 +22,7 @@ import {
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_APPROVALS, DEFAULT_REGISTRY_LIMITS, type Policy } from './limits.js';
 import { GrantSet, PermissionSyntaxError } from './permissions.js';
+import type { ProjectHandle } from './project-api.js';
 import { Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
@@ -62,7 +63,8 @@ export interface EngineStatus {
   remote?: RemoteStatus;
 }
 
-export interface Engine {
+/** `extends ProjectHandle`: the compiler checks that the engine is a project handle, as the daemon's client is. */
+export interface Engine extends ProjectHandle {
   readonly project: string;
   /** Absolute path of the project folder. */
   readonly projectDir: string;
