@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { FastifyRequest } from 'fastify';
+import { CLIENT_HEADER } from '../../daemon/wire.js';
 
 /** What the gateway reads from a request: its headers, its API key, the connection it came on. */
 
@@ -15,6 +16,20 @@ export function bearer(value: string | undefined): string | null {
 
 export function header(value: string | string[] | undefined): string | null {
   return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/** What a client may call itself (`X-Arium-Client`): the caller its calls name in events and the audit log. */
+const CLIENT_NAME = /^[A-Za-z0-9._:@-]{1,64}$/;
+
+/**
+ * Who a request is from, as the engine's `caller`. Over the daemon's Unix socket (no remote address) the
+ * local user's client names itself (`cli`, `connect:my-agent`; `local` when it does not, or gives a name
+ * that is not 1-64 of `[A-Za-z0-9._:@-]`); over TCP a client cannot name itself: `tcpFallback`.
+ */
+export function clientName(request: FastifyRequest, tcpFallback: string): string {
+  if (request.raw.socket.remoteAddress !== undefined) return tcpFallback;
+  const named = header(request.headers[CLIENT_HEADER]);
+  return named !== null && CLIENT_NAME.test(named) ? named : 'local';
 }
 
 /** A path segment decoded, or as it is when it is not valid percent-encoding. */
