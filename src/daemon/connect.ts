@@ -303,10 +303,11 @@ export class ProjectClient implements ProjectHandle {
     const fetch = await this.#reach(false);
     const from = this.#link?.pid ?? null;
     if (from !== this.#eventsFrom) {
-      // Another daemon numbers its events anew.
-      if (this.#eventsFrom !== null) this.#stream.forgetPosition();
+      if (this.#eventsFrom !== null) {
+        this.#stream.fromFirst();
+        lastId = 0;
+      }
       this.#eventsFrom = from;
-      lastId = null;
     }
     try {
       return await fetch(`http://localhost${this.#base}/v1/events`, {

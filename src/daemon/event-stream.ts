@@ -46,9 +46,12 @@ export class EventStream {
     return this.#ready;
   }
 
-  /** Events from another daemon (a restarted one) are numbered anew: resuming after an old id would skip them. */
-  forgetPosition(): void {
-    this.#lastId = null;
+  /**
+   * Another daemon (a restarted one) numbers its events from 1, and every event it has is one this
+   * stream has not delivered: resume from its first, not after an id of the old one.
+   */
+  fromFirst(): void {
+    this.#lastId = 0;
   }
 
   stop(): Promise<void> {
