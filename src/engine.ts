@@ -5,6 +5,7 @@ import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
+import { heldByDaemon } from './daemon/holder.js';
 import { loadRemote, type RemoteStatus, type RemoteTransport } from './defaults.js';
 import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import {
@@ -141,7 +142,7 @@ export interface Engine extends ProjectHandle {
 }
 
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
-  const { project, projectDir } = projectLocation(options);
+  const { project, projectDir, workspace } = projectLocation(options);
   const { catalog, instances } = runnerOptions(options.runners);
   let config: ProjectConfig;
   try {
@@ -242,9 +243,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }
   }
   const stateDir = (options.persist ?? config.persist) === false ? null : (options.store ?? join(projectDir, '.arium'));
-  const state = options.readOnly
-    ? openReadOnly(stateDir, vfsQuota)
-    : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
+  let state: VfsState;
+  try {
+    state = options.readOnly ? openReadOnly(stateDir, vfsQuota) : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
+  } catch (error) {
+    throw heldByDaemon(error, workspace, project, options.env ? [process.env, options.env] : [process.env]);
+  }
   const runners = new Map<string, Runner>();
   for (const definition of catalog.list()) {
     let runner: Runner | undefined = instances.get(definition.name);
