@@ -1,9 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it, vi } from 'vitest';
+import { socketFetch } from '../src/daemon/socket-fetch.js';
 import {
   connect,
   createEngine,
@@ -15,6 +18,7 @@ import {
   ProjectLockedError,
   type ToolResult,
 } from '../src/index.js';
+import { createGateway } from '../src/surfaces/http/gateway.js';
 
 /**
  * A daemon holds project `d` of a temporary workspace: the built gateway on the daemon's Unix socket,
@@ -127,6 +131,10 @@ beforeAll(async () => {
   process.env.XDG_RUNTIME_DIR = runtimeDir;
   writeProject('d');
   writeProject('e');
+  // Its HTTP profile may write only under /pub.
+  mkdirSync(join(workspace, 'g', 'tools'), { recursive: true });
+  writeFileSync(join(workspace, 'g', 'arium.json'), JSON.stringify({ surfaces: { http: { grants: ['vfs.read:/**', 'vfs.write:/pub/**'] } } }));
+  mkdirSync(join(workspace, 'tcp', 'tools'), { recursive: true });
   daemon = await startDaemon();
   engine = await createEngine({ workspace, project: 'e', watch: false });
 });
@@ -341,4 +349,65 @@ describe('connect(): a project the daemon holds, from another process', () => {
       timeout: 10_000,
     });
   }, 60_000);
+});
+
+describe('what a client over the socket may ask for', () => {
+  it('narrows the grants it asks for within the surface profile, never past it', async () => {
+    const g = await connect({ workspace, project: 'g', name: 'narrow', start: false, env: { XDG_RUNTIME_DIR: runtimeDir } });
+    clients.push(g);
+    const wide = ['vfs.read:/**', 'vfs.write:/**'];
+    expect(await g.call('fs.write', { path: '/pub/a.txt', content: 'x' }, { grants: ['vfs.read:/**', 'vfs.write:/pub/**'] })).toMatchObject({
+      ok: true,
+    });
+    expect(await g.call('fs.write', { path: '/secret.txt', content: 'x' }, { grants: wide })).toMatchObject({
+      ok: false,
+      error: { code: 'DENIED', stage: 'permission' },
+    });
+    expect(await g.call('fs.write', { path: '/secret.txt', content: 'x' })).toMatchObject({ ok: false, error: { code: 'DENIED' } });
+    expect(await g.call('fs.read', { path: '/pub/a.txt' }, { grants: ['vfs.read:/**', 'not a grant'] })).toMatchObject({
+      ok: false,
+      error: { code: 'INVALID_INPUT', stage: 'validation', details: { option: 'grants' } },
+    });
+  });
+
+  it('names its caller over the socket only: over TCP the header is ignored', async () => {
+    const gateway = await createGateway({ workspace, project: 'tcp', inspector: false, engineOptions: { watch: false } });
+    const socket = join(runtimeDir, 'other.sock');
+    const servers: Server[] = [];
+    try {
+      await gateway.app.ready();
+      const listen = (bind: (server: Server, done: () => void) => void) =>
+        new Promise<Server>((done) => {
+          const server = createServer((req, res) => gateway.app.routing(req, res));
+          servers.push(server);
+          bind(server, () => done(server));
+        });
+      const tcp = await listen((server, done) => server.listen(0, '127.0.0.1', done));
+      await listen((server, done) => server.listen(socket, done));
+      const callers: Array<string | null> = [];
+      const run = async (fetcher: typeof fetch, base: string, client: string) => {
+        const response = await fetcher(`${base}/p/tcp/v1/tools/fs.list:run`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-arium-client': client },
+          body: JSON.stringify({ input: { path: '/' } }),
+        });
+        expect(response.status).toBe(200);
+      };
+      const engineOf = async () => {
+        const opened = gateway.engines().get('tcp');
+        if (!opened) throw new Error('not open');
+        return opened;
+      };
+      await run(fetch, `http://127.0.0.1:${(tcp.address() as AddressInfo).port}`, 'cli');
+      (await engineOf()).events.on('invocation', (event) => callers.push(event.caller));
+      await run(fetch, `http://127.0.0.1:${(tcp.address() as AddressInfo).port}`, 'cli');
+      await run(socketFetch(socket), 'http://localhost', 'connect:named');
+      await run(socketFetch(socket), 'http://localhost', 'no spaces allowed');
+      expect(callers).toEqual(['http:127.0.0.1', 'connect:named', 'local']);
+    } finally {
+      for (const server of servers) server.closeAllConnections();
+      await Promise.all(servers.map((server) => new Promise((done) => server.close(done))));
+      await gateway.close();
+    }
+  });
 });
