@@ -1,9 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { socketFetch } from '../src/daemon/socket-fetch.js';
@@ -409,5 +409,41 @@ describe('what a client over the socket may ask for', () => {
       await Promise.all(servers.map((server) => new Promise((done) => server.close(done))));
       await gateway.close();
     }
+  });
+});
+
+describe('arium/client', () => {
+  it("loads none of the engine: only the daemon's thin modules and the leaf modules of errors and events", () => {
+    // The built modules' own imports, type imports gone: what importing arium/client really runs.
+    const seen = new Set<string>();
+    const packages = new Set<string>();
+    const queue = [join(ROOT, 'dist', 'src', 'client.js')];
+    for (let file = queue.pop(); file !== undefined; file = queue.pop()) {
+      if (seen.has(file)) continue;
+      seen.add(file);
+      for (const [, from, bare] of readFileSync(file, 'utf8').matchAll(
+        /(?:import|export)[^'"]*?from\s*['"]([^'"]+)['"]|import\s*['"]([^'"]+)['"]/g,
+      )) {
+        const specifier = (from ?? bare) as string;
+        if (specifier.startsWith('.')) queue.push(resolve(dirname(file), specifier));
+        else packages.add(specifier);
+      }
+    }
+    expect([...seen].map((file) => relative(join(ROOT, 'dist', 'src'), file)).sort()).toEqual(
+      [
+        'client.js',
+        'daemon/connect.js',
+        'daemon/event-stream.js',
+        'daemon/link.js',
+        'daemon/paths.js',
+        'daemon/socket-fetch.js',
+        'daemon/wire.js',
+        'errors.js',
+        'events.js',
+      ].sort(),
+    );
+    expect([...packages].every((name) => name.startsWith('node:'))).toBe(true);
+    const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, { import: string }> };
+    expect(manifest.exports['./client']?.import).toBe('./dist/src/client.js');
   });
 });
