@@ -5,6 +5,7 @@ import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
 import { Limiter } from './concurrency.js';
 import { auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
+import { heldByDaemon } from './daemon/holder.js';
 import { loadRemote, type RemoteStatus, type RemoteTransport } from './defaults.js';
 import { type CallOptions, type CallTarget, Dispatcher } from './dispatcher.js';
 import {
@@ -22,6 +23,7 @@ import {
 import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_APPROVALS, DEFAULT_REGISTRY_LIMITS, type Policy } from './limits.js';
 import { GrantSet, PermissionSyntaxError } from './permissions.js';
+import type { ProjectHandle } from './project-api.js';
 import { Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
@@ -62,7 +64,8 @@ export interface EngineStatus {
   remote?: RemoteStatus;
 }
 
-export interface Engine {
+/** `extends ProjectHandle`: the compiler checks that the engine is a project handle, as the daemon's client is. */
+export interface Engine extends ProjectHandle {
   readonly project: string;
   /** Absolute path of the project folder. */
   readonly projectDir: string;
@@ -139,7 +142,7 @@ export interface Engine {
 }
 
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
-  const { project, projectDir } = projectLocation(options);
+  const { project, projectDir, workspace } = projectLocation(options);
   const { catalog, instances } = runnerOptions(options.runners);
   let config: ProjectConfig;
   try {
@@ -240,9 +243,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }
   }
   const stateDir = (options.persist ?? config.persist) === false ? null : (options.store ?? join(projectDir, '.arium'));
-  const state = options.readOnly
-    ? openReadOnly(stateDir, vfsQuota)
-    : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
+  let state: VfsState;
+  try {
+    state = options.readOnly ? openReadOnly(stateDir, vfsQuota) : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });
+  } catch (error) {
+    throw heldByDaemon(error, workspace, project, options.env ? [process.env, options.env] : [process.env]);
+  }
   const runners = new Map<string, Runner>();
   for (const definition of catalog.list()) {
     let runner: Runner | undefined = instances.get(definition.name);

@@ -10,6 +10,10 @@ import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 export type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approvals/gate.js';
 export type { ApprovalCondition, ApprovalRule, ApprovalsConfig, MatchedRule } from './approvals/rules.js';
 export type { ProjectConfig } from './config.js';
+export type { ConnectOptions, ProjectClient } from './daemon/connect.js';
+export { connect } from './daemon/connect.js';
+export type { DaemonLink } from './daemon/link.js';
+export { DaemonError } from './daemon/link.js';
 export { DEFAULT_RUNNERS } from './defaults.js';
 export type { CallOptions, CallTarget, CapabilityRequest } from './dispatcher.js';
 export type { Engine, EngineOptions, EngineStatus } from './engine.js';
@@ -33,6 +37,7 @@ export type { CallLimits, GatewayLimits, Policy, RegistryLimits, VfsQuota } from
 export { DEFAULT_APPROVALS, DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
+export type { Awaitable, ProjectCallOptions, ProjectDiffOptions, ProjectEvents, ProjectHandle, ToolDescription } from './project-api.js';
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
 export type { Check, RunContext, Runner, RunnerDefinition, RunnerSetup, RunnerStatus } from './runner.js';
 export { FileStateStore } from './store/file-store.js';

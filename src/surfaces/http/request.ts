@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Server, Socket } from 'node:net';
 import type { FastifyRequest } from 'fastify';
+import { CLIENT_HEADER } from '../../daemon/wire.js';
 import { ToolFailure } from '../../errors.js';
 
 /** What the gateway reads from a request: its headers, its API key, the connection it came on. */
@@ -47,7 +48,7 @@ const CLIENT_NAME = /^[A-Za-z0-9._:@-]{1,64}$/;
  */
 export function clientName(request: FastifyRequest, tcpFallback: string): string {
   if (!overSocket(request)) return tcpFallback;
-  const given = request.headers['x-arium-client'];
+  const given = request.headers[CLIENT_HEADER];
   if (given === undefined) return 'local';
   if (typeof given !== 'string' || !CLIENT_NAME.test(given)) {
     throw new ToolFailure(

@@ -1,8 +1,13 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { TOOL_RESULT_TYPE } from '../../../daemon/wire.js';
+import type { CallOptions, CallTarget } from '../../../dispatcher.js';
+import { ToolFailure } from '../../../errors.js';
+import { GrantSet, PermissionSyntaxError } from '../../../permissions.js';
+import type { ToolDescription } from '../../../project-api.js';
 import type { ToolInfo } from '../../../tool.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, runEnvelope, statusOf } from '../envelope.js';
 import { ERROR_RESPONSES, send } from '../replies.js';
-import { clientName, connectionSignal, header } from '../request.js';
+import { clientName, connectionSignal, header, overSocket } from '../request.js';
 import { servedOf } from './context.js';
 
 /** The tools a project offers here, and their runs: by id, or by a capability one of them provides. */
@@ -15,11 +20,79 @@ const RUN_BODY_SCHEMA = {
     input: { type: 'object', description: 'The tool input; it is checked against the tool’s own schema' },
     trace_id: { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$', description: 'Correlates calls of one agent step (also X-Trace-Id)' },
     timeout_ms: { type: 'integer', minimum: 1, description: 'Shortens the tool’s timeout for this run' },
+    grants: {
+      type: 'array',
+      maxItems: 1000,
+      items: { type: 'string', maxLength: 4096 },
+      description: 'Narrows this run’s grants (those of surfaces.http, else the engine’s); never widens them',
+    },
+    approval: {
+      type: 'object',
+      required: ['by'],
+      additionalProperties: false,
+      properties: { by: { type: 'string', minLength: 1, maxLength: 200 }, reason: { type: 'string', maxLength: 2000 } },
+      description: 'A person approved this run already (as POST /v1/approvals would): an approvals rule it matches does not wait',
+    },
   },
 } as const;
 
+interface RunBody {
+  input: unknown;
+  trace_id?: string;
+  timeout_ms?: number;
+  grants?: string[];
+  approval?: { by: string; reason?: string };
+}
+
+/** The profile's grants narrowed by the ones the request asks for (the engine narrows by its own after). */
+function runGrants(profile: readonly string[] | undefined, asked: string[] | undefined): readonly string[] | undefined {
+  if (asked === undefined || profile === undefined) return asked ?? profile;
+  try {
+    return new GrantSet(profile).narrow(asked).texts();
+  } catch (error) {
+    if (error instanceof PermissionSyntaxError)
+      throw new ToolFailure('validation', 'INVALID_INPUT', error.message, { details: { option: 'grants' } });
+    throw error;
+  }
+}
+
+/** Runs `target` as the request asks, and answers with the envelope, or the engine's result when asked for it. */
+async function run(request: FastifyRequest, reply: FastifyReply, target: CallTarget, more: Partial<CallOptions> = {}): Promise<FastifyReply> {
+  const body = request.body as RunBody;
+  // A person's word that the run is approved is the local user's to give (`arium call --approve` through
+  // the daemon, connect()): a client over TCP answers a waiting run with POST /v1/approvals/{run_id}.
+  if (body.approval !== undefined && !overSocket(request)) {
+    throw new ToolFailure(
+      'validation',
+      'INVALID_INPUT',
+      'A run sent over TCP cannot carry "approval": answer the waiting run with POST /v1/approvals/{run_id}, which checks who may approve',
+      { details: { field: 'approval' } },
+    );
+  }
+  const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
+  const { engine, grants } = servedOf(request);
+  const callGrants = runGrants(grants, body.grants);
+  const result = await engine.call(target, body.input, {
+    caller: clientName(request, `http:${request.ip}`),
+    // A client that goes away cancels its run: nothing it would have written lands.
+    signal: connectionSignal(request.raw.socket),
+    ...more,
+    ...(traceId ? { trace_id: traceId } : {}),
+    ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
+    ...(callGrants ? { grants: callGrants } : {}),
+    ...(body.approval ? { approval: body.approval } : {}),
+  });
+  const status = result.ok ? 200 : statusOf(result.error.code);
+  if (status === 429) reply.header('retry-after', '1');
+  if (header(request.headers.accept) === TOOL_RESULT_TYPE) {
+    // The route's response schema describes the envelope; this body is sent as it is.
+    return reply.code(status).type(TOOL_RESULT_TYPE).serializer(JSON.stringify).send(result);
+  }
+  return send(reply, status, runEnvelope(typeof target === 'string' ? target : result.meta.tool, result));
+}
+
 /** A tool as the gateway shows it: what a caller needs, not the host's paths. */
-function publicTool(tool: ToolInfo): Record<string, unknown> {
+function publicTool(tool: ToolInfo): ToolDescription {
   const { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides } = tool;
   return { id, name, description, runner, schema, output_schema, permissions, examples, limits, provides };
 }
@@ -77,29 +150,11 @@ export function toolRoutes(scope: FastifyInstance): void {
     },
     async (request, reply) => {
       const { id } = request.params as { id: string };
-      const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
-      const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
-      const { engine } = servedOf(request);
       if (!servedOf(request).visible(id)) {
-        return send(
-          reply,
-          404,
-          errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId: traceId ?? null }),
-        );
+        const traceId = (request.body as RunBody).trace_id ?? header(request.headers['x-trace-id']);
+        return send(reply, 404, errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId }));
       }
-      const { grants } = servedOf(request);
-      const result = await engine.call(id, body.input, {
-        caller: clientName(request, `http:${request.ip}`),
-        // A client that goes away cancels its run: nothing it would have written lands.
-        signal: connectionSignal(request.raw.socket),
-        ...(traceId ? { trace_id: traceId } : {}),
-        ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
-        ...(grants ? { grants } : {}),
-      });
-      const envelope = runEnvelope(id, result);
-      const status = result.ok ? 200 : statusOf(result.error.code);
-      if (status === 429) reply.header('retry-after', '1');
-      return send(reply, status, envelope);
+      return run(request, reply, id);
     },
   );
 
@@ -116,21 +171,7 @@ export function toolRoutes(scope: FastifyInstance): void {
     },
     async (request, reply) => {
       const { name } = request.params as { name: string };
-      const body = request.body as { input: unknown; trace_id?: string; timeout_ms?: number };
-      const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
-      const { engine, grants } = servedOf(request);
-      const result = await engine.call({ capability: name }, body.input, {
-        caller: clientName(request, `http:${request.ip}`),
-        offered: servedOf(request).visible,
-        signal: connectionSignal(request.raw.socket),
-        ...(traceId ? { trace_id: traceId } : {}),
-        ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
-        ...(grants ? { grants } : {}),
-      });
-      const envelope = runEnvelope(result.meta.tool, result);
-      const status = result.ok ? 200 : statusOf(result.error.code);
-      if (status === 429) reply.header('retry-after', '1');
-      return send(reply, status, envelope);
+      return run(request, reply, { capability: name }, { offered: servedOf(request).visible });
     },
   );
 }
