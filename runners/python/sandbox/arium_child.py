@@ -101,11 +101,13 @@ def compile_main(config, channel_fd, entry):
         resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
         load(entry, config)
         key, code = _compiled[entry]
-        blob = marshal.dumps(code)
-        if len(blob) > MAX_CODE_BLOB:
-            message = {"t": "code", "key": list(key), "blob": None}
+        marshalled = marshal.dumps(code)
+        # Base64 in the JSON under a name of its own: "blob" announces raw bytes after a vfs frame
+        # (arium_proto.py), and the zygote's reader refuses it on any other frame, this one included.
+        if len(marshalled) > MAX_CODE_BLOB:
+            message = {"t": "code", "key": list(key), "marshalled": None}
         else:
-            message = {"t": "code", "key": list(key), "blob": base64.b64encode(blob).decode("ascii")}
+            message = {"t": "code", "key": list(key), "marshalled": base64.b64encode(marshalled).decode("ascii")}
     except BaseException as error:
         message = {"t": "code", "error": _describe(error)}
     try:
