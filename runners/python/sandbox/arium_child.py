@@ -14,7 +14,6 @@ any other call, and the server takes nothing from it but the tool's output, logs
 import _thread
 import base64
 import errno
-import json
 import marshal
 import math
 import os
@@ -387,7 +386,7 @@ def serve(config, channel_fd, entries, code):
 
             result = asyncio.run(_await(result))
         try:
-            text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = arium_proto.TEXT.encode(result)
         except (TypeError, ValueError, RecursionError) as error:
             reply = {"t": "error", "kind": "invalid_output", "message": _describe(error)}
             try:
