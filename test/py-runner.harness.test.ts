@@ -64,6 +64,58 @@ print(json.dumps({"low": low, "narrow": after_narrow, "wide": after_wide, "left"
   });
 });
 
+// A compile process sends the zygote a tool's code (arium_child.compile_main); the zygote keeps it for
+// the call processes it forks, which then run it without compiling the tool again (warm_up, load).
+describe('the code of a tool compiled ahead', () => {
+  it('reaches the zygote whole, and a call process forked after it runs that code without compiling', () => {
+    const out = python(`
+import marshal, selectors, signal, socket, tempfile, time
+import arium_child, arium_zygote
+tools = tempfile.mkdtemp()
+with open(os.path.join(tools, "doubled.py"), "w") as f:
+    f.write("def run(input, ctx):\\n    return input * 2\\n")
+config = {"namespaces": True, "tools_dir": tools, "tools_prefix": "/tools/", "compile_wait_s": 15}
+class Server:
+    pass
+server = Server()
+server.config = config
+zygote = arium_zygote.Zygote(server, None, os.getpid())
+zygote.selector = selectors.DefaultSelector()
+def fork(uid, workdir, entries, compile_only=False):
+    # The compile process unconfined (confining needs privileges): what it sends is the same.
+    parent, child = socket.socketpair()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        arium_child.compile_main(config, child.fileno(), entries[0])
+    child.close()
+    os.close(out_w)
+    os.close(err_w)
+    return pid, [parent.detach(), out_r, err_r]
+zygote.fork = fork
+zygote.refresh_code(["doubled.py"], None)
+started = len(zygote.compiling)
+deadline = time.monotonic() + 15
+while zygote.compiling and time.monotonic() < deadline:
+    for key, _ in zygote.selector.select(zygote.compile_timeout()):
+        zygote.on_compile(key.fd)
+for pid in zygote.compile_pids:
+    os.waitpid(pid, 0)
+key, marshalled = zygote.code["doubled.py"]
+# In a call process: warm_up takes the zygote's code; load finds it and compiles nothing.
+arium_child.warm_up(["doubled.py"], config, dict(zygote.code))
+handed = "doubled.py" in arium_child._compiled
+compiled = []
+sys.addaudithook(lambda event, args: compiled.append(args[1]) if event == "compile" else None)
+module = {}
+exec(arium_child.load("doubled.py", config), module)
+print(json.dumps({"started": started, "kept": marshalled is not None, "handed": handed, "compiled": compiled, "run": module["run"](21, None)}))
+`) as { started: number; kept: boolean; handed: boolean; compiled: string[]; run: number };
+    expect(out).toEqual({ started: 1, kept: true, handed: true, compiled: [], run: 42 });
+  });
+});
+
 // The zygote forks call processes with fork(2) itself, without CPython's fork hooks, when it has one
 // thread (arium_fork.bare_fork_problem): when that is allowed, and that a child forked so draws
 // random numbers of its own and can still use threads and fork.

@@ -14,7 +14,6 @@ any other call, and the server takes nothing from it but the tool's output, logs
 import _thread
 import base64
 import errno
-import json
 import marshal
 import math
 import os
@@ -101,11 +100,13 @@ def compile_main(config, channel_fd, entry):
         resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
         load(entry, config)
         key, code = _compiled[entry]
-        blob = marshal.dumps(code)
-        if len(blob) > MAX_CODE_BLOB:
-            message = {"t": "code", "key": list(key), "blob": None}
+        marshalled = marshal.dumps(code)
+        # Base64 in the JSON under a name of its own: "blob" announces raw bytes after a vfs frame
+        # (arium_proto.py), and the zygote's reader refuses it on any other frame, this one included.
+        if len(marshalled) > MAX_CODE_BLOB:
+            message = {"t": "code", "key": list(key), "marshalled": None}
         else:
-            message = {"t": "code", "key": list(key), "blob": base64.b64encode(blob).decode("ascii")}
+            message = {"t": "code", "key": list(key), "marshalled": base64.b64encode(marshalled).decode("ascii")}
     except BaseException as error:
         message = {"t": "code", "error": _describe(error)}
     try:
@@ -385,7 +386,7 @@ def serve(config, channel_fd, entries, code):
 
             result = asyncio.run(_await(result))
         try:
-            text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = arium_proto.TEXT.encode(result)
         except (TypeError, ValueError, RecursionError) as error:
             reply = {"t": "error", "kind": "invalid_output", "message": _describe(error)}
             try:

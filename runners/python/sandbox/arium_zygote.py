@@ -170,9 +170,9 @@ class Zygote:
         except OSError:
             pass
         code = (job["key"], None)
-        if isinstance(message, dict) and isinstance(message.get("blob"), str) and isinstance(message.get("key"), list):
+        if isinstance(message, dict) and isinstance(message.get("marshalled"), str) and isinstance(message.get("key"), list):
             try:
-                code = (message["key"], base64.b64decode(message["blob"], validate=True))
+                code = (message["key"], base64.b64decode(message["marshalled"], validate=True))
             except ValueError:
                 pass  # kept as None: its calls compile it
         self.code[job["entry"]] = code
