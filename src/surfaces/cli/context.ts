@@ -1,4 +1,6 @@
 import { resolve } from 'node:path';
+import { daemonPaths } from '../../daemon/paths.js';
+import { daemonAnswers } from '../../daemon/thin-cli.js';
 import { createEngine, type Engine, ProjectLockedError } from '../../index.js';
 import { bool, list, type Parsed, str } from './args.js';
 import { type CliIo, type Paint, paint, wantsColour } from './io.js';
@@ -38,6 +40,7 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
     project,
     projectGiven: str(parsed, 'project') !== undefined,
     open: async (how = {}) => {
+      if (io.daemon) return io.daemon.open(project, grants);
       const options = {
         workspace,
         project,
@@ -51,12 +54,21 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
       try {
         return await createEngine(options);
       } catch (error) {
-        // Another engine (an agent's) holds the project: inspect what it made durable, without its lock.
         if (!(error instanceof ProjectLockedError) || options.recover || how.exclusive) throw error;
+        // The workspace's daemon holds it: the command belongs there, where it can change the project too.
+        const { socket } = daemonPaths(workspace, io.env);
+        if (await daemonAnswers(socket)) {
+          throw new ProjectLockedError(
+            `Project "${project}" is held by the workspace's daemon${error.holder ? ` (pid ${error.holder})` : ''}, which answers on ${socket}: ` +
+              'run the command as `arium …` without --no-daemon (and without ARIUM_NO_DAEMON=1) and it runs in the daemon, on the live project',
+            error.holder,
+          );
+        }
+        // Another engine holds the project and takes no commands: inspect what it made durable, without its lock.
         const engine = await createEngine({ ...options, readOnly: true });
         const holder = engine.readOnly?.holder;
         io.stderr.write(
-          `arium: project "${project}" is held by another engine${holder ? ` (pid ${holder})` : ''}: showing what it has made durable, read-only; changes are refused\n`,
+          `arium: project "${project}" is held by another engine${holder ? ` (pid ${holder})` : ''}, which does not answer on the workspace's daemon socket: showing what it has made durable, read-only; changes are refused\n`,
         );
         return engine;
       }
