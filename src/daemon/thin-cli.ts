@@ -8,6 +8,7 @@
  * src/surfaces/http/routes/cli.ts.
  */
 import { request } from 'node:http';
+import { createConnection, type Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { daemonPaths } from './paths.js';
 
@@ -121,28 +122,39 @@ export async function tryDaemon(argv: readonly string[], io: ThinIo): Promise<nu
     if (value !== undefined) env[name] = value;
   }
   const body: CliRequest = { argv: [...argv], cwd: io.cwd, env, stdout_tty: io.stdoutTty, stderr_tty: io.stderrTty };
+  // Connected first: standard input, once read, could not be handed back to a command run here instead.
+  const connection = await connect(socket);
+  if (!connection) return null;
   if (line.readsStdin && line.name === 'call') body.stdin = (await readAll(io.stdin)).toString('base64');
-  return forward(socket, Buffer.from(JSON.stringify(body)), io);
+  return forward(socket, connection, Buffer.from(JSON.stringify(body)), io);
+}
+
+/** A connection to the daemon's socket, or null when nobody listens there (no file, or a dead daemon's). */
+function connect(socket: string): Promise<Socket | null> {
+  return new Promise((settle) => {
+    const connection = createConnection(socket);
+    connection.once('connect', () => {
+      connection.removeAllListeners('error');
+      settle(connection);
+    });
+    connection.once('error', () => settle(null));
+  });
 }
 
 /**
  * Sends the command and passes its output on. Ctrl-C needs no handler here: it ends this process, the
  * connection closes with it, and that is the command's interrupt in the daemon.
  */
-function forward(socket: string, body: Buffer, io: ThinIo): Promise<number | null> {
+function forward(socket: string, connection: Socket, body: Buffer, io: ThinIo): Promise<number> {
   return new Promise((settle) => {
-    let answered = false;
     const req = request(
       {
-        socketPath: socket,
+        createConnection: () => connection,
         method: 'POST',
         path: '/v1/cli',
-        // One request, one connection: a kept-alive socket would hold the process open after the answer.
-        agent: false,
         headers: { host: 'localhost', 'content-type': 'application/json', 'content-length': body.length, 'x-arium-client': 'cli' },
       },
       (res) => {
-        answered = true;
         if (res.statusCode !== 200) {
           refused(res, socket, io).then(settle);
           return;
@@ -150,13 +162,9 @@ function forward(socket: string, body: Buffer, io: ThinIo): Promise<number | nul
         frames(res, io).then(settle);
       },
     );
-    req.on('error', (error: NodeJS.ErrnoException) => {
-      // Before an answer: no daemon there (no socket file, or a dead one's left behind), so run here.
-      if (!answered) settle(null);
-      else {
-        io.stderr.write(`arium: the daemon on ${socket} stopped answering: ${error.message}\n`);
-        settle(3);
-      }
+    req.on('error', (error) => {
+      io.stderr.write(`arium: the daemon on ${socket} stopped answering: ${error.message}\n`);
+      settle(3);
     });
     req.end(body);
   });
