@@ -209,6 +209,13 @@ describe('the arium command through the workspace daemon', () => {
     await until(() => gateway.cliCommands() === 0, 'the command in the daemon ends', 10_000);
   });
 
+  it('narrows calls to --grant, and refuses a grant the daemon does not hold', async () => {
+    const narrowed = await arium(['call', 'fs.read', '{"path":"/notes.txt"}', '--grant', 'vfs.read:/docs/**', ...P, '--json']);
+    expect([narrowed.code, JSON.parse(narrowed.out).error?.code]).toEqual([1, 'DENIED']);
+    const wider = await arium(['call', 'fs.read', '{"path":"/notes.txt"}', '--grant', 'vfs.read', '--grant', 'net.fetch', ...P]);
+    expect([wider.code, wider.err]).toEqual([3, expect.stringContaining('--grant net.fetch goes beyond what the daemon')]);
+  });
+
   it('serves /v1/cli over the socket only: over TCP it is 403', async () => {
     const body = JSON.stringify({
       argv: ['call', 'fs.write', '{"path":"/tcp.txt","content":"x"}', ...P],

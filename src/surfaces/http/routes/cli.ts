@@ -4,6 +4,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type CliFrame, type CliRequest, commandLine, DAEMON_COMMANDS, FORWARDED_ENV } from '../../../daemon/thin-cli.js';
 import type { CallOptions } from '../../../dispatcher.js';
 import type { Engine } from '../../../engine.js';
+import { EngineConfigError } from '../../../engine-options.js';
+import { GrantSet, PermissionSyntaxError } from '../../../permissions.js';
 import type { CliIo } from '../../cli/io.js';
 import { errorEnvelope } from '../envelope.js';
 
@@ -59,6 +61,7 @@ function real(path: string): string {
  * narrow the engine's grants, never widen them), and closing it does nothing: the daemon keeps it.
  */
 export function lentEngine(engine: Engine, caller: string, grants: readonly string[] | undefined): Engine {
+  if (grants) withinGrants(engine, grants);
   return new Proxy(engine, {
     get(target, key) {
       if (key === 'close') return async () => {};
@@ -70,6 +73,29 @@ export function lentEngine(engine: Engine, caller: string, grants: readonly stri
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
+}
+
+/**
+ * In its own process `--grant` replaces the project's grants; here the engine is shared, so a grant it
+ * does not hold is refused rather than dropped (a command that ran with less than it asked would fail
+ * later, and further from the cause).
+ */
+function withinGrants(engine: Engine, grants: readonly string[]): void {
+  let wider: string[];
+  try {
+    const held = new GrantSet(engine.grants);
+    wider = grants.filter((text) => held.narrow([text]).permissions.length === 0);
+  } catch (error) {
+    if (error instanceof PermissionSyntaxError) throw new EngineConfigError(error.message, 'grants');
+    throw error;
+  }
+  if (wider.length > 0) {
+    throw new EngineConfigError(
+      `--grant ${wider.join(', ')} goes beyond what the daemon's engine of project "${engine.project}" grants (${engine.grants.join(', ')}): ` +
+        'through the daemon a command\'s grants narrow the project\'s, never widen them; widen them in its arium.json ("grants")',
+      'grants',
+    );
+  }
 }
 
 let cliMain: Promise<typeof import('../../cli/main.js')> | null = null;
@@ -88,13 +114,11 @@ export function cliRoutes(app: FastifyInstance, host: CliHost): { running(): num
       // Before the body is read: a request over TCP is refused whatever it carries.
       onRequest: async (request, reply) => {
         if (request.raw.socket.remoteAddress === undefined) return;
-        return reply
-          .code(403)
-          .send(
-            errorEnvelope('DENIED', "/v1/cli runs commands as the daemon's user: it is served over the daemon's Unix socket only", {
-              stage: 'permission',
-            }),
-          );
+        return reply.code(403).send(
+          errorEnvelope('DENIED', "/v1/cli runs commands as the daemon's user: it is served over the daemon's Unix socket only", {
+            stage: 'permission',
+          }),
+        );
       },
     },
     async (request, reply) => {
