@@ -172,7 +172,14 @@ async function run(reply: FastifyReply, body: CliRequest, caller: string, host: 
     user: osUser(),
     daemon: { open: async (project, grants) => lentEngine(await host.engine(project), caller, grants) },
   };
-  const code = await main(body.argv, io);
+  let code: number;
+  try {
+    code = await main(body.argv, io);
+  } catch (error) {
+    // main reports every error itself; this is the daemon's own failure, and the client still gets an end.
+    send({ e: `arium: the daemon failed to run the command: ${(error as Error)?.message ?? String(error)}\n` });
+    code = 3;
+  }
   send({ exit: code });
   res.end();
 }
