@@ -165,6 +165,17 @@ describe('the arium command through the workspace daemon', () => {
     expect([again.code, again.err]).toEqual([1, expect.stringContaining('ALREADY_RESOLVED')]);
   });
 
+  it('cancels a waiting call in the daemon when its client is stopped (Ctrl-C)', async () => {
+    const call = arium(['call', 'fs.write', '{"path":"/etc/issue","content":"x"}', ...P]);
+    await until(() => call.err.includes('waits for approval'), 'the call waits');
+    const engine = await gateway.project('p');
+    expect(engine.approvals().map((a) => a.tool)).toEqual(['fs.write']);
+    call.kill();
+    await call;
+    await until(() => engine.approvals().length === 0 && gateway.cliCommands() === 0, 'the call is cancelled in the daemon', 10_000);
+    expect(engine.vfs.exists('/etc/issue')).toBe(false);
+  });
+
   it('prints what the command prints in-process, byte for byte', async () => {
     const Q = ['--project', 'q', '--json'];
     // q is not open in the daemon yet, so the in-process runs can take its lock first.
