@@ -93,6 +93,16 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true });
 });
 
+describe('the thin client', () => {
+  it("imports Node's built-ins and the daemon's paths only, so it starts in the time Node takes", () => {
+    const source = readFileSync(join(ROOT, 'src', 'daemon', 'thin-cli.ts'), 'utf8');
+    const imported = [...source.matchAll(/^import\b[^;]*?from '([^']+)'/gms)].map((m) => m[1]);
+    expect(imported.length).toBeGreaterThan(0);
+    expect(imported.filter((name) => !name?.startsWith('node:') && name !== './paths.js')).toEqual([]);
+    expect(source).not.toMatch(/import\(/);
+  });
+});
+
 describe('the arium command through the workspace daemon', () => {
   it('writes with a call, in the live engine, with the caller cli in the audit log', async () => {
     const write = await arium(['call', 'fs.write', '{"path":"/notes.txt","content":"one\\n"}', ...P]);

@@ -7,7 +7,7 @@
  * Node itself takes. The wire format is written down once, here; the daemon's side is
  * src/surfaces/http/routes/cli.ts.
  */
-import { request } from 'node:http';
+import { type IncomingMessage, request } from 'node:http';
 import { createConnection, type Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { daemonPaths } from './paths.js';
@@ -171,7 +171,7 @@ function forward(socket: string, connection: Socket, body: Buffer, io: ThinIo): 
 }
 
 /** Passes each frame on as it arrives; the exit code ends the command. */
-function frames(res: import('node:http').IncomingMessage, io: ThinIo): Promise<number> {
+function frames(res: IncomingMessage, io: ThinIo): Promise<number> {
   return new Promise((settle) => {
     let pending = '';
     let exit: number | null = null;
@@ -209,7 +209,7 @@ function frames(res: import('node:http').IncomingMessage, io: ThinIo): Promise<n
 }
 
 /** The daemon would not run the command (a local one, another workspace, a request over TCP): its error, exit 3. */
-async function refused(res: import('node:http').IncomingMessage, socket: string, io: ThinIo): Promise<number> {
+async function refused(res: IncomingMessage, socket: string, io: ThinIo): Promise<number> {
   const text = (await readAll(res)).toString('utf8');
   let message = text;
   try {
