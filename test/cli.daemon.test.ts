@@ -251,6 +251,15 @@ describe('the arium command through the workspace daemon', () => {
     expect(tcp.status).toBe(403);
     expect(await tcp.json()).toMatchObject({ ok: false, error: { code: 'DENIED' } });
     await expect(live('/tcp.txt')).rejects.toThrow();
+    // A gateway that checks a key refuses it over TCP with the right key too.
+    const keyed = await createGateway({ workspace, project: 'q', apiKey: 'the-key', inspector: false });
+    try {
+      const at = await keyed.app.listen({ host: '127.0.0.1', port: 0 });
+      const withKey = await fetch(`${at}/v1/cli`, { ...init, headers: { ...init.headers, authorization: 'Bearer the-key' } });
+      expect(withKey.status).toBe(403);
+    } finally {
+      await keyed.close();
+    }
     // The same request over the socket runs.
     const local = await socketFetch(socket)('/v1/cli', init);
     expect(local.status).toBe(200);
