@@ -284,6 +284,23 @@ describe('the arium command through the workspace daemon', () => {
     expect([byEnv.code, byEnv.err]).toEqual([3, expect.stringContaining("held by the workspace's daemon")]);
   });
 
+  it('runs in-process, saying so, when the process on the socket does not answer', async () => {
+    const stuck = join(root, 'stuck');
+    mkdirSync(join(stuck, 's', 'tools'), { recursive: true });
+    const { socket: held } = daemonPaths(stuck, { XDG_RUNTIME_DIR: xdg });
+    // Accepts connections and never answers: a stopped or stuck daemon.
+    const mute = spawn(process.execPath, ['-e', `require('net').createServer(() => {}).listen(${JSON.stringify(held)}, () => console.log('ready'))`]);
+    try {
+      await new Promise((resolve) => mute.stdout.once('data', resolve));
+      const run = await arium(['call', 'fs.write', '{"path":"/y.txt","content":"y"}', '--workspace', 'stuck', '--project', 's']);
+      expect(run.code).toBe(0);
+      expect(run.err).toBe(`arium: the daemon on ${held} did not answer within 5 s; running the command here\n`);
+      expect(run.out).toContain('ok fs.write');
+    } finally {
+      mute.kill();
+    }
+  });
+
   it('runs in-process when the socket file is left by a dead daemon', async () => {
     const dead = join(root, 'dead');
     mkdirSync(join(dead, 'd', 'tools'), { recursive: true });

@@ -33,6 +33,13 @@ export const DAEMON_COMMANDS: ReadonlySet<string> = new Set([
 /** The client's environment variables the command sees in the daemon (colours, and the key `--addr` sends). */
 export const FORWARDED_ENV: readonly string[] = ['NO_COLOR', 'FORCE_COLOR', 'TERM', 'COLUMNS', 'ARIUM_API_KEY'];
 
+/**
+ * How long a daemon has to start answering a command (the daemon sends its answer's headers before it
+ * runs the command). Past it, the process holding the socket is taken as stuck. A busy daemon answers in
+ * milliseconds (bench/daemon-cli.ts); this leaves room for one loading the CLI on a loaded machine.
+ */
+export const ANSWER_MS = 5000;
+
 /** Global options that take a value, so the argument after one is not the command (args.ts GLOBAL_FLAGS). */
 const VALUE_OPTIONS: ReadonlySet<string> = new Set(['workspace', 'project', 'grant']);
 
@@ -125,8 +132,16 @@ export async function tryDaemon(argv: readonly string[], io: ThinIo): Promise<nu
   // Connected first: standard input, once read, could not be handed back to a command run here instead.
   const connection = await connect(socket);
   if (!connection) return null;
-  if (line.readsStdin && line.name === 'call') body.stdin = (await readAll(io.stdin)).toString('base64');
-  return forward(socket, connection, Buffer.from(JSON.stringify(body)), io);
+  const readsStdin = line.readsStdin && line.name === 'call';
+  if (readsStdin) body.stdin = (await readAll(io.stdin)).toString('base64');
+  const code = await forward(socket, connection, Buffer.from(JSON.stringify(body)), io);
+  if (code !== null) return code;
+  // A process holds the socket but does not answer (stopped, or stuck): the command runs here, where a
+  // project it holds is shown read-only; unless its input is gone with the request.
+  io.stderr.write(
+    `arium: the daemon on ${socket} did not answer within ${ANSWER_MS / 1000} s; ${readsStdin ? 'giving up' : 'running the command here'}\n`,
+  );
+  return readsStdin ? 3 : null;
 }
 
 /** A connection to the daemon's socket, or null when nobody listens there (no file, or a dead daemon's). */
@@ -145,8 +160,15 @@ function connect(socket: string): Promise<Socket | null> {
  * Sends the command and passes its output on. Ctrl-C needs no handler here: it ends this process, the
  * connection closes with it, and that is the command's interrupt in the daemon.
  */
-function forward(socket: string, connection: Socket, body: Buffer, io: ThinIo): Promise<number> {
-  return new Promise((settle) => {
+function forward(socket: string, connection: Socket, body: Buffer, io: ThinIo): Promise<number | null> {
+  return new Promise((resolve) => {
+    let answered = false;
+    let timedOut = false;
+    const silent = setTimeout(() => {
+      timedOut = true;
+      req.destroy();
+      resolve(null);
+    }, ANSWER_MS);
     const req = request(
       {
         createConnection: () => connection,
@@ -155,16 +177,17 @@ function forward(socket: string, connection: Socket, body: Buffer, io: ThinIo): 
         headers: { host: 'localhost', 'content-type': 'application/json', 'content-length': body.length, 'x-arium-client': 'cli' },
       },
       (res) => {
-        if (res.statusCode !== 200) {
-          refused(res, socket, io).then(settle);
-          return;
-        }
-        frames(res, io).then(settle);
+        answered = true;
+        clearTimeout(silent);
+        (res.statusCode === 200 ? frames(res, io) : refused(res, socket, io)).then(resolve);
       },
     );
     req.on('error', (error) => {
+      // After an answer its end says what happened; after the timeout the caller does.
+      if (answered || timedOut) return;
+      clearTimeout(silent);
       io.stderr.write(`arium: the daemon on ${socket} stopped answering: ${error.message}\n`);
-      settle(3);
+      resolve(3);
     });
     req.end(body);
   });

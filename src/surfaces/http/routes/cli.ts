@@ -151,7 +151,11 @@ async function run(reply: FastifyReply, body: CliRequest, caller: string, host: 
   const [{ main }, { osUser }] = await Promise.all([cliMain, import('../../cli/io.js')]);
   reply.hijack();
   const res = reply.raw;
+  // A client that gave up waiting (thin-cli.ts ANSWER_MS) may run the command itself: never run it here too.
+  if (res.destroyed || !res.socket || res.socket.destroyed) return;
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  // Sent now, before the command runs: the client knows the daemon answers, whatever the command prints when.
+  res.flushHeaders();
   const send = (frame: CliFrame) => {
     if (!res.destroyed) res.write(`${JSON.stringify(frame)}\n`);
   };
