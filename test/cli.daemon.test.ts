@@ -282,6 +282,9 @@ describe('the arium command through the workspace daemon', () => {
     expect(run.err).toContain(`is held by the workspace's daemon (pid ${process.pid}), which answers on ${socket}`);
     const byEnv = await arium(['log', ...P], { env: { ARIUM_NO_DAEMON: '1' } });
     expect([byEnv.code, byEnv.err]).toEqual([3, expect.stringContaining("held by the workspace's daemon")]);
+    // A command the daemon never runs still reads the project, as it did beside any holder.
+    const doctor = await arium(['doctor', ...P]);
+    expect(doctor.err).toContain(`project "p" is held by the workspace's daemon (pid ${process.pid}): showing what it has made durable, read-only`);
   });
 
   it('runs in-process, saying so, when the process on the socket does not answer', async () => {
