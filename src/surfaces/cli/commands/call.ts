@@ -89,7 +89,7 @@ function askApproval(ctx: Context, engine: Engine, pending: PendingApproval): vo
   const ask = ctx.io.ask;
   if (ctx.io.daemon) {
     // In the daemon the call waits where every surface can answer it, as a gateway's or an MCP client's does.
-    const where = `${ctx.projectGiven ? ` --project ${ctx.project}` : ''}`;
+    const where = ctx.projectGiven ? ` --project ${ctx.project}` : '';
     ctx.io.stderr.write(
       `arium: ${pending.tool} waits for approval (run ${runId}, until ${pending.expires_at}): answer from another terminal with ` +
         `arium approve ${runId}${where} (or arium deny ${runId}${where}); Ctrl-C cancels the call\n`,
