@@ -36,6 +36,7 @@ const suites: Array<[string, Bench | null]> = [
   ['write', await optional('./write.js', 'benchWrite')],
   ['packages', await optional('./packages.js', 'benchPackages')],
   ['cold', await optional('./cold.js', 'benchCold')],
+  ['daemon-cli', await optional('./daemon-cli.js', 'benchDaemonCli')],
   ['vfs', await optional('./vfs.js', 'benchVfs')],
   ['diff', await optional('./diff-view.js', 'benchDiffView')],
   ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],

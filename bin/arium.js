@@ -19,15 +19,30 @@ process.stdout.on('error', (error) => {
   throw error;
 });
 
-const { main } = await import(cli.href);
-const { processIo } = await import(new URL('../dist/src/surfaces/cli/io.js', import.meta.url).href);
+// A command for a project's engine goes to the workspace's daemon when one answers: it runs there, on the
+// live project, and this process loads nothing of the engine. Otherwise (or --no-daemon) it runs here.
+const { tryDaemon } = await import(new URL('../dist/src/daemon/thin-cli.js', import.meta.url).href);
+const forwarded = await tryDaemon(process.argv.slice(2), {
+  stdout: process.stdout,
+  stderr: process.stderr,
+  stdin: process.stdin,
+  env: process.env,
+  cwd: process.cwd(),
+  stdoutTty: process.stdout.isTTY === true,
+  stderrTty: process.stderr.isTTY === true,
+});
 
-// Holds the event loop open until main settles. Runners unref their idle sandbox processes so a host is
-// never kept alive by them; a promise that waits only on such a process (a runner's status() did, while
-// the JS runner was being built) would let Node exit early with code 13 and no output at all.
-const keepAlive = setInterval(() => {}, 1 << 30);
-try {
-  process.exitCode = await main(process.argv.slice(2), processIo());
-} finally {
-  clearInterval(keepAlive);
+if (forwarded !== null) process.exitCode = forwarded;
+else {
+  const { main } = await import(cli.href);
+  const { processIo } = await import(new URL('../dist/src/surfaces/cli/io.js', import.meta.url).href);
+  // Holds the event loop open until main settles. Runners unref their idle sandbox processes so a host is
+  // never kept alive by them; a promise that waits only on such a process (a runner's status() did, while
+  // the JS runner was being built) would let Node exit early with code 13 and no output at all.
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  try {
+    process.exitCode = await main(process.argv.slice(2), processIo());
+  } finally {
+    clearInterval(keepAlive);
+  }
 }

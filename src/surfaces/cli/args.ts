@@ -32,7 +32,8 @@ export const GLOBAL_FLAGS: FlagSpecs = {
   grant: { value: true, repeat: true, arg: '<perm>', help: 'grant a permission, e.g. vfs.read:/docs/** (repeatable; replaces the default grants)' },
   json: { help: 'machine output: exactly one JSON document on stdout, whatever happens' },
   'no-color': { help: 'no colours (also when NO_COLOR is set or stdout is not a terminal)' },
-  recover: { help: 'open a damaged state folder, keeping what is intact' },
+  recover: { help: 'open a damaged state folder, keeping what is intact (in this process, never the daemon)' },
+  'no-daemon': { help: 'run in this process even when the workspace’s daemon answers (also ARIUM_NO_DAEMON=1)' },
   help: { help: 'show help for the command' },
 };
 

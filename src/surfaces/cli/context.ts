@@ -1,4 +1,6 @@
 import { resolve } from 'node:path';
+import { daemonPaths } from '../../daemon/paths.js';
+import { DAEMON_COMMANDS, daemonAnswers } from '../../daemon/thin-cli.js';
 import { createEngine, type Engine, ProjectLockedError } from '../../index.js';
 import { bool, list, type Parsed, str } from './args.js';
 import { type CliIo, type Paint, paint, wantsColour } from './io.js';
@@ -24,7 +26,8 @@ export interface Context {
   emit(value: unknown): void;
 }
 
-export function makeContext(parsed: Parsed, io: CliIo): Context {
+/** `command`: the command's name; one the daemon runs (DAEMON_COMMANDS) is sent there when the daemon holds the project. */
+export function makeContext(parsed: Parsed, io: CliIo, command?: string): Context {
   const json = bool(parsed, 'json');
   const workspace = resolve(io.cwd, str(parsed, 'workspace') ?? 'workspace');
   const project = str(parsed, 'project') ?? 'demo';
@@ -38,6 +41,7 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
     project,
     projectGiven: str(parsed, 'project') !== undefined,
     open: async (how = {}) => {
+      if (io.daemon) return io.daemon.open(project, grants);
       const options = {
         workspace,
         project,
@@ -51,12 +55,24 @@ export function makeContext(parsed: Parsed, io: CliIo): Context {
       try {
         return await createEngine(options);
       } catch (error) {
-        // Another engine (an agent's) holds the project: inspect what it made durable, without its lock.
         if (!(error instanceof ProjectLockedError) || options.recover || how.exclusive) throw error;
+        // The workspace's daemon holds it: a command it runs belongs there, where it can change the project too.
+        const { socket } = daemonPaths(workspace, io.env);
+        const daemonHolds = await daemonAnswers(socket);
+        if (daemonHolds && command !== undefined && DAEMON_COMMANDS.has(command)) {
+          throw new ProjectLockedError(
+            `Project "${project}" is held by the workspace's daemon${error.holder ? ` (pid ${error.holder})` : ''}, which answers on ${socket}: ` +
+              'run the command as `arium …` without --no-daemon (and without ARIUM_NO_DAEMON=1) and it runs in the daemon, on the live project',
+            error.holder,
+          );
+        }
+        // A holder that takes no commands, or a command the daemon does not run (doctor): inspect what it made durable, without its lock.
         const engine = await createEngine({ ...options, readOnly: true });
         const holder = engine.readOnly?.holder;
+        const who = daemonHolds ? "the workspace's daemon" : 'another engine';
+        const answers = daemonHolds ? '' : ", which does not answer on the workspace's daemon socket";
         io.stderr.write(
-          `arium: project "${project}" is held by another engine${holder ? ` (pid ${holder})` : ''}: showing what it has made durable, read-only; changes are refused\n`,
+          `arium: project "${project}" is held by ${who}${holder ? ` (pid ${holder})` : ''}${answers}: showing what it has made durable, read-only; changes are refused\n`,
         );
         return engine;
       }

@@ -25,6 +25,18 @@ export interface CliIo {
   user: string;
   /** The raw standard streams, for a command that speaks a protocol on them (`arium mcp`); absent in tests run in-process. */
   streams?: { stdin: NodeJS.ReadableStream & import('node:stream').Readable; stdout: import('node:stream').Writable };
+  /**
+   * Set when the command runs inside the workspace's daemon (forwarded by the `arium` command): its live
+   * engines are lent to the command instead of opening one, and a call waiting for approval is answered
+   * from another terminal (`arium approve`) rather than asked here.
+   */
+  daemon?: DaemonHost;
+}
+
+/** What the daemon lends a command it runs (src/surfaces/http/routes/cli.ts). */
+export interface DaemonHost {
+  /** The daemon's live engine of `project`, calls narrowed to `grants` when given; closing it does nothing. */
+  open(project: string, grants: readonly string[] | undefined): Promise<import('../../engine.js').Engine>;
 }
 
 export const EXIT = { ok: 0, toolFailed: 1, usage: 2, engine: 3 } as const;
@@ -113,7 +125,7 @@ function askAtTerminal(question: string, signal: AbortSignal): Promise<string | 
 }
 
 /** The OS user name; `unknown` when the system has none for this uid (a container without /etc/passwd). */
-function osUser(): string {
+export function osUser(): string {
   try {
     return userInfo().username || 'unknown';
   } catch {

@@ -102,7 +102,7 @@ export async function main(argv: readonly string[], io: CliIo): Promise<number> 
     io.stdout.write(commandHelp(command));
     return EXIT.ok;
   }
-  const ctx = makeContext(parsed, io);
+  const ctx = makeContext(parsed, io, name);
   try {
     return await command.run(ctx);
   } catch (error) {

@@ -18,6 +18,7 @@ import { type McpSessionStats, McpSessions } from './mcp-http.js';
 import { failureStatus } from './replies.js';
 import { bearer, decoded, digest, header, overSocket } from './request.js';
 import { approvalRoutes } from './routes/approvals.js';
+import { cliRoutes } from './routes/cli.js';
 import type { RouteContext, Served } from './routes/context.js';
 import { eventRoutes } from './routes/events.js';
 import { mcpRoutes } from './routes/mcp.js';
@@ -82,6 +83,10 @@ export interface Gateway {
   readonly app: FastifyInstance;
   /** Engines opened so far, by project. */
   engines(): Map<string, Engine>;
+  /** The live engine of a project, opened on first use as a request for it would open it. */
+  project(name: string): Promise<Engine>;
+  /** How many forwarded CLI commands (`POST /v1/cli`) are running. */
+  cliCommands(): number;
   /** The MCP sessions open at `/mcp` (every project's), their subscriptions, and the work of notifying them. */
   mcpSessions(): McpSessionStats;
   close(): Promise<void>;
@@ -288,6 +293,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   if (inspector) await registerInspector(app, options.inspectorDir ?? builtInspector());
 
   const context: RouteContext = { options, inspector, mcp, keyed: expected !== null };
+  const project = async (name: string) => (await open(name)).engine;
+  const cli = cliRoutes(app, { workspace: options.workspace, engine: project });
   const routes = async (scope: FastifyInstance, fixed: string | null) => {
     // Under /p/:project a route that declares its own path parameters must declare `project` too, or
     // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
@@ -325,6 +332,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     app,
     engines: () => new Map(opened),
+    project,
+    cliCommands: () => cli.running(),
     mcpSessions: () => mcp.stats(),
     close: async () => {
       closing = true;

@@ -1,6 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { PendingApproval } from '../../../approvals/gate.js';
+import type { Engine } from '../../../engine.js';
+import { ToolFailure } from '../../../errors.js';
+import { errorEnvelope } from '../../http/envelope.js';
 import { maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -34,6 +37,25 @@ function gatewayUrl(ctx: Context): string {
   return `${base.replace(/\/+$/, '')}/p/${encodeURIComponent(ctx.project)}/v1/approvals`;
 }
 
+/**
+ * In the workspace's daemon (and no --addr, --addr-file naming another gateway) the waiting calls are in
+ * the engine lent to the command: asked there, answered as the gateway's route answers.
+ */
+function inDaemon(ctx: Context): boolean {
+  return ctx.io.daemon !== undefined && str(ctx.parsed, 'addr') === undefined && str(ctx.parsed, 'addr-file') === undefined;
+}
+
+async function fromEngine(ctx: Context, ask: (engine: Engine) => unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+  const engine = await ctx.open();
+  try {
+    return { status: 200, json: ask(engine) as Record<string, unknown> };
+  } catch (error) {
+    if (!(error instanceof ToolFailure)) throw error;
+    const details = error.details ? { details: error.details } : {};
+    return { status: 400, json: errorEnvelope(error.code, error.message, { stage: error.stage, ...details }) as unknown as Record<string, unknown> };
+  }
+}
+
 async function request(ctx: Context, url: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
   const key = ctx.io.env.ARIUM_API_KEY;
   let res: Response;
@@ -65,7 +87,9 @@ function refused(ctx: Context, name: string, json: Record<string, unknown>): num
 
 async function list(ctx: Context): Promise<number> {
   maxPositionals(ctx.parsed, 0, approvalsSpec.usage);
-  const { status, json } = await request(ctx, gatewayUrl(ctx));
+  const { status, json } = inDaemon(ctx)
+    ? await fromEngine(ctx, (engine) => ({ approvals: engine.approvals() }))
+    : await request(ctx, gatewayUrl(ctx));
   if (status !== 200) return refused(ctx, 'approvals', json);
   const pending = (json.approvals ?? []) as PendingApproval[];
   if (ctx.json) {
@@ -89,11 +113,10 @@ async function answer(ctx: Context, decision: 'approve' | 'deny'): Promise<numbe
   maxPositionals(ctx.parsed, 1, spec.usage);
   const reason = str(ctx.parsed, 'reason');
   const by = str(ctx.parsed, 'by') ?? ctx.io.user;
-  const { status, json } = await request(ctx, `${gatewayUrl(ctx)}/${encodeURIComponent(runId)}`, {
-    decision,
-    by,
-    ...(reason !== undefined ? { reason } : {}),
-  });
+  const answer = { by, ...(reason !== undefined ? { reason } : {}) };
+  const { status, json } = inDaemon(ctx)
+    ? await fromEngine(ctx, (engine) => (decision === 'approve' ? engine.approve(runId, answer) : engine.deny(runId, answer)))
+    : await request(ctx, `${gatewayUrl(ctx)}/${encodeURIComponent(runId)}`, { decision, ...answer });
   if (status !== 200) return refused(ctx, decision, json);
   if (ctx.json) ctx.emit(json);
   else ctx.out(`${decision === 'approve' ? ctx.c.green('approved') : ctx.c.red('denied')} ${String(json.tool)} run ${runId} (by ${by})`);
@@ -101,7 +124,8 @@ async function answer(ctx: Context, decision: 'approve' | 'deny'): Promise<numbe
 }
 
 const GATEWAY_HELP = `Talks to a running \`arium serve\` (its address file, or --addr), for the project given by --project;
-sends ARIUM_API_KEY as the key when it is set.`;
+sends ARIUM_API_KEY as the key when it is set. Run through the workspace's daemon (without --addr),
+it answers the daemon's own waiting calls.`;
 
 export const approvalsSpec: CommandSpec = {
   name: 'approvals',

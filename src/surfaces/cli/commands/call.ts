@@ -87,6 +87,15 @@ export function approvalOptions(ctx: Context, engine: Engine, approve: boolean):
 function askApproval(ctx: Context, engine: Engine, pending: PendingApproval): void {
   const { run_id: runId } = pending;
   const ask = ctx.io.ask;
+  if (ctx.io.daemon) {
+    // In the daemon the call waits where every surface can answer it, as a gateway's or an MCP client's does.
+    const where = ctx.projectGiven ? ` --project ${ctx.project}` : '';
+    ctx.io.stderr.write(
+      `arium: ${pending.tool} waits for approval (run ${runId}, until ${pending.expires_at}): answer from another terminal with ` +
+        `arium approve ${runId}${where} (or arium deny ${runId}${where}); Ctrl-C cancels the call\n`,
+    );
+    return;
+  }
   if (!ask) {
     engine.deny(runId, {
       by: 'cli',
@@ -127,7 +136,8 @@ and {} when omitted. With --json the whole result { ok, data | error, meta } is 
 --capability <name> instead of an id runs the one tool that provides that capability and
 that the caller may call (AMBIGUOUS when several do: call one by id).
 A call that an approvals rule in arium.json matches asks "Approve <tool> with input …? [y/N]"
-on a terminal; without one it fails as APPROVAL_DENIED unless --approve is given.
+on a terminal; without one it fails as APPROVAL_DENIED unless --approve is given. Run through
+the workspace's daemon, it waits instead, to be answered by arium approve from another terminal.
 Exit code 1 when the result has ok: false.`,
   flags: {
     'trace-id': { value: true, arg: '<id>', help: 'trace id carried by the result and every event of the call' },
