@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -19,7 +19,6 @@ import { median } from './stats.js';
 const ROUNDS = 15;
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..', '..');
-const host = join(here, 'daemon-cli-host.js');
 const arium = join(root, 'bin', 'arium.js');
 const thin = join(root, 'dist', 'src', 'daemon', 'thin-cli.js');
 
@@ -54,13 +53,9 @@ function timed(socket: string, method: string, path: string, body?: string): Pro
   });
 }
 
-async function startHost(workspace: string, project: string, env: NodeJS.ProcessEnv): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [host, workspace, project], { env, stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise<void>((ready, fail) => {
-    child.stdout?.on('data', (chunk: Buffer) => chunk.toString().includes('ready') && ready());
-    child.on('exit', (code) => fail(new Error(`the daemon exited (${code}) before it listened`)));
-  });
-  return child;
+/** `arium daemon start` (detached, as a client starts it) or `stop`, to its end: its wall time. */
+function daemon(action: 'start' | 'stop', workspace: string, env: NodeJS.ProcessEnv): number {
+  return wall(['--no-node-snapshot', arium, '--workspace', workspace, 'daemon', action], env, () => true);
 }
 
 export async function benchDaemonCli(): Promise<Record<string, unknown>> {
@@ -73,7 +68,16 @@ export async function benchDaemonCli(): Promise<Record<string, unknown>> {
   const env = { ...process.env, XDG_RUNTIME_DIR: xdg };
   const write = JSON.stringify({ path: '/README.md', content: '# bench\n' });
   for (const ws of [workspace, alone]) wall([arium, '--workspace', ws, 'call', 'fs.write', write], env, () => true);
-  const daemon = await startHost(workspace, 'demo', env);
+  // A daemon's first start, from nothing to answering (`arium daemon start` waits for it), against the
+  // in-process engine's start that every command paid before (`arium tools --no-daemon`).
+  const coldStarts: number[] = [];
+  const engineStarts: number[] = [];
+  for (let round = 0; round < 5; round++) {
+    coldStarts.push(daemon('start', workspace, env));
+    daemon('stop', workspace, env);
+    engineStarts.push(wall([arium, '--workspace', workspace, 'tools', '--no-daemon'], env, (out) => out.includes('fs.read')));
+  }
+  daemon('start', workspace, env);
   try {
     const socket = daemonPaths(workspace, env).socket;
     const read = ['call', 'fs.read', '{"path":"/README.md"}'];
@@ -100,7 +104,11 @@ export async function benchDaemonCli(): Promise<Record<string, unknown>> {
       for (const [name, once] of kinds) samples.get(name)?.push(once());
       for (const [name, once] of inDaemon) samples.get(name)?.push(await once());
     }
-    const out: Record<string, unknown> = { rounds: ROUNDS };
+    const out: Record<string, unknown> = {
+      rounds: ROUNDS,
+      daemon_first_start: summary(coldStarts),
+      in_process_engine_start_tools: summary(engineStarts),
+    };
     for (const [name, values] of samples) out[name] = summary(values);
     const med = (name: string) => median(samples.get(name) ?? []);
     out.call_fs_read_breakdown_median_ms = {
@@ -111,8 +119,7 @@ export async function benchDaemonCli(): Promise<Record<string, unknown>> {
     };
     return out;
   } finally {
-    daemon.stdin?.end();
-    await new Promise((done) => daemon.on('close', done));
+    daemon('stop', workspace, env);
     rmSync(dir, { recursive: true, force: true });
   }
 }
