@@ -1,6 +1,9 @@
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
 import { isIP } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
+import { findDaemon } from '../../../daemon/link.js';
+import { daemonPaths } from '../../../daemon/paths.js';
 import { int, list, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -57,6 +60,15 @@ async function run(ctx: Context): Promise<number> {
     await gateway.close();
     throw new HostError(`Could not write the address file ${addrFile}: ${(error as Error).message}`);
   }
+  const paths = daemonPaths(ctx.workspace, ctx.io.env);
+  let socketServer: Server;
+  try {
+    socketServer = await listenOnSocket(gateway, paths, ctx.io.env);
+  } catch (error) {
+    rmSync(addrFile, { force: true });
+    await gateway.close();
+    throw new HostError(`Could not listen on the socket ${paths.socket}: ${(error as Error).message}`);
+  }
   ctx.io.stderr.write(
     `arium: serving ${ctx.workspace} on ${address} (project "${ctx.project}" at /v1 and /mcp, others at /p/<project>/…)${apiKey ? ', API key required' : ''}; address in ${addrFile}; Ctrl-C stops\n`,
   );
@@ -69,8 +81,35 @@ async function run(ctx: Context): Promise<number> {
   const stop = ctx.io.interrupt();
   await new Promise<void>((done) => stop.addEventListener('abort', () => done(), { once: true }));
   rmSync(addrFile, { force: true });
+  rmSync(paths.socket, { force: true });
+  rmSync(paths.record, { force: true });
+  socketServer.close();
   await gateway.close();
+  socketServer.closeAllConnections();
   return EXIT.ok;
+}
+
+/**
+ * The gateway on the workspace's daemon socket too (0600 in a 0700 folder), where thin clients find it.
+ * A socket file another daemon answers on is left alone; one nobody answers on is a dead daemon's.
+ */
+async function listenOnSocket(
+  gateway: { app: { ready(): PromiseLike<unknown>; routing(req: unknown, res: unknown): void } },
+  paths: ReturnType<typeof daemonPaths>,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<Server> {
+  if (await findDaemon(paths.workspace, env)) throw new Error('another Arium daemon serves this workspace there');
+  mkdirSync(paths.dir, { recursive: true, mode: 0o700 });
+  rmSync(paths.socket, { force: true });
+  await gateway.app.ready();
+  const server = createServer((req, res) => gateway.app.routing(req, res));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(paths.socket, () => resolve());
+  });
+  chmodSync(paths.socket, 0o600);
+  writeFileSync(paths.record, JSON.stringify({ pid: process.pid, socket: paths.socket, workspace: paths.workspace }), { mode: 0o600 });
+  return server;
 }
 
 export const serveSpec: CommandSpec = {

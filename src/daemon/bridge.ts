@@ -1,0 +1,363 @@
+/**
+ * `arium mcp`: a bridge between an MCP client on standard input and output and the workspace's engine
+ * daemon, whose `/mcp` (Streamable HTTP) it reaches over the daemon's Unix socket. It forwards JSON-RPC
+ * messages both ways unchanged, with the SDK's two transports (no protocol of its own), so every MCP
+ * client of a workspace shares one engine. What it adds is what a pipe cannot do for itself: it starts
+ * the daemon when none runs, answers the requests a daemon that stopped took with it, and opens a new
+ * session on a new daemon (with the client's own `initialize`) for the next request.
+ *
+ * A thin client: Node's built-ins, the daemon's paths, link and socket fetch, and the SDK's transports.
+ */
+import type { Readable, Writable } from 'node:stream';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import type { JSONRPCMessage, JSONRPCRequest, RequestId } from '@modelcontextprotocol/sdk/types.js';
+import { clientCaller } from '../surfaces/mcp/caller.js';
+import { ensureDaemon } from './link.js';
+import { type SocketFetch, socketFetch } from './socket-fetch.js';
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export interface BridgeOptions {
+  /** The workspace folder (absolute). */
+  workspace: string;
+  project: string;
+  env?: Env;
+  stdin?: Readable;
+  stdout?: Writable;
+  stderr?: Writable;
+}
+
+/** JSON-RPC's "server error" range: the SDK's ConnectionClosed, for a request the stopped engine took with it. */
+const CONNECTION_CLOSED = -32000;
+/** Connection errors that mean the request never reached a daemon: sending it again cannot run it twice. */
+const NOT_DELIVERED = new Set(['ECONNREFUSED', 'ENOENT', 'ENOTSOCK']);
+
+/** One MCP session on one daemon. A daemon that stops ends it; the next request opens another. */
+interface Session {
+  readonly http: StreamableHTTPClientTransport;
+  /** The client's requests the daemon has not answered yet, by id: their method. */
+  readonly inflight: Map<RequestId, string>;
+  /** The daemon's requests (elicitation) the client has not answered yet. */
+  readonly asked: Set<RequestId>;
+  /** The bridge's own requests (a new session's handshake), by id. */
+  readonly own: Map<RequestId, (message: JSONRPCMessage) => void>;
+  lost: boolean;
+}
+
+/** The error that settles a request a stopped engine took with it. */
+function stoppedMessage(method: string): string {
+  const what = method === 'tools/call' ? 'call' : `${method} request`;
+  return (
+    `The Arium engine stopped while this ${what} was in flight (its daemon exited or closed the connection): ` +
+    'whether it ran and committed is unknown. It is retryable: check what it changes, then send it again; ' +
+    'the next request starts a new engine.'
+  );
+}
+
+function stoppedAnswer(id: RequestId, method: string): JSONRPCMessage {
+  const error = {
+    code: 'UNAVAILABLE',
+    stage: 'transport',
+    message: stoppedMessage(method),
+    retryable: true,
+    details: { committed: 'unknown' },
+  };
+  // A tool's failure is a result with isError, as every other failed call is, so the model sees it.
+  if (method === 'tools/call') {
+    return {
+      jsonrpc: '2.0',
+      id,
+      result: { isError: true, content: [{ type: 'text', text: JSON.stringify({ error }) }], structuredContent: { error } },
+    };
+  }
+  return { jsonrpc: '2.0', id, error: { code: CONNECTION_CLOSED, message: error.message, data: error } };
+}
+
+/** What a refused HTTP request said: the JSON-RPC error's or the gateway envelope's message, else the text. */
+function refusalText(error: Error): string {
+  const text = error.message.replace(/^Streamable HTTP error: (Error POSTing to endpoint: )?/, '');
+  try {
+    const body = JSON.parse(text.slice(text.indexOf('{'))) as { error?: { message?: string; code?: string } };
+    if (body.error?.message) return `${body.error.code ? `${body.error.code}: ` : ''}${body.error.message}`;
+  } catch {}
+  return text;
+}
+
+/**
+ * A socket fetch that tells when a response's body breaks off (the daemon died under a stream) or a
+ * standalone GET cannot connect: `broken` is called before the SDK's transport sees the error.
+ */
+function watchedFetch(base: SocketFetch, broken: (error: unknown) => void): SocketFetch {
+  return async (input, init) => {
+    const mine = () => init?.signal?.aborted === true;
+    let response: Response;
+    try {
+      response = await base(input, init);
+    } catch (error) {
+      // A POST's failure is its sender's to judge (was it delivered?); a GET's is a lost daemon.
+      if (!mine() && (init?.method ?? 'GET') === 'GET') broken(error);
+      throw error;
+    }
+    if (!response.body) return response;
+    const reader = response.body.getReader();
+    // The reader (the SDK's transport) may drop the stream once it has what it wanted: that is no break.
+    let dropped = false;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        let chunk: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          if (dropped) return;
+          if (!mine()) broken(error);
+          controller.error(error);
+          return;
+        }
+        if (dropped) return;
+        if (chunk.done) controller.close();
+        else controller.enqueue(chunk.value);
+      },
+      cancel: (reason) => {
+        dropped = true;
+        return reader.cancel(reason);
+      },
+    });
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+}
+
+export class McpBridge {
+  readonly #options: Required<Pick<BridgeOptions, 'workspace' | 'project'>> & { env: Env };
+  readonly #stdio: StdioServerTransport;
+  readonly #stderr: Writable | undefined;
+  #session: Session | null = null;
+  #opening: Promise<Session> | null = null;
+  /** The client's initialize request: sent again, as is, to each new daemon. */
+  #initialize: JSONRPCRequest | null = null;
+  /** Subscriptions and the log level the client set: a new session is given them again. */
+  readonly #subscribed = new Set<string>();
+  #logLevel: unknown;
+  /** Whether a daemon has answered the client's initialize: a later session is then the bridge's to open. */
+  #answered = false;
+  #ownIds = 0;
+  #closed = false;
+
+  constructor(options: BridgeOptions) {
+    this.#options = { workspace: options.workspace, project: options.project, env: options.env ?? process.env };
+    this.#stdio = new StdioServerTransport(options.stdin, options.stdout);
+    this.#stderr = options.stderr;
+    this.#stdio.onmessage = (message) => void this.#fromClient(message);
+    this.#stdio.onerror = (error) => this.#say(`unreadable message from the client: ${error.message}`);
+  }
+
+  async start(): Promise<void> {
+    await this.#stdio.start();
+  }
+
+  /** Ends the daemon session (the daemon goes on serving others) and stops reading. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const session = this.#session;
+    this.#session = null;
+    if (session && !session.lost) {
+      session.lost = true;
+      await session.http.terminateSession().catch(() => {});
+      await session.http.close().catch(() => {});
+    }
+    await this.#stdio.close().catch(() => {});
+  }
+
+  #say(text: string): void {
+    this.#stderr?.write(`arium mcp: ${text}\n`);
+  }
+
+  async #toClient(message: JSONRPCMessage): Promise<void> {
+    if (!this.#closed) await this.#stdio.send(message).catch(() => {});
+  }
+
+  async #fromClient(message: JSONRPCMessage): Promise<void> {
+    if ('method' in message && message.method === 'initialize' && 'id' in message) this.#initialize = message;
+    if (!('method' in message)) {
+      // An answer to the daemon's request: only the session that asked can take it.
+      const session = this.#session;
+      if (!session?.asked.delete(message.id as RequestId)) return;
+      await session.http.send(message).catch(() => {});
+      return;
+    }
+    this.#remember(message);
+    await this.#forward(message, true);
+  }
+
+  /** What a new session must be told again: the resources subscribed to, the log level. */
+  #remember(message: JSONRPCMessage & { method: string }): void {
+    const params = (message as { params?: Record<string, unknown> }).params;
+    if (message.method === 'resources/subscribe' && typeof params?.uri === 'string') this.#subscribed.add(params.uri);
+    if (message.method === 'resources/unsubscribe' && typeof params?.uri === 'string') this.#subscribed.delete(params.uri);
+    if (message.method === 'logging/setLevel') this.#logLevel = params?.level;
+  }
+
+  async #forward(message: JSONRPCMessage & { method: string }, mayRetry: boolean): Promise<void> {
+    const id = 'id' in message ? (message.id as RequestId) : undefined;
+    let session: Session;
+    try {
+      session = await this.#open();
+    } catch (error) {
+      this.#say((error as Error).message);
+      if (id !== undefined) await this.#toClient({ jsonrpc: '2.0', id, error: { code: CONNECTION_CLOSED, message: (error as Error).message } });
+      return;
+    }
+    if (id !== undefined) session.inflight.set(id, message.method);
+    // A request the client gives up on is not answered: nothing is left to settle for it.
+    if (message.method === 'notifications/cancelled') {
+      session.inflight.delete((message as { params?: { requestId?: RequestId } }).params?.requestId ?? '');
+    }
+    try {
+      await session.http.send(message);
+    } catch (error) {
+      if (session.lost) return; // Settled with the others in flight.
+      const code = (error as NodeJS.ErrnoException).code;
+      const status = typeof code === 'number' ? code : null;
+      if (id !== undefined) session.inflight.delete(id);
+      const notDelivered = typeof code === 'string' && NOT_DELIVERED.has(code);
+      // No daemon took it (none listens, or its session is gone): it is sent once more, to a new one.
+      if (notDelivered || (status === 404 && message.method !== 'initialize')) {
+        this.#lose(session, 'the engine daemon is gone');
+        if (mayRetry) return await this.#forward(message, false);
+      } else if (status === null) {
+        // Broken while being sent: whether the daemon took it is unknown, as for any request in flight.
+        if (id !== undefined) session.inflight.set(id, message.method);
+        this.#lose(session, `the connection to the engine daemon broke (${(error as Error).message})`);
+        return;
+      } else if (message.method === 'initialize') {
+        // A session that did not start is of no use to the next request.
+        this.#lose(session, 'the daemon refused the session');
+      }
+      const text = status === null ? (error as Error).message : refusalText(error as Error);
+      if (message.method === 'initialize') this.#say(text);
+      if (id !== undefined) await this.#toClient({ jsonrpc: '2.0', id, error: { code: CONNECTION_CLOSED, message: text } });
+    }
+  }
+
+  #fromDaemon(session: Session, message: JSONRPCMessage): void {
+    if (!('method' in message)) {
+      const id = message.id as RequestId;
+      const own = session.own.get(id);
+      if (own) {
+        own(message);
+        return;
+      }
+      if (session !== this.#session) return;
+      session.inflight.delete(id);
+      // The protocol version the session speaks goes on every later request, as the SDK's Client does.
+      if (id === this.#initialize?.id && 'result' in message) {
+        session.http.setProtocolVersion(String(message.result.protocolVersion));
+        this.#answered = true;
+      }
+    } else if (session !== this.#session) {
+      return;
+    } else if ('id' in message) {
+      session.asked.add(message.id);
+    }
+    void this.#toClient(message);
+  }
+
+  /** The session, opening one (and the daemon, when it is not running) when there is none. */
+  #open(): Promise<Session> {
+    if (this.#session && !this.#session.lost) return Promise.resolve(this.#session);
+    this.#opening ??= this.#connect().finally(() => {
+      this.#opening = null;
+    });
+    return this.#opening;
+  }
+
+  async #connect(): Promise<Session> {
+    const { workspace, project, env } = this.#options;
+    const link = await ensureDaemon(workspace, { env });
+    const name = clientCaller('mcp', (this.#initialize?.params as { clientInfo?: { name?: unknown } } | undefined)?.clientInfo?.name);
+    const session: Session = {
+      http: undefined as unknown as StreamableHTTPClientTransport,
+      inflight: new Map(),
+      asked: new Set(),
+      own: new Map(),
+      lost: false,
+    };
+    const fetch = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), (error) =>
+      this.#lose(session, `the engine daemon stopped (${(error as Error).message})`),
+    );
+    const http = new StreamableHTTPClientTransport(new URL(`http://localhost/p/${encodeURIComponent(project)}/mcp`), {
+      fetch,
+      // The bridge reopens a session itself, on a daemon that may be new; the SDK's retries would knock on a dead one.
+      reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 },
+    });
+    (session as { http: StreamableHTTPClientTransport }).http = http;
+    http.onmessage = (message) => this.#fromDaemon(session, message);
+    http.onerror = () => {};
+    await http.start();
+    // The client's own initialize opens the first session as it passes through; a later one is the bridge's to open.
+    if (this.#answered) {
+      try {
+        await this.#handshake(session);
+      } catch (error) {
+        this.#lose(session, (error as Error).message);
+        throw error;
+      }
+    }
+    this.#session = session;
+    return session;
+  }
+
+  /** Opens a session on a new daemon as the client opened the first: its initialize, then what it had set. */
+  async #handshake(session: Session): Promise<void> {
+    const ask = async (method: string, params: unknown): Promise<JSONRPCMessage> => {
+      const id = `arium-bridge-${++this.#ownIds}`;
+      const answer = new Promise<JSONRPCMessage>((resolve) => session.own.set(id, resolve));
+      try {
+        await session.http.send({ jsonrpc: '2.0', id, method, params: params as Record<string, unknown> });
+        return await answer;
+      } finally {
+        session.own.delete(id);
+      }
+    };
+    const init = this.#initialize as JSONRPCRequest;
+    const answer = await ask('initialize', init.params);
+    if (!('result' in answer))
+      throw new Error(`a new engine daemon refused the session: ${JSON.stringify('error' in answer ? answer.error : answer)}`);
+    session.http.setProtocolVersion(String(answer.result.protocolVersion));
+    await session.http.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+    if (this.#logLevel !== undefined) await ask('logging/setLevel', { level: this.#logLevel });
+    for (const uri of this.#subscribed) await ask('resources/subscribe', { uri });
+    this.#say('reconnected to a new engine daemon');
+  }
+
+  /** The daemon of `session` is gone: every request it took is settled, and its questions withdrawn. */
+  #lose(session: Session, why: string): void {
+    if (session.lost) return;
+    session.lost = true;
+    if (this.#session === session) this.#session = null;
+    if (session.inflight.size > 0 || session.asked.size > 0) this.#say(`${why}; ${session.inflight.size} request(s) in flight answered UNAVAILABLE`);
+    for (const [id, method] of session.inflight) void this.#toClient(stoppedAnswer(id, method));
+    for (const id of session.asked) {
+      void this.#toClient({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: id, reason: 'the engine stopped' } });
+    }
+    for (const [id, settle] of session.own) settle({ jsonrpc: '2.0', id, error: { code: CONNECTION_CLOSED, message: why } });
+    session.inflight.clear();
+    session.asked.clear();
+    // Stops its other streams and the SDK's reconnection attempts; the session died with the daemon.
+    void session.http.close().catch(() => {});
+  }
+}
+
+/** Runs the bridge until the client closes standard input. */
+export async function runBridge(options: BridgeOptions): Promise<number> {
+  const stdin = options.stdin ?? process.stdin;
+  const bridge = new McpBridge({ ...options, stdin });
+  await bridge.start();
+  await new Promise<void>((resolve) => {
+    stdin.once('end', resolve);
+    stdin.once('close', resolve);
+  });
+  await bridge.close();
+  return 0;
+}
