@@ -30,6 +30,8 @@ export interface BridgeOptions {
 
 /** JSON-RPC's "server error" range: the SDK's ConnectionClosed, for a request the stopped engine took with it. */
 const CONNECTION_CLOSED = -32000;
+/** How long messages after `initialized` wait for the session's GET stream at most. */
+const LISTEN_WAIT_MS = 5000;
 /** Connection errors that mean the request never reached a daemon: sending it again cannot run it twice. */
 const NOT_DELIVERED = new Set(['ECONNREFUSED', 'ENOENT', 'ENOTSOCK']);
 
@@ -42,6 +44,12 @@ interface Session {
   readonly asked: Set<RequestId>;
   /** The bridge's own requests (a new session's handshake), by id. */
   readonly own: Map<RequestId, (message: JSONRPCMessage) => void>;
+  /**
+   * Settled once the standalone GET stream is answered: the daemon drops a notification that is not the
+   * answer to a request (list_changed, resources/updated) while a session has no such stream, so
+   * nothing after `initialized` goes out before it.
+   */
+  readonly listening: Promise<void>;
   lost: boolean;
 }
 
@@ -86,9 +94,10 @@ function refusalText(error: Error): string {
 
 /**
  * A socket fetch that tells when a response's body breaks off (the daemon died under a stream) or a
- * standalone GET cannot connect: `broken` is called before the SDK's transport sees the error.
+ * standalone GET cannot connect (`broken`, called before the SDK's transport sees the error), and when
+ * the standalone GET stream is answered (`listening`).
  */
-function watchedFetch(base: SocketFetch, broken: (error: unknown) => void): SocketFetch {
+function watchedFetch(base: SocketFetch, broken: (error: unknown) => void, listening: () => void): SocketFetch {
   return async (input, init) => {
     const mine = () => init?.signal?.aborted === true;
     let response: Response;
@@ -99,6 +108,7 @@ function watchedFetch(base: SocketFetch, broken: (error: unknown) => void): Sock
       if (!mine() && (init?.method ?? 'GET') === 'GET') broken(error);
       throw error;
     }
+    if ((init?.method ?? 'GET') === 'GET') listening();
     if (!response.body) return response;
     const reader = response.body.getReader();
     // The reader (the SDK's transport) may drop the stream once it has what it wanted: that is no break.
@@ -208,6 +218,7 @@ export class McpBridge {
       if (id !== undefined) await this.#toClient({ jsonrpc: '2.0', id, error: { code: CONNECTION_CLOSED, message: (error as Error).message } });
       return;
     }
+    if (message.method !== 'initialize' && message.method !== 'notifications/initialized') await this.#listening(session);
     if (id !== undefined) session.inflight.set(id, message.method);
     // A request the client gives up on is not answered: nothing is left to settle for it.
     if (message.method === 'notifications/cancelled') {
@@ -263,6 +274,13 @@ export class McpBridge {
     void this.#toClient(message);
   }
 
+  /** Waits for the session's GET stream; a daemon that never answers it does not hold the client up for good. */
+  async #listening(session: Session): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([session.listening, new Promise((resolve) => (timer = setTimeout(resolve, LISTEN_WAIT_MS)))]);
+    clearTimeout(timer);
+  }
+
   /** The session, opening one (and the daemon, when it is not running) when there is none. */
   #open(): Promise<Session> {
     if (this.#session && !this.#session.lost) return Promise.resolve(this.#session);
@@ -276,15 +294,24 @@ export class McpBridge {
     const { workspace, project, env } = this.#options;
     const link = await ensureDaemon(workspace, { env });
     const name = clientCaller('mcp', (this.#initialize?.params as { clientInfo?: { name?: unknown } } | undefined)?.clientInfo?.name);
+    let listening = () => {};
     const session: Session = {
       http: undefined as unknown as StreamableHTTPClientTransport,
       inflight: new Map(),
       asked: new Set(),
       own: new Map(),
+      listening: new Promise<void>((resolve) => {
+        listening = resolve;
+      }),
       lost: false,
     };
-    const fetch = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), (error) =>
-      this.#lose(session, `the engine daemon stopped (${(error as Error).message})`),
+    const fetch = watchedFetch(
+      socketFetch(link.socket, { 'x-arium-client': name }),
+      (error) => {
+        listening();
+        this.#lose(session, `the engine daemon stopped (${(error as Error).message})`);
+      },
+      () => listening(),
     );
     const http = new StreamableHTTPClientTransport(new URL(`http://localhost/p/${encodeURIComponent(project)}/mcp`), {
       fetch,
@@ -326,6 +353,7 @@ export class McpBridge {
       throw new Error(`a new engine daemon refused the session: ${JSON.stringify('error' in answer ? answer.error : answer)}`);
     session.http.setProtocolVersion(String(answer.result.protocolVersion));
     await session.http.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+    await this.#listening(session);
     if (this.#logLevel !== undefined) await ask('logging/setLevel', { level: this.#logLevel });
     for (const uri of this.#subscribed) await ask('resources/subscribe', { uri });
     this.#say('reconnected to a new engine daemon');
