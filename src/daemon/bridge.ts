@@ -332,6 +332,7 @@ export class McpBridge {
       }
     }
     this.#session = session;
+    this.#say(`bridging to the engine daemon of ${workspace} (pid ${link.pid}), project "${project}"`);
     return session;
   }
 
