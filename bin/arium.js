@@ -36,7 +36,9 @@ function bridgeArgs(argv, env) {
 }
 
 const bridge = bridgeArgs(process.argv.slice(2), process.env);
-const bridgeModule = new URL('../dist/src/daemon/bridge.js', import.meta.url);
+// One file (scripts/bundle-bridge.mjs) loads in about a third of the time of the modules it is made of.
+const bundled = new URL('../dist/src/daemon/bridge.bundle.mjs', import.meta.url);
+const bridgeModule = existsSync(bundled) ? bundled : new URL('../dist/src/daemon/bridge.js', import.meta.url);
 if (bridge && existsSync(bridgeModule)) {
   const { runBridge } = await import(bridgeModule.href);
   process.exitCode = await runBridge({ ...bridge, env: process.env, stderr: process.stderr });
