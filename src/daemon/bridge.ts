@@ -13,7 +13,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { JSONRPCMessage, JSONRPCRequest, RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { clientCaller } from '../surfaces/mcp/caller.js';
-import { ensureDaemon } from './link.js';
+import { type DaemonLink, ensureDaemon } from './link.js';
 import { type SocketFetch, socketFetch } from './socket-fetch.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -151,6 +151,8 @@ export class McpBridge {
   /** Whether a daemon has answered the client's initialize: a later session is then the bridge's to open. */
   #answered = false;
   #ownIds = 0;
+  /** The daemon looked for (or started) while the client's initialize is on its way: for the first session only. */
+  #early: Promise<DaemonLink> | null = null;
   #closed = false;
 
   constructor(options: BridgeOptions) {
@@ -162,6 +164,9 @@ export class McpBridge {
   }
 
   async start(): Promise<void> {
+    this.#early = ensureDaemon(this.#options.workspace, { env: this.#options.env });
+    // Its failure is the first request's to report.
+    this.#early.catch(() => {});
     await this.#stdio.start();
   }
 
@@ -292,7 +297,10 @@ export class McpBridge {
 
   async #connect(): Promise<Session> {
     const { workspace, project, env } = this.#options;
-    const link = await ensureDaemon(workspace, { env });
+    // A later session's daemon is looked for again: the early one may be the daemon that stopped.
+    const early = this.#early;
+    this.#early = null;
+    const link = await (early ?? ensureDaemon(workspace, { env }));
     const name = clientCaller('mcp', (this.#initialize?.params as { clientInfo?: { name?: unknown } } | undefined)?.clientInfo?.name);
     let listening = () => {};
     const session: Session = {
