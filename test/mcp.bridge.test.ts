@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -14,6 +14,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { daemonPaths } from '../src/daemon/paths.js';
 import { socketFetch } from '../src/daemon/socket-fetch.js';
+import { createEngine } from '../src/index.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**
@@ -71,10 +72,14 @@ function alive(pid: number): boolean {
 }
 
 /** A bridge for a client named `name`; with `elicit`, the client declares elicitation and answers with it. */
-async function bridge(name: string, elicit?: (message: string) => Promise<ElicitResult>): Promise<{ client: Client; stderr: () => string }> {
+async function bridge(
+  name: string,
+  elicit?: (message: string) => Promise<ElicitResult>,
+  projectName = project.project,
+): Promise<{ client: Client; stderr: () => string }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ['--no-node-snapshot', BIN, '--workspace', project.workspace, '--project', project.project, 'mcp'],
+    args: ['--no-node-snapshot', BIN, '--workspace', project.workspace, '--project', projectName, 'mcp'],
     env: env(),
     stderr: 'pipe',
   });
@@ -84,8 +89,10 @@ async function bridge(name: string, elicit?: (message: string) => Promise<Elicit
   });
   const client = new Client({ name, version: '1.0.0' }, elicit ? { capabilities: { elicitation: {} } } : {});
   if (elicit) client.setRequestHandler(ElicitRequestSchema, (request) => elicit(request.params.message));
-  await client.connect(transport);
   clients.push(client);
+  await client.connect(transport).catch((error: Error) => {
+    throw new Error(`${error.message}\n(bridge stderr: ${stderr})`);
+  });
   return { client, stderr: () => stderr };
 }
 
@@ -255,6 +262,35 @@ describe('arium mcp bridges to the workspace daemon', () => {
     expect(read.structuredContent).toMatchObject({ error: { code: 'NOT_FOUND' } });
   });
 
+  it('a project that does not exist, or that another engine holds, fails initialize saying so', async () => {
+    await expect(bridge('lost', undefined, 'nope')).rejects.toThrow(/No project "nope" in this workspace/);
+    mkdirSync(join(project.workspace, 'held', 'tools'), { recursive: true });
+    const holder = await createEngine({ workspace: project.workspace, project: 'held', watch: false });
+    try {
+      await expect(bridge('blocked', undefined, 'held')).rejects.toThrow(/held by another engine/);
+    } finally {
+      await holder.close();
+    }
+  });
+
+  it('a daemon stopped gracefully mid-call: the call answers UNAVAILABLE, and the next call runs on a new daemon', async () => {
+    const { client } = await bridge('stopped');
+    const first = daemonPid() as number;
+    const started = new Promise<void>((resolve) => {
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => {
+        if (note.params.data === 'started 10') resolve();
+      });
+    });
+    const inFlight = call(client, 'slow', { n: 10, seconds: 30 });
+    await started;
+    process.kill(first, 'SIGTERM');
+    const result = await inFlight;
+    expect(result.structuredContent).toMatchObject({ error: { code: 'UNAVAILABLE', retryable: true, details: { committed: 'unknown' } } });
+    await waitFor(() => !alive(first), 15_000);
+    expect((await call(client, 'fs.write', { path: '/after-stop.txt', content: 'on' })).isError).toBeFalsy();
+    expect(daemonPid()).not.toBe(first);
+  }, 90_000);
+
   it('kill -9 of the daemon mid-call: the call answers UNAVAILABLE, and the next call runs on a new daemon', async () => {
     const { client, stderr } = await bridge('survivor');
     const first = daemonPid() as number;
@@ -271,8 +307,8 @@ describe('arium mcp bridges to the workspace daemon', () => {
     expect(result.structuredContent).toMatchObject({ error: { code: 'UNAVAILABLE', retryable: true, details: { committed: 'unknown' } } });
     expect((result.content[0] as { text: string }).text).toMatch(/engine stopped.*unknown/);
 
-    const next = await call(client, 'fs.read', { path: '/hello.txt' });
-    expect(next.structuredContent).toMatchObject({ content: 'hi' });
+    const next = await call(client, 'fs.write', { path: '/after-kill.txt', content: 'on' });
+    expect(next.isError).toBeFalsy();
     const second = daemonPid();
     expect(second).not.toBe(first);
     expect(second === null ? false : alive(second)).toBe(true);

@@ -13,8 +13,9 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { JSONRPCMessage, JSONRPCRequest, RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { clientCaller } from '../surfaces/mcp/caller.js';
+import { watchedFetch } from './bridge-fetch.js';
 import { type DaemonLink, ensureDaemon } from './link.js';
-import { type SocketFetch, socketFetch } from './socket-fetch.js';
+import { socketFetch } from './socket-fetch.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -30,6 +31,8 @@ export interface BridgeOptions {
 
 /** JSON-RPC's "server error" range: the SDK's ConnectionClosed, for a request the stopped engine took with it. */
 const CONNECTION_CLOSED = -32000;
+/** How long after a POST's stream ended its requests must have been answered (their bytes are read by then). */
+const ENDED_GRACE_MS = 50;
 /** How long messages after `initialized` wait for the session's GET stream at most. */
 const LISTEN_WAIT_MS = 5000;
 /** Connection errors that mean the request never reached a daemon: sending it again cannot run it twice. */
@@ -90,51 +93,6 @@ function refusalText(error: Error): string {
     if (body.error?.message) return `${body.error.code ? `${body.error.code}: ` : ''}${body.error.message}`;
   } catch {}
   return text;
-}
-
-/**
- * A socket fetch that tells when a response's body breaks off (the daemon died under a stream) or a
- * standalone GET cannot connect (`broken`, called before the SDK's transport sees the error), and when
- * the standalone GET stream is answered (`listening`).
- */
-function watchedFetch(base: SocketFetch, broken: (error: unknown) => void, listening: () => void): SocketFetch {
-  return async (input, init) => {
-    const mine = () => init?.signal?.aborted === true;
-    let response: Response;
-    try {
-      response = await base(input, init);
-    } catch (error) {
-      // A POST's failure is its sender's to judge (was it delivered?); a GET's is a lost daemon.
-      if (!mine() && (init?.method ?? 'GET') === 'GET') broken(error);
-      throw error;
-    }
-    if ((init?.method ?? 'GET') === 'GET') listening();
-    if (!response.body) return response;
-    const reader = response.body.getReader();
-    // The reader (the SDK's transport) may drop the stream once it has what it wanted: that is no break.
-    let dropped = false;
-    const body = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await reader.read();
-        } catch (error) {
-          if (dropped) return;
-          if (!mine()) broken(error);
-          controller.error(error);
-          return;
-        }
-        if (dropped) return;
-        if (chunk.done) controller.close();
-        else controller.enqueue(chunk.value);
-      },
-      cancel: (reason) => {
-        dropped = true;
-        return reader.cancel(reason);
-      },
-    });
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
 }
 
 export class McpBridge {
@@ -313,14 +271,14 @@ export class McpBridge {
       }),
       lost: false,
     };
-    const fetch = watchedFetch(
-      socketFetch(link.socket, { 'x-arium-client': name }),
-      (error) => {
+    const fetch = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), {
+      broken: (error) => {
         listening();
         this.#lose(session, `the engine daemon stopped (${(error as Error).message})`);
       },
-      () => listening(),
-    );
+      listening: () => listening(),
+      ended: (method, ids) => this.#ended(session, method, ids),
+    });
     const http = new StreamableHTTPClientTransport(new URL(`http://localhost/p/${encodeURIComponent(project)}/mcp`), {
       fetch,
       // The bridge reopens a session itself, on a daemon that may be new; the SDK's retries would knock on a dead one.
@@ -366,6 +324,23 @@ export class McpBridge {
     if (this.#logLevel !== undefined) await ask('logging/setLevel', { level: this.#logLevel });
     for (const uri of this.#subscribed) await ask('resources/subscribe', { uri });
     this.#say('reconnected to a new engine daemon');
+  }
+
+  /**
+   * A stream the daemon ended. The GET one ends only with the session (the daemon is stopping); a
+   * POST's ends once it has carried its requests' answers, so one still unanswered once the stream's
+   * last bytes have been read went with a session the daemon closed.
+   */
+  #ended(session: Session, method: string, ids: RequestId[]): void {
+    const why = 'the engine daemon closed the session (it is stopping)';
+    if (method === 'GET') {
+      this.#lose(session, why);
+    } else if (ids.length > 0) {
+      // The transport reads what the stream carried after it ended here: a turn of the event loop later.
+      setTimeout(() => {
+        if (ids.some((id) => session.inflight.has(id))) this.#lose(session, why);
+      }, ENDED_GRACE_MS);
+    }
   }
 
   /** The daemon of `session` is gone: every request it took is settled, and its questions withdrawn. */
