@@ -14,13 +14,19 @@ if (!existsSync(cli)) {
   process.exit(3);
 }
 
+// `arium tools | head` closes the pipe early; that is the reader's choice, not an error worth a stack trace.
+process.stdout.on('error', (error) => {
+  if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  throw error;
+});
+
 /**
  * `arium mcp` with at most --workspace and --project: the bridge to the workspace's daemon, loaded
  * without the CLI (which imports the engine), so an MCP client's initialize is answered in about the
  * time Node takes to start. Anything else (--no-daemon, ARIUM_NO_DAEMON, --help, other flags) is the CLI's.
  */
 function bridgeArgs(argv, env) {
-  if (env.ARIUM_NO_DAEMON) return null;
+  if (env.ARIUM_NO_DAEMON && env.ARIUM_NO_DAEMON !== '0') return null;
   const found = { command: null, workspace: 'workspace', project: 'demo' };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -44,12 +50,6 @@ if (bridge && existsSync(bridgeModule)) {
   process.exitCode = await runBridge({ ...bridge, env: process.env, stderr: process.stderr });
   process.exit();
 }
-
-// `arium tools | head` closes the pipe early; that is the reader's choice, not an error worth a stack trace.
-process.stdout.on('error', (error) => {
-  if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
-  throw error;
-});
 
 const { main } = await import(cli.href);
 const { processIo } = await import(new URL('../dist/src/surfaces/cli/io.js', import.meta.url).href);

@@ -11,6 +11,7 @@ import {
   ResourceUpdatedNotificationSchema,
   ToolListChangedNotificationSchema,
 } from '@modelcontextprotocol/sdk/types.js';
+import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { daemonPaths } from '../src/daemon/paths.js';
 import { socketFetch } from '../src/daemon/socket-fetch.js';
@@ -314,6 +315,33 @@ describe('arium mcp bridges to the workspace daemon', () => {
     expect(second === null ? false : alive(second)).toBe(true);
     expect(stderr()).toContain('reconnected to a new engine daemon');
   }, 90_000);
+});
+
+describe('the bridge is a thin client', () => {
+  it('imports nothing of the engine: only the daemon link, its paths, the socket fetch, the caller name and the SDK', async () => {
+    const built = await build({
+      entryPoints: [join(import.meta.dirname, '..', 'src', 'daemon', 'bridge.ts')],
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      write: false,
+      metafile: true,
+      logLevel: 'silent',
+    });
+    const ours = Object.keys(built.metafile.inputs).filter((input) => !input.includes('node_modules/'));
+    expect(ours.sort()).toEqual(
+      [
+        'src/daemon/bridge-fetch.ts',
+        'src/daemon/bridge.ts',
+        'src/daemon/link.ts',
+        'src/daemon/paths.ts',
+        'src/daemon/socket-fetch.ts',
+        'src/surfaces/mcp/caller.ts',
+      ].sort(),
+    );
+    const packages = new Set(Object.keys(built.metafile.inputs).flatMap((input) => /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(input)?.[1] ?? []));
+    expect([...packages].sort()).toEqual(['@modelcontextprotocol/sdk', 'content-type', 'eventsource-parser', 'pkce-challenge', 'zod'].sort());
+  });
 });
 
 /** The first event of `type` in the audit log that `match` accepts. */

@@ -173,6 +173,9 @@ export class McpBridge {
 
   async #forward(message: JSONRPCMessage & { method: string }, mayRetry: boolean): Promise<void> {
     const id = 'id' in message ? (message.id as RequestId) : undefined;
+    // A notification (a cancellation of a request already answered UNAVAILABLE) starts no daemon: only a request does.
+    const idle = (this.#session === null || this.#session.lost) && this.#opening === null;
+    if (id === undefined && idle && message.method !== 'notifications/initialized') return;
     let session: Session;
     try {
       session = await this.#open();
@@ -261,16 +264,7 @@ export class McpBridge {
     const link = await (early ?? ensureDaemon(workspace, { env }));
     const name = clientCaller('mcp', (this.#initialize?.params as { clientInfo?: { name?: unknown } } | undefined)?.clientInfo?.name);
     let listening = () => {};
-    const session: Session = {
-      http: undefined as unknown as StreamableHTTPClientTransport,
-      inflight: new Map(),
-      asked: new Set(),
-      own: new Map(),
-      listening: new Promise<void>((resolve) => {
-        listening = resolve;
-      }),
-      lost: false,
-    };
+    // The watcher's callbacks run once requests go out, after `session` is made.
     const fetch = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), {
       broken: (error) => {
         listening();
@@ -284,7 +278,16 @@ export class McpBridge {
       // The bridge reopens a session itself, on a daemon that may be new; the SDK's retries would knock on a dead one.
       reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 },
     });
-    (session as { http: StreamableHTTPClientTransport }).http = http;
+    const session: Session = {
+      http,
+      inflight: new Map(),
+      asked: new Set(),
+      own: new Map(),
+      listening: new Promise<void>((resolve) => {
+        listening = resolve;
+      }),
+      lost: false,
+    };
     http.onmessage = (message) => this.#fromDaemon(session, message);
     http.onerror = () => {};
     await http.start();
