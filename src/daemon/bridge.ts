@@ -364,15 +364,26 @@ export class McpBridge {
   }
 }
 
-/** Runs the bridge until the client closes standard input. */
+/** Signals a client sends a server it stops, after closing its input (the SDK's client: SIGTERM, 2 s later). */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
+/**
+ * Runs the bridge until the client closes standard input or stops the process. Either way the daemon's
+ * session is ended (DELETE) rather than left for the daemon's idle sweep: the daemon counts the
+ * sessions held over its socket against one bound (mcp_sessions_per_key).
+ */
 export async function runBridge(options: BridgeOptions): Promise<number> {
   const stdin = options.stdin ?? process.stdin;
   const bridge = new McpBridge({ ...options, stdin });
   await bridge.start();
+  let stop = () => {};
   await new Promise<void>((resolve) => {
+    stop = resolve;
     stdin.once('end', resolve);
     stdin.once('close', resolve);
+    for (const signal of STOP_SIGNALS) process.once(signal, resolve);
   });
+  for (const signal of STOP_SIGNALS) process.off(signal, stop);
   await bridge.close();
   return 0;
 }
