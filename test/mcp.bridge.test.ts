@@ -295,6 +295,12 @@ describe('arium mcp bridges to the workspace daemon', () => {
   it('kill -9 of the daemon mid-call: the call answers UNAVAILABLE, and the next call runs on a new daemon', async () => {
     const { client, stderr } = await bridge('survivor');
     const first = daemonPid() as number;
+    const watched = `arium://${project.project}/vfs/watched`;
+    await client.subscribeResource({ uri: watched });
+    const updated: string[] = [];
+    client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+      updated.push(n.params.uri);
+    });
     const started = new Promise<void>((resolve) => {
       client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => {
         if (note.params.data === 'started 9') resolve();
@@ -314,6 +320,10 @@ describe('arium mcp bridges to the workspace daemon', () => {
     expect(second).not.toBe(first);
     expect(second === null ? false : alive(second)).toBe(true);
     expect(stderr()).toContain('reconnected to a new engine daemon');
+    // The new session was given the client's subscription again.
+    await call(client, 'fs.write', { path: '/watched/x.txt', content: 'x' });
+    await waitFor(() => updated.length > 0);
+    expect(updated).toEqual([watched]);
   }, 90_000);
 });
 
