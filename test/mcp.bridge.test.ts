@@ -54,6 +54,14 @@ function daemonPid(): number | null {
   }
 }
 
+/** Connections open to the daemon's socket now, from the kernel's table (/proc/net/unix, state 03: connected). */
+function daemonConnections(): number {
+  const socket = paths().socket;
+  return readFileSync('/proc/net/unix', 'utf8')
+    .split('\n')
+    .filter((line) => line.endsWith(` ${socket}`) && line.trim().split(/\s+/)[5] === '03').length;
+}
+
 async function stopDaemon(): Promise<void> {
   const pid = daemonPid();
   if (pid === null) return;
@@ -218,7 +226,21 @@ describe('arium mcp bridges to the workspace daemon', () => {
     const events = await waitForEvent('ToolErrorEvent', (e) => e.tool === 'slow_writer');
     expect(events.error?.code).toBe('CANCELLED');
     expect((await call(client, 'fs.read', { path: '/cancelled.txt' })).structuredContent).toMatchObject({ error: { code: 'NOT_FOUND' } });
-  });
+
+    // The daemon answers nothing to a cancelled request: the bridge closes its stream, else each would
+    // hold a connection for as long as the session lasts. Each open bridge keeps one: its GET stream
+    // (idle pooled connections close after 5 s).
+    for (const n of [11, 12, 13]) {
+      const again = new AbortController();
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => {
+        if (note.params.data === `started ${n}`) again.abort('changed my mind');
+      });
+      await expect(
+        client.callTool({ name: 'slow_writer', arguments: { n } }, undefined, { signal: again.signal, timeout: 60_000 }),
+      ).rejects.toThrow();
+    }
+    await waitFor(() => daemonConnections() <= clients.length, 20_000);
+  }, 60_000);
 
   it('an approval asked through a bridge is answered by elicitation', async () => {
     const asked: string[] = [];

@@ -30,22 +30,43 @@ function requestIds(body: unknown): RequestId[] {
   }
 }
 
-export function watchedFetch(base: SocketFetch, watcher: FetchWatcher): SocketFetch {
-  return async (input, init) => {
+export interface WatchedFetch {
+  fetch: SocketFetch;
+  /**
+   * Closes the response stream of request `id`. The daemon answers nothing to a request the client
+   * cancelled, so its stream would stay open (a connection, and a stream the daemon's session keeps)
+   * for as long as the session lasts.
+   */
+  drop(id: RequestId): void;
+}
+
+export function watchedFetch(base: SocketFetch, watcher: FetchWatcher): WatchedFetch {
+  const streams = new Map<RequestId, AbortController>();
+  const fetch: SocketFetch = async (input, init) => {
     const method = init?.method ?? 'GET';
-    // The transport aborts its own requests when it closes: what follows from that is no news.
-    const mine = () => init?.signal?.aborted === true;
+    const ids = method === 'POST' ? requestIds(init?.body) : [];
+    const own = new AbortController();
+    const signal = init?.signal ? AbortSignal.any([init.signal, own.signal]) : own.signal;
+    for (const id of ids) streams.set(id, own);
+    const forget = () => {
+      for (const id of ids) if (streams.get(id) === own) streams.delete(id);
+    };
+    // The transport aborts its own requests when it closes, the bridge a cancelled one's: no news either way.
+    const mine = () => signal.aborted;
     let response: Response;
     try {
-      response = await base(input, init);
+      response = await base(input, { ...init, signal });
     } catch (error) {
+      forget();
       // A POST's failure is its sender's to judge (was it delivered?); a GET's is a lost daemon.
       if (!mine() && method === 'GET') watcher.broken(error);
       throw error;
     }
     if (method === 'GET') watcher.listening();
-    if (!response.body) return response;
-    const ids = method === 'POST' ? requestIds(init?.body) : [];
+    if (!response.body) {
+      forget();
+      return response;
+    }
     const reader = response.body.getReader();
     // The reader (the SDK's transport) may drop the stream once it has what it wanted: that is no break.
     let dropped = false;
@@ -55,6 +76,7 @@ export function watchedFetch(base: SocketFetch, watcher: FetchWatcher): SocketFe
         try {
           chunk = await reader.read();
         } catch (error) {
+          forget();
           if (dropped) return;
           if (!mine()) watcher.broken(error);
           controller.error(error);
@@ -62,14 +84,17 @@ export function watchedFetch(base: SocketFetch, watcher: FetchWatcher): SocketFe
         }
         if (dropped) return;
         if (!chunk.done) return controller.enqueue(chunk.value);
+        forget();
         controller.close();
         if (!mine() && response.ok) watcher.ended(method, ids);
       },
       cancel: (reason) => {
+        forget();
         dropped = true;
         return reader.cancel(reason);
       },
     });
     return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
   };
+  return { fetch, drop: (id) => streams.get(id)?.abort() };
 }

@@ -41,6 +41,8 @@ const NOT_DELIVERED = new Set(['ECONNREFUSED', 'ENOENT', 'ENOTSOCK']);
 /** One MCP session on one daemon. A daemon that stops ends it; the next request opens another. */
 interface Session {
   readonly http: StreamableHTTPClientTransport;
+  /** Closes the response stream of a request the client cancelled (bridge-fetch.ts). */
+  readonly drop: (id: RequestId) => void;
   /** The client's requests the daemon has not answered yet, by id: their method. */
   readonly inflight: Map<RequestId, string>;
   /** The daemon's requests (elicitation) the client has not answered yet. */
@@ -187,11 +189,13 @@ export class McpBridge {
     if (message.method !== 'initialize' && message.method !== 'notifications/initialized') await this.#listening(session);
     if (id !== undefined) session.inflight.set(id, message.method);
     // A request the client gives up on is not answered: nothing is left to settle for it.
-    if (message.method === 'notifications/cancelled') {
-      session.inflight.delete((message as { params?: { requestId?: RequestId } }).params?.requestId ?? '');
-    }
+    const cancelled =
+      message.method === 'notifications/cancelled' ? (message as { params?: { requestId?: RequestId } }).params?.requestId : undefined;
+    if (cancelled !== undefined) session.inflight.delete(cancelled);
     try {
       await session.http.send(message);
+      // The daemon has the cancellation: the request's stream, which will carry nothing more, can go.
+      if (cancelled !== undefined) session.drop(cancelled);
     } catch (error) {
       if (session.lost) return; // Settled with the others in flight.
       const code = (error as NodeJS.ErrnoException).code;
@@ -265,7 +269,7 @@ export class McpBridge {
     const name = clientCaller('mcp', (this.#initialize?.params as { clientInfo?: { name?: unknown } } | undefined)?.clientInfo?.name);
     let listening = () => {};
     // The watcher's callbacks run once requests go out, after `session` is made.
-    const fetch = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), {
+    const { fetch, drop } = watchedFetch(socketFetch(link.socket, { 'x-arium-client': name }), {
       broken: (error) => {
         listening();
         this.#lose(session, `the engine daemon stopped (${(error as Error).message})`);
@@ -280,6 +284,7 @@ export class McpBridge {
     });
     const session: Session = {
       http,
+      drop,
       inflight: new Map(),
       asked: new Set(),
       own: new Map(),
