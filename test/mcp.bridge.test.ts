@@ -363,6 +363,7 @@ describe('the bridge is a thin client', () => {
     const ours = Object.keys(built.metafile.inputs).filter((input) => !input.includes('node_modules/'));
     expect(ours.sort()).toEqual(
       [
+        'src/daemon/bridge-answers.ts',
         'src/daemon/bridge-fetch.ts',
         'src/daemon/bridge.ts',
         'src/daemon/link.ts',
