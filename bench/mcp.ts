@@ -33,7 +33,7 @@ export async function benchMcp(): Promise<Record<string, unknown>> {
     await client.connect(
       new StdioClientTransport({
         command: process.execPath,
-        args: [join(ROOT, 'bin', 'arium.js'), '--workspace', dir, '--project', 'served', 'mcp'],
+        args: [join(ROOT, 'bin', 'arium.js'), '--workspace', dir, '--project', 'served', 'mcp', '--no-daemon'],
         stderr: 'ignore',
       }),
     );

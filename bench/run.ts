@@ -43,6 +43,7 @@ const suites: Array<[string, Bench | null]> = [
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mix', await optional('./mix.js', 'benchMix')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
+  ['daemon-start', await optional('./daemon-start.js', 'benchDaemonStart')],
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],
   ['shell', await optional('./shell.js', 'benchShell')],

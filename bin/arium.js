@@ -2,6 +2,7 @@
 // The `arium` command: loads the compiled CLI. Plain JS, so it runs before (and tells you about) a build.
 import { existsSync } from 'node:fs';
 import module from 'node:module';
+import { resolve } from 'node:path';
 
 // Node 22.1 and later keep V8's compiled code of the modules on disk between runs (a no-op before):
 // every command starts by loading the same modules.
@@ -18,6 +19,37 @@ process.stdout.on('error', (error) => {
   if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
   throw error;
 });
+
+/**
+ * `arium mcp` with at most --workspace and --project: the bridge to the workspace's daemon, loaded
+ * without the CLI (which imports the engine), so an MCP client's initialize is answered in about the
+ * time Node takes to start. Anything else (--no-daemon, ARIUM_NO_DAEMON, --help, other flags) is the CLI's.
+ */
+function bridgeArgs(argv, env) {
+  if (env.ARIUM_NO_DAEMON && env.ARIUM_NO_DAEMON !== '0') return null;
+  const found = { command: null, workspace: 'workspace', project: 'demo' };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const named = /^--(workspace|project)(?:=(.+))?$/.exec(arg);
+    if (named) {
+      const value = named[2] ?? argv[++i];
+      if (value === undefined || value === '' || value.startsWith('--')) return null;
+      found[named[1]] = value;
+    } else if (arg === 'mcp' && found.command === null) found.command = arg;
+    else return null;
+  }
+  return found.command === 'mcp' ? { workspace: resolve(found.workspace), project: found.project } : null;
+}
+
+const bridge = bridgeArgs(process.argv.slice(2), process.env);
+// One file (scripts/bundle-bridge.mjs) loads in about a third of the time of the modules it is made of.
+const bundled = new URL('../dist/src/daemon/bridge.bundle.mjs', import.meta.url);
+const bridgeModule = existsSync(bundled) ? bundled : new URL('../dist/src/daemon/bridge.js', import.meta.url);
+if (bridge && existsSync(bridgeModule)) {
+  const { runBridge } = await import(bridgeModule.href);
+  process.exitCode = await runBridge({ ...bridge, env: process.env, stderr: process.stderr });
+  process.exit();
+}
 
 // A command for a project's engine goes to the workspace's daemon when one answers: it runs there, on the
 // live project, and this process loads nothing of the engine. Otherwise (or --no-daemon) it runs here.

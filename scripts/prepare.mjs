@@ -21,8 +21,8 @@ try {
 }
 const result = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { cwd: root, stdio: 'inherit' });
 if (result.status !== 0) process.exit(result.status ?? 1);
-// The build's other steps (package.json "build"): the schemas compiled ahead, the inspector page.
-for (const step of ['precompile-schemas.mjs', 'build-inspector.mjs']) {
+// The build's other steps (package.json "build"): the schemas compiled ahead, the bridge's bundle, the inspector page.
+for (const step of ['precompile-schemas.mjs', 'bundle-bridge.mjs', 'build-inspector.mjs']) {
   const done = spawnSync(process.execPath, [join(root, 'scripts', step)], { cwd: root, stdio: 'inherit' });
   if (done.status !== 0) process.exit(done.status ?? 1);
 }

@@ -1,9 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { daemonPaths } from '../src/daemon/paths.js';
 import { checkSchema } from '../src/surfaces/vendor-rules.js';
 import { type Json, runCli } from './cli.helpers.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
@@ -15,6 +16,7 @@ import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support
 
 let project: TempProject;
 let elsewhere: string;
+let runtime: string;
 
 /** An input nested 70 objects deep: past what any model API takes, so listed to none. */
 function deepSchema(levels: number): Record<string, unknown> {
@@ -38,15 +40,22 @@ beforeAll(() => {
     }),
   });
   elsewhere = mkdtempSync(join(tmpdir(), 'arium-client-cwd-'));
+  runtime = mkdtempSync(join(tmpdir(), 'arium-client-run-'));
 });
 
 afterAll(() => {
+  // The bridge started the workspace's daemon: it outlives the client by design, not the test.
+  try {
+    const { pid } = JSON.parse(readFileSync(daemonPaths(project.workspace, { XDG_RUNTIME_DIR: runtime }).record, 'utf8')) as { pid: number };
+    process.kill(pid, 'SIGTERM');
+  } catch {}
   project?.remove();
   rmSync(elsewhere, { recursive: true, force: true });
+  rmSync(runtime, { recursive: true, force: true });
 });
 
-const config = async (args: string[], cwd = project.workspace): Promise<Json> => {
-  const run = await runCli(cwd, ['mcp-config', ...args], { env: { PATH: process.env.PATH ?? '' } });
+const config = async (args: string[], cwd = project.workspace, env: Record<string, string> = {}): Promise<Json> => {
+  const run = await runCli(cwd, ['mcp-config', ...args], { env: { PATH: process.env.PATH ?? '', ...env } });
   expect(run.code, run.err).toBe(0);
   return JSON.parse(run.out);
 };
@@ -76,7 +85,10 @@ describe('arium mcp-config', () => {
   });
 
   it('the printed configuration, started from another directory, serves the tools: listed in shapes the model APIs take, and callable', async () => {
-    const server = (await config(['--workspace', project.workspace, '--project', 'p'])).mcpServers.arium;
+    const server = (await config(['--workspace', project.workspace, '--project', 'p'], project.workspace, { XDG_RUNTIME_DIR: runtime })).mcpServers
+      .arium;
+    // The bridge looks for the daemon where this shell's commands do.
+    expect(server.env).toEqual({ PATH: process.env.PATH, XDG_RUNTIME_DIR: runtime });
     const transport = new StdioClientTransport({ command: server.command, args: server.args, env: server.env, cwd: elsewhere, stderr: 'pipe' });
     let stderr = '';
     transport.stderr?.on('data', (chunk: Buffer) => {
@@ -102,7 +114,7 @@ describe('arium mcp-config', () => {
     } finally {
       await client.close();
     }
-    expect(stderr).toContain('MCP server for project "p"');
+    expect(stderr).toContain(`bridging to the engine daemon of ${project.workspace}`);
     const listed = JSON.parse((await runCli(project.workspace, ['tools', '--workspace', project.workspace, '--project', 'p', '--json'])).out);
     expect(listed.problems).toContainEqual(
       expect.objectContaining({ id: 'note.deep', vendor: 'mcp', message: expect.stringContaining('levels deep') }),

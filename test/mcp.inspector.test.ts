@@ -29,7 +29,16 @@ async function inspector(args: string[]): Promise<unknown> {
 }
 
 describe('the MCP Inspector CLI', () => {
-  const stdio = () => [process.execPath, join(ROOT, 'bin', 'arium.js'), '--workspace', project.workspace, '--project', project.project, 'mcp'];
+  const stdio = () => [
+    process.execPath,
+    join(ROOT, 'bin', 'arium.js'),
+    '--workspace',
+    project.workspace,
+    '--project',
+    project.project,
+    'mcp',
+    '--no-daemon',
+  ];
 
   it('lists and calls tools over stdio', async () => {
     const listed = (await inspector([...stdio(), '--method', 'tools/list'])) as { tools: Array<{ name: string; annotations?: unknown }> };

@@ -1,5 +1,7 @@
+import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
@@ -9,7 +11,10 @@ import {
   ToolListChangedNotificationSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEngine } from '../src/index.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
+
+const execFileAsync = promisify(execFile);
 
 /**
  * `arium mcp` driven by the MCP SDK's own client over stdio: the real server process (bin/arium.js from
@@ -33,7 +38,7 @@ let project: TempProject;
 async function connect(p: TempProject = project): Promise<{ client: Client; close: () => Promise<void>; stderr: () => string }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [BIN, '--workspace', p.workspace, '--project', p.project, 'mcp'],
+    args: [BIN, '--workspace', p.workspace, '--project', p.project, 'mcp', '--no-daemon'],
     stderr: 'pipe',
     env: { PATH: process.env.PATH ?? '' },
   });
@@ -245,6 +250,31 @@ describe('what a client sees comes from arium.json, not from the client', () => 
       expect(((await session.client.callTool({ name: 'demo.echo', arguments: { a: 1 } })) as CallToolResult).structuredContent).toEqual({ a: 1 });
     } finally {
       await session.close();
+      own.remove();
+    }
+  });
+});
+
+describe('arium mcp --no-daemon on a project another engine holds', () => {
+  it('says on stderr who holds it and how to go on, since an MCP client shows only "Connection closed"', async () => {
+    const own = tempProject({ 'tool.js': TRIVIAL_JS, 'echo.json': definition({ id: 'demo.echo' }) });
+    const holder = await createEngine({ workspace: own.workspace, project: own.project, watch: false });
+    try {
+      const { stderr, exitCode } = await execFileAsync(
+        process.execPath,
+        [BIN, '--workspace', own.workspace, '--project', own.project, 'mcp', '--no-daemon'],
+        {
+          env: { PATH: process.env.PATH ?? '' },
+        },
+      ).then(
+        () => ({ stderr: '', exitCode: 0 }),
+        (error: { stderr: string; code: number }) => ({ stderr: error.stderr, exitCode: error.code }),
+      );
+      expect(exitCode).not.toBe(0);
+      expect(stderr).toContain(`project "${own.project}" of ${own.workspace} is held by another engine (pid ${process.pid}`);
+      expect(stderr).toContain('Run arium mcp without --no-daemon');
+    } finally {
+      await holder.close();
       own.remove();
     }
   });

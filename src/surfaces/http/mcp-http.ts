@@ -87,7 +87,9 @@ export class McpSessions {
     // Node warns of past 10 listeners.
     if (engine.events.getMaxListeners() < this.limits.mcp_sessions + 10) engine.events.setMaxListeners(this.limits.mcp_sessions + 10);
     const mcp = createMcpServer(engine, {
-      caller: 'mcp-http',
+      // Over the daemon's socket (no remote address) a session is the stdio bridge's: `mcp:<client>`, as an
+      // in-process `arium mcp` names it; over TCP, `mcp-http:<client>`.
+      caller: req.socket.remoteAddress === undefined ? 'mcp' : 'mcp-http',
       // Over the gateway an approval can be answered by POST /v1/approvals/{run_id}: the call waits for it.
       pendingApprovals: 'wait',
       maxSubscriptions: this.limits.mcp_subscriptions,

@@ -22,6 +22,7 @@ import type { ToolResultEvent } from '../../events.js';
 import { DEFAULT_GATEWAY_LIMITS } from '../../limits.js';
 import type { LogLine } from '../../result.js';
 import { SurfaceAccess } from '../access.js';
+import { clientCaller } from './caller.js';
 import type { SurfaceProfile } from './profile.js';
 import { Subscriptions } from './subscriptions.js';
 import { mcpTool } from './tool-shape.js';
@@ -35,7 +36,10 @@ import { mcpTool } from './tool-shape.js';
 export interface McpServerOptions {
   /** Which tools this client sees and may call, and the grants its calls get (from arium.json, never the client). */
   profile?: SurfaceProfile;
-  /** Who calls, in events and the audit log. Default `mcp`. */
+  /**
+   * The surface calls come from, in events, approvals and the audit log: the caller is this, then the
+   * client's name from its `initialize` (`mcp:claude-code`; caller.ts). Default `mcp`.
+   */
   caller?: string;
   /** How often a call that asked for progress hears it, in milliseconds. Default 1000. */
   progressMs?: number;
@@ -97,7 +101,9 @@ function pendingResult(approval: PendingApproval): CallToolResult {
 export function createMcpServer(engine: Engine, options: McpServerOptions = {}): AriumMcpServer {
   const access = new SurfaceAccess(engine, options.profile, 'mcp');
   const visible = access.offered;
-  const caller = options.caller ?? 'mcp';
+  const surface = options.caller ?? 'mcp';
+  // Known once the client has sent initialize, which comes before any call.
+  const caller = () => clientCaller(surface, server.getClientVersion()?.name);
   const grants = options.profile?.grants;
   const prefix = `arium://${engine.project}/`;
   const server = new Server(
@@ -155,7 +161,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       else if (options.pendingApprovals === 'wait') waiting?.(approval);
       else
         engine.deny(approval.run_id, {
-          by: caller,
+          by: caller(),
           reason: `approval is required, and this MCP client cannot be asked (it has no elicitation capability); use a client that supports elicitation, or serve the project with \`arium serve\` and call it there, where POST /v1/approvals/{run_id} or \`arium approve\` answers`,
         });
     };
@@ -170,7 +176,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     try {
       const call = engine.call(capability ? { capability: id } : id, request.params.arguments ?? {}, {
         signal: extra.signal,
-        caller,
+        caller: caller(),
         onLog,
         ...(capability ? { offered: visible } : {}),
         onApproval,
@@ -220,7 +226,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         },
         { relatedRequestId: requestId, signal, timeout: Math.max(1, Date.parse(approval.expires_at) - Date.now()) },
       );
-      const by = `${caller}:${server.getClientVersion()?.name ?? 'client'}`;
+      const by = caller();
       if (answer.action === 'accept' && answer.content?.decision === 'approve') {
         engine.approve(approval.run_id, { by });
       } else {
@@ -254,7 +260,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     const resources: Resource[] = [
       { uri: `${prefix}snapshots`, name: 'snapshots', title: 'The snapshot log (needs vfs.read)', mimeType: 'application/json' },
     ];
-    const listed = await engine.call('fs.list', { path: '/', recursive: true, limit: 1000 }, { caller, ...(grants ? { grants } : {}) });
+    const listed = await engine.call('fs.list', { path: '/', recursive: true, limit: 1000 }, { caller: caller(), ...(grants ? { grants } : {}) });
     if (listed.ok) {
       for (const entry of (listed.data as { entries: Array<{ path: string; type: string; size?: number }> }).entries) {
         if (entry.type !== 'file') continue;
@@ -282,7 +288,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     }
     if (rest?.startsWith('vfs/')) {
       const path = decodePath(rest.slice(3), uri);
-      const read = await engine.call('fs.read', { path, encoding: 'base64' }, { caller, ...(grants ? { grants } : {}) });
+      const read = await engine.call('fs.read', { path, encoding: 'base64' }, { caller: caller(), ...(grants ? { grants } : {}) });
       if (!read.ok) throw new McpError(ErrorCode.InvalidParams, `${uri}: ${read.error.code}: ${read.error.message}`);
       const bytes = Buffer.from((read.data as { content: string }).content, 'base64');
       const text = utf8(bytes);

@@ -7,7 +7,8 @@ import type { Context } from '../context.js';
 import { EXIT } from '../io.js';
 
 /**
- * The MCP configuration of a desktop or editor client that starts `arium mcp` on this project. Every
+ * The MCP configuration of a desktop or editor client that starts `arium mcp` (the bridge to the
+ * workspace's engine daemon, which it starts when none runs) on this project. Every
  * path is absolute, and the command is this `node` running this package's bin/arium.js: the client
  * starts the server from its own working directory, where `npx arium` would not find this install and
  * would look `arium` up on the public registry instead.
@@ -57,6 +58,9 @@ async function run(ctx: Context): Promise<number> {
   // A client starts servers with a bare environment (Claude Desktop on macOS has almost no PATH): the
   // Python runner and system.exec find python3 and bwrap on this PATH.
   const env: Record<string, string> = { PATH: ctx.io.env.PATH ?? '/usr/local/bin:/usr/bin:/bin' };
+  // The daemon's socket is under $XDG_RUNTIME_DIR when it is set: the client's bridge must look where
+  // this shell's commands do, or the two would start a daemon each and one would find the project held.
+  if (ctx.io.env.XDG_RUNTIME_DIR) env.XDG_RUNTIME_DIR = ctx.io.env.XDG_RUNTIME_DIR;
   const server = { command: process.execPath, args: [bin, '--workspace', ctx.workspace, '--project', ctx.project, 'mcp'], env };
   ctx.emit(mcpConfig(client, server));
   if (!ctx.json) ctx.io.stderr.write(`arium: put this in ${WHERE[client]}\n`);
@@ -69,7 +73,9 @@ export const mcpConfigSpec: CommandSpec = {
   summary: 'print the MCP configuration that makes a desktop or editor client start arium mcp on this project',
   details: [
     'Prints JSON for the client’s MCP configuration: this node (absolute path) running this package’s',
-    'bin/arium.js with the absolute --workspace and --project, then mcp. Absolute, because the client',
+    'bin/arium.js with the absolute --workspace and --project, then mcp: the bridge to the workspace’s engine',
+    'daemon, which every client, CLI command and connect() of the workspace share (started when none runs).',
+    'The environment carries PATH and XDG_RUNTIME_DIR (where the daemon’s socket is). Absolute, because the client',
     'starts the server from a directory of its own, where `npx arium` would fetch a package of that name',
     'from the public registry instead of running this install. Where each client reads it:',
     ...CLIENTS.map((c) => `  ${c}: ${WHERE[c]}`),
