@@ -198,10 +198,12 @@ async function checkMcpConfig(block: Block): Promise<void> {
   const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
   const server = (JSON.parse(block.code) as { mcpServers: Record<string, { command: string; args: string[]; env: Record<string, string> }> })
     .mcpServers.arium;
-  expect(server?.command).toBe('/usr/local/bin/node');
+  expect(server?.command).toMatch(/^\/.+\/node$/);
   expect(server?.args[0]).toBe('/path/to/node_modules/arium/bin/arium.js');
-  expect(Object.keys(server?.env ?? {})).toEqual(['PATH']);
+  expect(Object.keys(server?.env ?? {})).toEqual(['PATH', 'XDG_RUNTIME_DIR']);
   const dir = userFolder('mcp-config');
+  // The bridge starts the workspace's daemon: in a runtime folder of this test, stopped after.
+  const runtime = mkdtempSync(join(tmpdir(), 'arium-readme-run-'));
   const place: Record<string, string> = {
     '/path/to/workspace': join(dir, 'workspace'),
     '/path/to/node_modules/arium/bin/arium.js': join(dir, 'node_modules', 'arium', 'bin', 'arium.js'),
@@ -214,7 +216,7 @@ async function checkMcpConfig(block: Block): Promise<void> {
       args,
       cwd: tmpdir(),
       stderr: 'pipe',
-      env: { PATH: process.env.PATH ?? '', HOME: dir },
+      env: { PATH: process.env.PATH ?? '', HOME: dir, XDG_RUNTIME_DIR: runtime },
     }),
   );
   try {
@@ -222,6 +224,54 @@ async function checkMcpConfig(block: Block): Promise<void> {
     expect(tools.map((t) => t.name)).toContain('fs.read');
   } finally {
     await client.close();
+    stopDaemon(join(dir, 'workspace'), runtime);
+  }
+}
+
+/** Stops the daemon a README example started (its record names it), and waits until it is gone. */
+function stopDaemon(workspace: string, runtime: string): void {
+  execFileSync(process.execPath, ['--no-node-snapshot', join(ROOT, 'bin', 'arium.js'), '--workspace', workspace, 'daemon', 'stop'], {
+    env: { PATH: process.env.PATH ?? '', XDG_RUNTIME_DIR: runtime },
+    encoding: 'utf8',
+  });
+}
+
+/** The connect() example: type-checked, then run against the daemon it starts, whose file it wrote is read back. */
+async function runConnectExample(block: Block): Promise<void> {
+  const dir = join(temp, `connect-${block.line}`);
+  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+  symlinkSync(ROOT, join(dir, 'node_modules', 'arium'));
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'user', type: 'module', private: true }));
+  writeFileSync(join(dir, 'example.ts'), block.code);
+  expect(typeProblems(join(dir, 'example.ts'))).toEqual([]);
+  cpSync(join(ROOT, 'workspace', 'demo'), join(dir, 'workspace', 'demo'), {
+    recursive: true,
+    filter: (source) => !source.includes(`${join('demo', '.arium')}`),
+  });
+  const runtime = mkdtempSync(join(tmpdir(), 'arium-readme-run-'));
+  const js = ts.transpileModule(block.code, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+  writeFileSync(join(dir, 'example.mjs'), js);
+  const env = { PATH: process.env.PATH ?? '', HOME: dir, XDG_RUNTIME_DIR: runtime };
+  try {
+    execFileSync(process.execPath, [join(dir, 'example.mjs')], { cwd: dir, encoding: 'utf8', env });
+    const read = execFileSync(
+      process.execPath,
+      [
+        '--no-node-snapshot',
+        join(ROOT, 'bin', 'arium.js'),
+        '--workspace',
+        join(dir, 'workspace'),
+        'call',
+        'fs.read',
+        '{"path":"/out/a.txt"}',
+        '--json',
+      ],
+      { encoding: 'utf8', env },
+    );
+    expect(JSON.parse(read)).toMatchObject({ ok: true, data: { content: 'hi\n' } });
+  } finally {
+    stopDaemon(join(dir, 'workspace'), runtime);
+    rmSync(runtime, { recursive: true, force: true });
   }
 }
 
@@ -298,7 +348,7 @@ async function runMcpClientExample(block: Block): Promise<void> {
 
 /** The library example: type-checked as a user's own TypeScript (strict, importing 'arium'), then run. */
 async function runLibraryExample(block: Block): Promise<void> {
-  const dir = join(temp, 'library');
+  const dir = join(temp, `library-${block.line}`);
   mkdirSync(join(dir, 'node_modules'), { recursive: true });
   symlinkSync(ROOT, join(dir, 'node_modules', 'arium'));
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'user', type: 'module', private: true }));
@@ -367,6 +417,11 @@ describe('every code block of the README', () => {
   it.each(all.filter((b) => b.lang === 'ts').map((b) => [`line ${b.line}`, b] as const))(
     'the TypeScript at %s type-checks under --strict and runs',
     { timeout: 60_000 },
-    async (_name, block) => (block.first.startsWith('// mcp-client.ts') ? runMcpClientExample(block) : runLibraryExample(block)),
+    async (_name, block) =>
+      block.first.startsWith('// mcp-client.ts')
+        ? runMcpClientExample(block)
+        : block.first.startsWith('import { connect }')
+          ? runConnectExample(block)
+          : runLibraryExample(block),
   );
 });

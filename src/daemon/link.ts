@@ -189,6 +189,25 @@ function askHealth(socket: string): Promise<Health> {
   });
 }
 
+/**
+ * A daemon killed a moment ago may still be closing its sockets: a connection made then is accepted and
+ * reset. Asked again shortly, the socket refuses (nobody there) or a live daemon answers.
+ */
+async function askHealthSettled(socket: string): Promise<Health> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await askHealth(socket);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if ((code !== 'ECONNRESET' && code !== 'EPIPE') || attempt >= RESET_RETRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+/** How often a reset connection is tried again (50 ms apart) before it counts as a daemon that does not answer. */
+const RESET_RETRIES = 20;
+
 /** The running daemon of the workspace, or null when none answers (a dead socket file is not one). Throws DaemonError for one that cannot be used (other user's folder, other protocol). */
 export async function findDaemon(workspace: string, env: Env = process.env): Promise<DaemonLink | null> {
   const paths = daemonPaths(workspace, env);
@@ -202,7 +221,7 @@ export async function findDaemon(workspace: string, env: Env = process.env): Pro
   recordedProtocol(paths);
   let health: Health;
   try {
-    health = await askHealth(paths.socket);
+    health = await askHealthSettled(paths.socket);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ECONNREFUSED' || code === 'ENOENT') {
