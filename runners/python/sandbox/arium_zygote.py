@@ -45,6 +45,8 @@ class Zygote:
             os.close(fd)
         self.server.selector.close()
         arium_confine.prepare_zygote(self.config)
+        # Here, before any fork: every call's process inherits the hook (see arium_child._exec_hook).
+        arium_child.install_exec_hook()
         self.bare_fork = bare_fork_problem() is None
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
