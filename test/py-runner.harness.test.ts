@@ -114,6 +114,72 @@ print(json.dumps({"started": started, "kept": marshalled is not None, "handed": 
 `) as { started: number; kept: boolean; handed: boolean; compiled: string[]; run: number };
     expect(out).toEqual({ started: 1, kept: true, handed: true, compiled: [], run: 42 });
   });
+
+  // An unusable answer would otherwise show nowhere but in each call's CPU (every call of the tool
+  // compiles it itself): the zygote tells the server, which the runner's status() counts.
+  it.each([
+    [
+      'the code under "blob", as compile processes once sent it',
+      '{"t": "code", "key": key, "blob": code}',
+      /its frame was refused: a frame announcing a blob/,
+    ],
+    ['a frame of another shape', '{"t": "code", "key": key, "code": code}', /a frame of another shape \(keys code, key, t\)/],
+    ['code that is not base64', '{"t": "code", "key": key, "marshalled": "not base64!"}', /its code is not base64/],
+  ])('a compile answer the zygote cannot use (%s) is reported to the server, and the tool left to its calls', (_, frame, why) => {
+    const out = python(`
+import base64, marshal, selectors, socket, tempfile, time
+import arium_child, arium_proto, arium_zygote
+tools = tempfile.mkdtemp()
+with open(os.path.join(tools, "doubled.py"), "w") as f:
+    f.write("def run(input, ctx):\\n    return input * 2\\n")
+with open(os.path.join(tools, "broken.py"), "w") as f:
+    f.write("def run(input, ctx)\\n")
+config = {"namespaces": True, "tools_dir": tools, "tools_prefix": "/tools/", "compile_wait_s": 15}
+class Server:
+    pass
+server = Server()
+server.config = config
+to_server, from_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+zygote = arium_zygote.Zygote(server, to_server, os.getpid())
+zygote.selector = selectors.DefaultSelector()
+def fork(uid, workdir, entries, compile_only=False):
+    parent, child = socket.socketpair()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if entries[0] == "broken.py":
+            arium_child.compile_main(config, child.fileno(), entries[0])  # a tool that does not compile
+        stat = os.stat(os.path.join(tools, entries[0]))
+        key = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
+        code = base64.b64encode(marshal.dumps(compile("x = 1", "x", "exec"))).decode()
+        arium_proto.send(child.fileno(), ${frame})
+        os._exit(0)
+    child.close()
+    os.close(out_w)
+    os.close(err_w)
+    return pid, [parent.detach(), out_r, err_r]
+zygote.fork = fork
+zygote.refresh_code(["doubled.py", "broken.py"], None)
+deadline = time.monotonic() + 15
+while zygote.compiling and time.monotonic() < deadline:
+    for key, _ in zygote.selector.select(zygote.compile_timeout()):
+        zygote.on_compile(key.fd)
+for pid in zygote.compile_pids:
+    os.waitpid(pid, 0)
+from_zygote.setblocking(False)
+told = []
+while True:
+    try:
+        told.append(json.loads(from_zygote.recv(65536)))
+    except BlockingIOError:
+        break
+print(json.dumps({"told": told, "kept": {entry: code[1] is not None for entry, code in zygote.code.items()}}))
+`) as { told: { t: string; entry: string; message: string }[]; kept: Record<string, boolean> };
+    // Only the unusable answer: a tool that does not compile is its calls' to report.
+    expect(out.told).toEqual([{ t: 'compile-refused', entry: 'doubled.py', message: expect.stringMatching(why) }]);
+    expect(out.kept).toEqual({ 'doubled.py': false, 'broken.py': false });
+  });
 });
 
 // The zygote forks call processes with fork(2) itself, without CPython's fork hooks, when it has one

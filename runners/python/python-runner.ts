@@ -109,6 +109,12 @@ export class PythonRunner implements Runner {
   /** The last line a fork server wrote to stderr before it stopped unexpectedly (for status()). */
   #lastProblem: string | null = null;
   #crashes = 0;
+  /**
+   * Answers of compile processes the zygotes could not use, and the last one's tool and reason: each
+   * call of that tool then compiles it itself, slower but otherwise unseen (status()).
+   */
+  #compileRefusals = 0;
+  #lastCompileRefusal: string | null = null;
   #closed = false;
 
   constructor(options: PythonRunnerOptions = {}) {
@@ -209,6 +215,8 @@ export class PythonRunner implements Runner {
       server_starts: this.#starts,
       server_crashes: this.#crashes,
       last_problem: this.#lastProblem,
+      compile_refusals: this.#compileRefusals,
+      last_compile_refusal: this.#lastCompileRefusal,
     };
     if (this.#options.strict && isolation.mode === 'rlimits') {
       return { available: false, reason: 'strict isolation is on and namespace isolation is not available', ...base };
@@ -437,6 +445,10 @@ export class PythonRunner implements Runner {
     this.#servers.set(key, server);
     this.#environments.set(server, environment);
     if (workRoot) this.#workRoots.set(server, workRoot);
+    server.onCompileRefused = (entry, why) => {
+      this.#compileRefusals++;
+      this.#lastCompileRefusal = `${entry}: ${why}`;
+    };
     server.onExit = () => {
       if (this.#servers.get(key) === server) {
         this.#servers.delete(key);

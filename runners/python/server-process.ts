@@ -53,6 +53,8 @@ type Frame = Record<string, unknown>;
 export class ServerProcess {
   readonly ready: Promise<ServerInfo>;
   onExit: (() => void) | null = null;
+  /** The zygote could not use what a compile process sent for a tool (a fault of the harness: see PythonRunner.status()). */
+  onCompileRefused: ((entry: string, why: string) => void) | null = null;
   readonly #child: ChildProcess;
   readonly #in: Writable;
   readonly #calls: SupervisedCalls<PythonCall> = new SupervisedCalls<PythonCall>({
@@ -270,6 +272,7 @@ export class ServerProcess {
     if (frame.t === 'vfs') this.#vfs(frame);
     else if (frame.t === 'done') this.#done(frame);
     else if (frame.t === 'log') this.#log(frame);
+    else if (frame.t === 'compile-refused') this.onCompileRefused?.(String(frame.entry), String(frame.message));
   }
 
   /** A log line of a call whose caller follows its logs, sent as it was written. */

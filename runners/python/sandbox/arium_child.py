@@ -256,35 +256,68 @@ def _exec_attempt(event, args):
     return " ".join([event] + parts)[:300]
 
 
+# What the audit hook needs in a call's process whose tool may not run programs (forbid_exec): the
+# call's channel, the process's pid, the message, and how many attempts were reported. None elsewhere:
+# in the zygote, in compile processes, and in calls whose tool may run programs.
+_refusal = None
+_hooked = False
+
+
+def _exec_hook(event, args, _events=EXEC_EVENTS):
+    """The audit hook that refuses running programs. Added once, in the zygote (install_exec_hook), so
+    that each call's process inherits it ready instead of making one: a hook made per call cost each
+    call's process about 13 more pages copied after the fork (its closure, and code run there for the
+    first time, which the interpreter rewrites as it specializes it). Every event of
+    every process forked from the zygote passes through it, so the common case (not a way to run a
+    program) is the first test, and is the path warmed in the zygote."""
+    if event not in _events and event[:12] != "ctypes.dlsym":
+        return
+    refusal = _refusal
+    if refusal is None:
+        return
+    attempt = _exec_attempt(event, args)
+    if attempt is None:
+        return
+    channel, call_pid, message, reported = refusal
+    if reported[0] < MAX_INTRUSIONS:
+        reported[0] += 1
+        frame = {"t": "intrusion", "operation": attempt}
+        try:
+            if os.getpid() == call_pid:
+                channel.send(frame)
+            else:
+                arium_proto.send(channel.fd, frame)  # a forked child: its copy of the lock may be held forever
+        except BaseException:
+            pass
+    raise PermissionError(errno.EPERM, "%s: %s" % (attempt.split(" ", 1)[0], message))
+
+
+# Calls that make the interpreter specialize the hook's common path in the zygote, before any fork:
+# its first runs write to its code object, which each call's process would otherwise copy.
+WARM_HOOK_CALLS = 64
+
+
+def install_exec_hook():
+    """Adds the audit hook once, inactive until forbid_exec (audit hooks cannot be removed, and a fork
+    keeps them)."""
+    global _hooked
+    if _hooked:
+        return
+    sys.addaudithook(_exec_hook)
+    _hooked = True
+    for _ in range(WARM_HOOK_CALLS):
+        sys.audit("arium.warm")
+
+
 def forbid_exec(channel, tool):
     """A call whose tool may not run programs (it does not declare sys.exec): execve and execveat fail
     in this process and all it starts (a seccomp filter, which nothing can lift), and every route of the
     standard library to them raises a PermissionError that says why, after the attempt is reported to
-    the engine (a SecurityEvent). Where there is no filter for this architecture, the refusal is the
-    audit hook alone (ctypes could get past it there)."""
-    call_pid = os.getpid()
-    reported = [0]
-    message = "running a program needs the sys.exec permission, which %s does not declare" % tool
-
-    def hook(event, args):
-        if event not in EXEC_EVENTS and not event.startswith("ctypes.dlsym"):
-            return
-        attempt = _exec_attempt(event, args)
-        if attempt is None:
-            return
-        if reported[0] < MAX_INTRUSIONS:
-            reported[0] += 1
-            frame = {"t": "intrusion", "operation": attempt}
-            try:
-                if os.getpid() == call_pid:
-                    channel.send(frame)
-                else:
-                    arium_proto.send(channel.fd, frame)  # a forked child: its copy of the lock may be held forever
-            except BaseException:
-                pass
-        raise PermissionError(errno.EPERM, "%s: %s" % (attempt.split(" ", 1)[0], message))
-
-    sys.addaudithook(hook)
+    the engine (a SecurityEvent; the audit hook, _exec_hook). Where there is no filter for this
+    architecture, the refusal is the audit hook alone (ctypes could get past it there)."""
+    global _refusal
+    install_exec_hook()
+    _refusal = (channel, os.getpid(), "running a program needs the sys.exec permission, which %s does not declare" % tool, [0])
     if arium_confine.NO_EXEC is not None:
         arium_seccomp.install(arium_confine.libc, arium_confine.NO_EXEC)
 

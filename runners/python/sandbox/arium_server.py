@@ -335,6 +335,9 @@ class Server:
         elif kind == "fork-error":
             self.forget_order(message["seq"], message.get("message"))
             self.dispatch()
+        elif kind == "compile-refused":
+            # A fault of the harness that would otherwise only slow every call of the tool: the engine counts it (status()).
+            self.to_host({"t": "compile-refused", "entry": str(message.get("entry")), "message": str(message.get("message"))})
         elif kind == "exit":
             proc = self.procs.get(message.get("pid"))
             if proc is not None and proc.status is None:

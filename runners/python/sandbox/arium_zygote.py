@@ -16,6 +16,10 @@ import arium_proto
 from arium_fork import CLONE_NEWPID, bare_fork, bare_fork_problem
 
 
+# The reason sent with a compile-refused message is cut to this many characters.
+MAX_REFUSAL_CHARS = 500
+
+
 class Zygote:
     """Forks the call processes, on the server's orders (see arium_server.py's docstring). Forked from the
     server before the server read anything from the engine; afterwards it receives only fork orders (a
@@ -45,6 +49,8 @@ class Zygote:
             os.close(fd)
         self.server.selector.close()
         arium_confine.prepare_zygote(self.config)
+        # Here, before any fork: every call's process inherits the hook (see arium_child._exec_hook).
+        arium_child.install_exec_hook()
         self.bare_fork = bare_fork_problem() is None
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -153,14 +159,18 @@ class Zygote:
                 data = b""
             try:
                 frames = job["reader"].feed(data) if data else None
-            except arium_proto.FrameError:
-                frames = None
+            except arium_proto.FrameError as error:
+                self.end_compile(sock, None, "its frame was refused: %s" % error)
+                return
             if frames != []:
                 self.end_compile(sock, frames[0] if frames else None)
                 return
 
-    def end_compile(self, sock, message):
-        """Keeps what a compile process sent (or None when it sent nothing usable) and kills it."""
+    def end_compile(self, sock, message, refused=None):
+        """Keeps what a compile process sent (or None when it sent nothing, or nothing usable) and kills
+        it. A frame that came but cannot be used (`refused`, or one of another shape) is a fault of the
+        harness, never of the tool: each call of that tool then compiles it again, which costs every
+        call and shows nowhere else, so it is reported to the server (compile_refused)."""
         assert self.selector is not None, "compile processes are started only once main() made the selector"
         job = self.compiling.pop(sock)
         self.selector.unregister(sock)
@@ -173,9 +183,22 @@ class Zygote:
         if isinstance(message, dict) and isinstance(message.get("marshalled"), str) and isinstance(message.get("key"), list):
             try:
                 code = (message["key"], base64.b64decode(message["marshalled"], validate=True))
-            except ValueError:
-                pass  # kept as None: its calls compile it
+            except ValueError as error:
+                refused = "its code is not base64: %s" % error
+        elif isinstance(message, dict) and message.get("t") == "code" and ("error" in message or message.get("marshalled", 0) is None):
+            pass  # the tool does not compile (its calls say why), or its code is too large to keep
+        elif message is not None:
+            refused = "a frame of another shape (keys %s)" % ", ".join(sorted(map(str, message)))
         self.code[job["entry"]] = code
+        if refused is not None:
+            self.compile_refused(job["entry"], refused)
+
+    def compile_refused(self, entry, why):
+        """Tells the server that a compile process's answer could not be used (see end_compile)."""
+        try:
+            self.send({"t": "compile-refused", "entry": entry, "message": why[:MAX_REFUSAL_CHARS]})
+        except OSError:
+            pass  # the server is gone: the zygote exits at its next read
 
     def compile_timeout(self):
         """Seconds until the next compile process's deadline (None: none runs); ends those past it."""
