@@ -354,7 +354,8 @@ export async function ensureDaemon(workspace: string, options: { env?: Env; idle
   let starts = 1;
   const timeoutMs = options.timeoutMs ?? START_TIMEOUT_MS;
   const until = Date.now() + timeoutMs;
-  let wait = 10;
+  // Short: finding no socket costs a stat, and every poll missed is latency added to a cold start.
+  let wait = 5;
   for (;;) {
     const link = await findDaemon(workspace, env);
     if (link) return link;
@@ -379,6 +380,6 @@ export async function ensureDaemon(workspace: string, options: { env?: Env; idle
       );
     }
     await pause(wait);
-    wait = Math.min(wait * 2, 200);
+    wait = Math.min(wait * 2, 25);
   }
 }
