@@ -1,0 +1,430 @@
+/**
+ * The `mcp` provider kind: an MCP server's tools, reached with the SDK's `Client` over stdio (a process
+ * the provider starts) or Streamable HTTP (a URL). A server that stops (its process exits, its HTTP
+ * session breaks) is started again with a growing pause; calls in flight end `UNAVAILABLE`, retryable,
+ * and calls that come meanwhile wait for the new start within their own time. Upstream tools/list_changed
+ * reads the tools again; progress, log lines and cancellation pass through.
+ *
+ * The SDK is imported on first start: an engine with no MCP provider never loads it.
+ */
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { ErrorCode } from '../errors.js';
+import { DEFAULT_PROVIDER_LIMITS } from '../limits.js';
+import type {
+  Provider,
+  ProviderCallContext,
+  ProviderDeps,
+  ProviderKind,
+  ProviderOutcome,
+  ProviderState,
+  ProviderStatus,
+  ProviderTool,
+} from './provider.js';
+
+/** A value from arium.json, or a secret's by name. */
+export type SecretValue = string | { $secret: string };
+
+export type McpSettings =
+  | { transport: 'stdio'; command: string; args: string[]; env: Map<string, SecretValue>; cwd?: string }
+  | { transport: 'http'; url: URL; headers: Map<string, SecretValue> };
+
+/** The most of a server's standard error kept to say why it stopped. */
+const STDERR_TAIL_BYTES = 4096;
+
+export const mcpProviderKind: ProviderKind<McpSettings> = {
+  key: 'mcp',
+  parse: parseMcpSettings,
+  create: (name, settings, deps) => new McpProvider(name, settings, deps),
+};
+
+export function parseMcpSettings(raw: unknown, at: string): McpSettings {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw new Error(`${at} must be an object with "command" (stdio) or "url" (Streamable HTTP)`);
+  const given = raw as Record<string, unknown>;
+  const allowed = 'command' in given ? ['command', 'args', 'env', 'cwd'] : ['url', 'headers'];
+  for (const key of Object.keys(given)) {
+    if (!allowed.includes(key))
+      throw new Error(
+        `${at}/${key}: unknown setting; an MCP provider over ${'command' in given ? 'stdio' : 'Streamable HTTP'} takes ${allowed.join(', ')}`,
+      );
+  }
+  if ('command' in given) {
+    if (typeof given.command !== 'string' || given.command.length === 0)
+      throw new Error(`${at}/command must be a non-empty string (the server's program)`);
+    const args = given.args ?? [];
+    if (!Array.isArray(args) || args.some((a) => typeof a !== 'string')) throw new Error(`${at}/args must be an array of strings`);
+    if (given.cwd !== undefined && (typeof given.cwd !== 'string' || given.cwd.length === 0))
+      throw new Error(`${at}/cwd must be a folder path (relative to the project)`);
+    return {
+      transport: 'stdio',
+      command: given.command,
+      args: args as string[],
+      env: secretValues(given.env, `${at}/env`, /^[A-Za-z_][A-Za-z0-9_]*$/),
+      ...(given.cwd !== undefined ? { cwd: given.cwd as string } : {}),
+    };
+  }
+  if (!('url' in given)) throw new Error(`${at} must have "command" (a stdio server) or "url" (a Streamable HTTP server)`);
+  let url: URL;
+  try {
+    url = new URL(String(given.url));
+  } catch {
+    throw new Error(`${at}/url is not a URL: ${JSON.stringify(given.url)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`${at}/url must be http: or https: (got ${url.protocol})`);
+  if (url.username || url.password) throw new Error(`${at}/url must not hold credentials; put them in "headers" as {"$secret": …}`);
+  return { transport: 'http', url, headers: secretValues(given.headers, `${at}/headers`, /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/) };
+}
+
+function secretValues(raw: unknown, at: string, key: RegExp): Map<string, SecretValue> {
+  const out = new Map<string, SecretValue>();
+  if (raw === undefined) return out;
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw new Error(`${at} must be an object of names to strings or {"$secret": NAME}`);
+  for (const [name, value] of Object.entries(raw)) {
+    if (!key.test(name)) throw new Error(`${at}/${name}: not a valid name`);
+    if (typeof value === 'string') out.set(name, value);
+    else if (
+      typeof value === 'object' &&
+      value !== null &&
+      Object.keys(value).length === 1 &&
+      typeof (value as { $secret?: unknown }).$secret === 'string'
+    ) {
+      out.set(name, { $secret: (value as { $secret: string }).$secret });
+    } else throw new Error(`${at}/${name} must be a string or {"$secret": NAME}`);
+  }
+  return out;
+}
+
+interface InFlight {
+  onLog?: ProviderCallContext['onLog'];
+}
+
+/** One connection to the server; a new one after each stop. */
+interface Connection {
+  client: Client;
+  transport: Transport;
+  alive: boolean;
+  pid: number | null;
+}
+
+export class McpProvider implements Provider {
+  readonly kind = 'mcp';
+  readonly #settings: McpSettings;
+  readonly #deps: ProviderDeps;
+  #state: ProviderState = 'idle';
+  #tools: ProviderTool[] = [];
+  #connection: Connection | null = null;
+  #starting: Promise<void> | null = null;
+  #restartTimer: NodeJS.Timeout | null = null;
+  #restarts = 0;
+  /** Starts that failed, or stops, since the last call that succeeded: the pause before the next start grows with them. */
+  #failures = 0;
+  #error: string | undefined;
+  #stderr = '';
+  readonly #listeners = new Set<() => void>();
+  readonly #inFlight = new Set<InFlight>();
+
+  constructor(
+    readonly name: string,
+    settings: McpSettings,
+    deps: ProviderDeps,
+  ) {
+    this.#settings = settings;
+    this.#deps = deps;
+  }
+
+  start(): Promise<void> {
+    if (this.#state === 'closed') return Promise.reject(new Error(`provider "${this.name}" is closed`));
+    this.#starting ??= this.#connect().finally(() => {
+      this.#starting = null;
+    });
+    return this.#starting;
+  }
+
+  tools(): ProviderTool[] {
+    return this.#tools.map((t) => ({ ...t }));
+  }
+
+  onToolsChanged(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  async #connect(): Promise<void> {
+    this.#state = this.#restarts > 0 || this.#failures > 0 ? 'restarting' : 'starting';
+    const [{ Client }, types] = await Promise.all([
+      import('@modelcontextprotocol/sdk/client/index.js'),
+      import('@modelcontextprotocol/sdk/types.js'),
+    ]);
+    const transport = await this.#transport();
+    const client = new Client({ name: 'arium', version: '1' }, { capabilities: {} });
+    const connection: Connection = { client, transport, alive: true, pid: null };
+    client.setNotificationHandler(types.ToolListChangedNotificationSchema, () => {
+      if (connection.alive)
+        void this.#readTools(connection).catch((error) =>
+          this.#deps.log('warn', `provider "${this.name}": tools/list after list_changed failed: ${(error as Error).message}`),
+        );
+    });
+    client.setNotificationHandler(types.LoggingMessageNotificationSchema, (notification) => {
+      const { level, data, logger } = notification.params;
+      const message = `${logger ? `${logger}: ` : ''}${typeof data === 'string' ? data : JSON.stringify(data)}`;
+      // MCP does not tie a log line to a request: it is the call's only when one call is in flight.
+      const only = this.#inFlight.size === 1 ? [...this.#inFlight][0] : undefined;
+      if (only?.onLog) only.onLog({ level: logLevel(level), message });
+      else
+        this.#deps.log(logLevel(level) === 'error' ? 'error' : logLevel(level) === 'warn' ? 'warn' : 'info', `provider "${this.name}": ${message}`);
+    });
+    client.onclose = () => this.#lost(connection);
+    try {
+      await client.connect(transport);
+      connection.pid = 'pid' in transport ? ((transport as { pid: number | null }).pid ?? null) : null;
+      this.#connection = connection;
+      await this.#readTools(connection);
+    } catch (error) {
+      connection.alive = false;
+      await client.close().catch(() => {});
+      this.#failures++;
+      this.#error = this.#withStderr((error as Error)?.message ?? String(error));
+      this.#state = 'failed';
+      throw new Error(this.#error, { cause: error });
+    }
+    if ((this.#state as ProviderState) !== 'closed') {
+      this.#state = 'ready';
+      this.#error = undefined;
+    }
+  }
+
+  async #transport(): Promise<Transport> {
+    const settings = this.#settings;
+    if (settings.transport === 'stdio') {
+      const { StdioClientTransport, getDefaultEnvironment } = await import('@modelcontextprotocol/sdk/client/stdio.js');
+      const { resolve } = await import('node:path');
+      const env = { ...getDefaultEnvironment(), ...Object.fromEntries([...settings.env].map(([k, v]) => [k, this.#value(v, `env ${k}`)])) };
+      const transport = new StdioClientTransport({
+        command: settings.command,
+        args: settings.args,
+        env,
+        cwd: resolve(this.#deps.projectDir, settings.cwd ?? '.'),
+        stderr: 'pipe',
+      });
+      this.#stderr = '';
+      transport.stderr?.on('data', (chunk: Buffer) => {
+        this.#stderr = (this.#stderr + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
+      });
+      return transport;
+    }
+    const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const headers = Object.fromEntries([...settings.headers].map(([k, v]) => [k, this.#value(v, `header ${k}`)]));
+    return new StreamableHTTPClientTransport(settings.url, { requestInit: { headers } });
+  }
+
+  #value(value: SecretValue, what: string): string {
+    if (typeof value === 'string') return value;
+    const found = this.#deps.secret(value.$secret);
+    if (found === undefined)
+      throw new Error(`${what} names the secret "${value.$secret}", which the project's "secrets" does not hold (or could not read)`);
+    return found;
+  }
+
+  async #readTools(connection: Connection): Promise<void> {
+    const tools: ProviderTool[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await connection.client.listTools(cursor ? { cursor } : undefined);
+      for (const t of page.tools) {
+        tools.push({
+          name: t.name,
+          ...(t.description ? { description: t.description } : {}),
+          inputSchema: t.inputSchema as Record<string, unknown>,
+          ...(t.outputSchema ? { outputSchema: t.outputSchema as Record<string, unknown> } : {}),
+          ...(t.annotations ? { annotations: { ...t.annotations } } : {}),
+        });
+      }
+      cursor = page.nextCursor;
+      if (tools.length > DEFAULT_PROVIDER_LIMITS.max_tools * 2)
+        throw new Error(`the server lists more than ${DEFAULT_PROVIDER_LIMITS.max_tools * 2} tools`);
+    } while (cursor);
+    if (!connection.alive) return;
+    this.#tools = tools;
+    for (const listener of this.#listeners) listener();
+  }
+
+  /** The connection ended without `close`: the server stopped. Start it again after a pause. */
+  #lost(connection: Connection): void {
+    if (!connection.alive) return;
+    connection.alive = false;
+    if (this.#connection === connection) this.#connection = null;
+    if (this.#state === 'closed') return;
+    this.#failures++;
+    this.#error = this.#withStderr('the server stopped');
+    this.#deps.log('warn', `provider "${this.name}": ${this.#error}; starting it again`);
+    this.#state = 'restarting';
+    this.#scheduleRestart();
+  }
+
+  #scheduleRestart(): void {
+    if (this.#restartTimer || this.#state === 'closed') return;
+    const pause = Math.min(
+      DEFAULT_PROVIDER_LIMITS.restart_backoff_ms * 2 ** Math.max(0, this.#failures - 1),
+      DEFAULT_PROVIDER_LIMITS.max_restart_backoff_ms,
+    );
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = null;
+      this.#restarts++;
+      this.start().catch(() => this.#scheduleRestart());
+    }, pause);
+    this.#restartTimer.unref();
+  }
+
+  #withStderr(message: string): string {
+    const tail = this.#stderr.trim();
+    return tail ? `${message} (its last output: ${tail.slice(-500)})` : message;
+  }
+
+  /** The live connection, waiting for a start under way (or the restart pending) within the call's signal. */
+  async #ready(signal: AbortSignal): Promise<Connection> {
+    for (;;) {
+      if (this.#state === 'closed') throw new Error(`provider "${this.name}" is closed`);
+      if (this.#connection?.alive) return this.#connection;
+      const waiting = this.#starting ?? (this.#restartTimer ? this.#nextStart() : this.start());
+      await abortable(waiting, signal);
+    }
+  }
+
+  /** Resolves when the pending restart has been tried (or rejects with its failure). */
+  #nextStart(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const poll = setInterval(() => {
+        if (this.#starting) {
+          clearInterval(poll);
+          this.#starting.then(resolve, reject);
+        } else if (!this.#restartTimer) {
+          clearInterval(poll);
+          resolve();
+        }
+      }, 10);
+    });
+  }
+
+  async call(tool: string, input: unknown, ctx: ProviderCallContext): Promise<ProviderOutcome> {
+    let connection: Connection;
+    try {
+      connection = await this.#ready(ctx.signal);
+    } catch (error) {
+      if (ctx.signal.aborted) return { ok: false, code: 'CANCELLED', message: 'The call was cancelled while the server was starting' };
+      return {
+        ok: false,
+        code: 'UNAVAILABLE',
+        message: `MCP server of provider "${this.name}" is not available: ${(error as Error).message}`,
+        retryable: true,
+      };
+    }
+    const flight: InFlight = ctx.onLog ? { onLog: ctx.onLog } : {};
+    this.#inFlight.add(flight);
+    try {
+      const result = await connection.client.callTool({ name: tool, arguments: (input ?? {}) as Record<string, unknown> }, undefined, {
+        signal: ctx.signal,
+        timeout: ctx.timeoutMs,
+        ...(ctx.onProgress ? { onprogress: (p: { progress: number; total?: number; message?: string }) => ctx.onProgress?.(p) } : {}),
+      });
+      this.#failures = 0;
+      if (result.isError) {
+        return { ok: false, code: 'TOOL_ERROR', message: textOf(result.content) || `${tool} failed`, details: { content: result.content } };
+      }
+      const described = this.#tools.find((t) => t.name === tool);
+      return {
+        ok: true,
+        data:
+          described?.outputSchema && result.structuredContent !== undefined
+            ? result.structuredContent
+            : { content: result.content, ...(result.structuredContent !== undefined ? { structuredContent: result.structuredContent } : {}) },
+      };
+    } catch (error) {
+      return this.#failure(error, connection, ctx.signal);
+    } finally {
+      this.#inFlight.delete(flight);
+    }
+  }
+
+  #failure(error: unknown, connection: Connection, signal: AbortSignal): ProviderOutcome {
+    if (signal.aborted) return { ok: false, code: 'CANCELLED', message: 'The call was cancelled; the server was told (notifications/cancelled)' };
+    const code = (error as { code?: unknown })?.code;
+    const message = (error as Error)?.message ?? String(error);
+    if (!connection.alive || code === -32000) {
+      return {
+        ok: false,
+        code: 'UNAVAILABLE',
+        message: `MCP server of provider "${this.name}" stopped during the call: ${this.#error ?? message}`,
+        retryable: true,
+      };
+    }
+    if (code === -32001)
+      return { ok: false, code: 'TIMEOUT', message: `MCP server of provider "${this.name}" did not answer in time`, retryable: true };
+    const mapped: ErrorCode = code === -32602 ? 'INVALID_INPUT' : 'TOOL_ERROR';
+    return { ok: false, code: mapped, message, ...(typeof code === 'number' ? { details: { mcp_code: code } } : {}) };
+  }
+
+  status(): ProviderStatus {
+    const settings = this.#settings;
+    return {
+      name: this.name,
+      kind: this.kind,
+      state: this.#state,
+      tools: this.#tools.length,
+      restarts: this.#restarts,
+      ...(this.#error !== undefined && this.#state !== 'ready' ? { error: this.#error } : {}),
+      details:
+        settings.transport === 'stdio'
+          ? { transport: 'stdio', command: settings.command, pid: this.#connection?.pid ?? null }
+          : { transport: 'streamable-http', url: settings.url.href },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#state === 'closed') return;
+    this.#state = 'closed';
+    if (this.#restartTimer) clearTimeout(this.#restartTimer);
+    this.#restartTimer = null;
+    const connection = this.#connection;
+    this.#connection = null;
+    await this.#starting?.catch(() => {});
+    if (connection) {
+      connection.alive = false;
+      await connection.client.close().catch(() => {});
+    }
+  }
+}
+
+function logLevel(level: string): 'debug' | 'info' | 'warn' | 'error' {
+  if (level === 'debug') return 'debug';
+  if (level === 'info' || level === 'notice') return 'info';
+  if (level === 'warning') return 'warn';
+  return 'error';
+}
+
+function textOf(content: unknown): string {
+  if (!Array.isArray(content)) return '';
+  return content
+    .filter((c): c is { type: 'text'; text: string } => c?.type === 'text' && typeof c.text === 'string')
+    .map((c) => c.text)
+    .join('\n');
+}
+
+function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
