@@ -133,6 +133,7 @@ export class ProviderHost {
         runId: ctx.runId,
         traceId: ctx.traceId,
         onLog: (line) => ctx.log(logLevel(line.level), line.message),
+        ...(ctx.progress ? { onProgress: (p) => ctx.progress?.(p) } : {}),
       });
       if (outcome.ok) {
         for (const line of outcome.logs ?? []) ctx.log(logLevel(line.level), line.message);

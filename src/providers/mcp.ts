@@ -186,7 +186,10 @@ export class McpProvider implements Provider {
       await client.close().catch(() => {});
       this.#failures++;
       this.#error = this.#withStderr((error as Error)?.message ?? String(error));
+      if ((this.#state as ProviderState) === 'closed') throw new Error(this.#error, { cause: error });
       this.#state = 'failed';
+      // It is tried again, with a growing pause: a server that comes up later joins then.
+      this.#scheduleRestart();
       throw new Error(this.#error, { cause: error });
     }
     if ((this.#state as ProviderState) !== 'closed') {
@@ -254,7 +257,9 @@ export class McpProvider implements Provider {
   #lost(connection: Connection): void {
     if (!connection.alive) return;
     connection.alive = false;
-    if (this.#connection === connection) this.#connection = null;
+    // A connection that never became the live one: its failed start schedules the next try.
+    if (this.#connection !== connection) return;
+    this.#connection = null;
     if (this.#state === 'closed') return;
     this.#failures++;
     this.#error = this.#withStderr('the server stopped');
@@ -272,7 +277,7 @@ export class McpProvider implements Provider {
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = null;
       this.#restarts++;
-      this.start().catch(() => this.#scheduleRestart());
+      this.start().catch(() => {});
     }, pause);
     this.#restartTimer.unref();
   }
