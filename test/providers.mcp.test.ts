@@ -71,7 +71,8 @@ describe('an MCP server over stdio', () => {
   });
 
   it('calls a tool; structured output comes back as data checked against the output schema', async () => {
-    expect(text((await engine.call('local.echo', { text: 'hi' })).ok && (await engine.call('local.echo', { text: 'hi' })).data)).toBe('hi');
+    const echoed = await engine.call('local.echo', { text: 'hi' });
+    expect(echoed.ok && text(echoed.data)).toBe('hi');
     expect(await engine.call('local.sum', { a: 2, b: 3 })).toMatchObject({ ok: true, data: { sum: 5 } });
   });
 
@@ -140,6 +141,7 @@ describe('an MCP server over stdio', () => {
     const before = await engine.status();
     const pid = before.providers?.[0]?.details?.pid as number;
     expect(pid).toBeGreaterThan(0);
+    const starts = started().length;
     const running = engine.call('local.slow', { ms: 20_000 });
     await new Promise((r) => setTimeout(r, 150));
     process.kill(pid, 'SIGKILL');
@@ -151,6 +153,7 @@ describe('an MCP server over stdio', () => {
     const after = (await engine.status()).providers?.[0];
     expect(after).toMatchObject({ state: 'ready', restarts: 1 });
     expect(after?.details?.pid).not.toBe(pid);
+    expect(started().length).toBe(starts + 1);
   });
 });
 
@@ -211,6 +214,41 @@ describe('an MCP server over Streamable HTTP', () => {
     expect(status?.error).toMatch(/401|unauthorized/i);
     expect(engine.problems().find((p) => p.file === 'provider:nokey')?.message).toMatch(/did not start/);
   });
+});
+
+describe('an MCP server over Streamable HTTP that dies', () => {
+  it('a call in flight ends UNAVAILABLE retryable; calls after it fail UNAVAILABLE until the server is back', async () => {
+    const serve = async (port = 0) => {
+      const child = spawn(process.execPath, [SERVER, 'http', String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const found = await new Promise<string>((resolve, reject) => {
+        child.stdout?.on('data', (chunk: Buffer) => {
+          const m = /listening (\d+)/.exec(chunk.toString());
+          if (m) resolve(m[1] as string);
+        });
+        child.once('exit', () => reject(new Error('the test server exited')));
+      });
+      return { child, port: found };
+    };
+    const first = await serve();
+    const project = projectWith({ grants: GRANTS, providers: { flaky: { mcp: { url: `http://127.0.0.1:${first.port}/mcp` }, start: 'eager' } } });
+    const engine = await openEngine(project);
+    let second: ChildProcess | null = null;
+    try {
+      const running = engine.call('flaky.slow', { ms: 20_000 });
+      await new Promise((r) => setTimeout(r, 200));
+      first.child.kill('SIGKILL');
+      const result = await running;
+      expect(result).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', retryable: true } });
+      expect(await engine.call('flaky.echo', { text: 'nobody there' })).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', retryable: true } });
+      second = (await serve(Number(first.port))).child;
+      await waitFor(async () => (await engine.call('flaky.echo', { text: 'back' })).ok, 20_000, 'the provider to reach the new server');
+    } finally {
+      await engine.close();
+      first.child.kill('SIGKILL');
+      second?.kill('SIGKILL');
+      project.remove();
+    }
+  }, 60_000);
 });
 
 describe('through the engine MCP surface', () => {

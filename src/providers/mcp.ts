@@ -217,9 +217,24 @@ export class McpProvider implements Provider {
       });
       return transport;
     }
-    const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const [{ StreamableHTTPClientTransport }, { watchedFetch }] = await Promise.all([
+      import('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+      import('../daemon/bridge-fetch.js'),
+    ]);
     const headers = Object.fromEntries([...settings.headers].map(([k, v]) => [k, this.#value(v, `header ${k}`)]));
-    return new StreamableHTTPClientTransport(settings.url, { requestInit: { headers } });
+    // The SDK's transport reports a response stream that broke off (the server died under a call) only
+    // as an error naming no request, and keeps the request waiting for an answer that cannot come: a
+    // broken stream is the server lost, as a stdio server's exit is.
+    const watched = watchedFetch((input, init) => fetch(input, init), {
+      broken: () => {
+        const connection = this.#connection;
+        if (connection?.transport === transport) void connection.client.close().catch(() => {});
+      },
+      listening: () => {},
+      ended: () => {},
+    });
+    const transport: Transport = new StreamableHTTPClientTransport(settings.url, { requestInit: { headers }, fetch: watched.fetch });
+    return transport;
   }
 
   #value(value: SecretValue, what: string): string {
