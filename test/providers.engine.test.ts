@@ -34,6 +34,12 @@ class FakeProvider implements Provider {
     { name: 'slow', description: 'waits for its signal', inputSchema: { type: 'object' } },
     { name: 'fails', description: 'reports a failure', inputSchema: { type: 'object' } },
     { name: 'bad', description: 'a string input schema', inputSchema: { type: 'string' } },
+    {
+      name: 'labels',
+      description: 'an object of free keys, which Gemini cannot take',
+      inputSchema: { type: 'object', properties: { labels: { type: 'object', additionalProperties: { type: 'string' } } }, required: ['labels'] },
+    },
+    { name: 'big', description: 'returns a large answer', inputSchema: { type: 'object' } },
   ];
   state: ProviderStatus['state'] = 'idle';
   readonly calls: Array<{ tool: string; input: unknown; ctx: ProviderCallContext }> = [];
@@ -68,6 +74,8 @@ class FakeProvider implements Provider {
       ctx.onLog?.({ level: 'info', message: `echoing for ${ctx.runId}` });
       return { ok: true, data: input };
     }
+    if (tool === 'big') return { ok: true, data: { text: 'x'.repeat(10_000) } };
+    if (tool === 'labels') return { ok: true, data: input };
     if (tool === 'leakToken') return { ok: true, data: { token: this.token, upper: `Bearer ${this.token}` } };
     if (tool === 'fails') return { ok: false, code: 'UNAVAILABLE', message: 'the upstream went away', retryable: true };
     return new Promise((resolve) => {
@@ -138,7 +146,15 @@ describe('a provider tool in the registry', () => {
     const problem = e.problems().find((p) => p.id === 'up.bad');
     expect(problem?.message).toMatch(/tool "bad" of provider "up": the input schema must be an object schema/);
     const status = await e.status();
-    expect(status.providers).toEqual([expect.objectContaining({ name: 'up', kind: 'fake', state: 'ready', tools: 5 })]);
+    expect(status.providers).toEqual([expect.objectContaining({ name: 'up', kind: 'fake', state: 'ready', tools: 7 })]);
+  });
+
+  it('gets the vendor checks of any tool: one a model API cannot take still runs, and problems() names the vendor', async () => {
+    const e = await open();
+    expect(e.problems().filter((p) => p.id === 'up.labels')).toEqual([
+      expect.objectContaining({ file: 'provider:up', vendor: 'gemini', at: '/schema/properties/labels' }),
+    ]);
+    expect(await e.call('up.labels', { labels: { a: 'b' } })).toMatchObject({ ok: true });
   });
 
   it('serves only the tools the provider names in "tools"', async () => {
@@ -175,7 +191,7 @@ describe('a provider tool in the registry', () => {
     ]);
     const event = await changed;
     expect(event.added).toEqual(['up.fresh']);
-    expect(event.removed).toEqual(['up.fails', 'up.leak_token', 'up.slow']);
+    expect(event.removed).toEqual(['up.big', 'up.fails', 'up.labels', 'up.leak_token', 'up.slow']);
     expect(event.updated).toEqual(['up.echo']);
     expect(e.tool('up.fresh')).toBeDefined();
   });
@@ -246,6 +262,11 @@ describe('a provider tool goes through the gate', () => {
     expect(await running).toMatchObject({ ok: false, error: { code: 'CANCELLED' } });
     await new Promise((r) => setTimeout(r, 20));
     expect(providers.get('up')?.aborted).toHaveLength(1);
+  });
+
+  it('an answer over the provider max_output_bytes is OUTPUT_LIMIT, not cut', async () => {
+    const e = await open({ limits: { max_output_bytes: 1000 } });
+    expect(await e.call('up.big', {})).toMatchObject({ ok: false, error: { code: 'OUTPUT_LIMIT' } });
   });
 
   it('an upstream failure keeps its code and is retryable when the code is', async () => {

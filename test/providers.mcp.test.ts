@@ -216,6 +216,24 @@ describe('an MCP server over Streamable HTTP', () => {
   });
 });
 
+describe('an MCP provider misconfigured', () => {
+  it('a secret the project does not hold: the provider fails to start, saying which', async () => {
+    const project = projectWith({
+      providers: { local: { mcp: { command: process.execPath, args: [SERVER], env: { API_TOKEN: { $secret: 'missing' } } }, start: 'eager' } },
+    });
+    const engine = await openEngine(project);
+    try {
+      const status = (await engine.status()).providers?.[0];
+      expect(status?.state).toMatch(/^(failed|restarting)$/);
+      expect(status?.error).toMatch(/env API_TOKEN names the secret "missing", which the project's "secrets" does not hold/);
+      expect(engine.tools().some((t) => t.source === 'provider:local')).toBe(false);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+});
+
 describe('an MCP server over Streamable HTTP that dies', () => {
   it('a call in flight ends UNAVAILABLE retryable; calls after it fail UNAVAILABLE until the server is back', async () => {
     const serve = async (port = 0) => {

@@ -157,7 +157,12 @@ export class McpProvider implements Provider {
       import('@modelcontextprotocol/sdk/client/index.js'),
       import('@modelcontextprotocol/sdk/types.js'),
     ]);
-    const transport = await this.#transport();
+    let transport: Transport;
+    try {
+      transport = await this.#transport();
+    } catch (error) {
+      throw this.#startFailed(error);
+    }
     const client = new Client({ name: 'arium', version: '1' }, { capabilities: {} });
     const connection: Connection = { client, transport, alive: true, pid: null };
     client.setNotificationHandler(types.ToolListChangedNotificationSchema, () => {
@@ -184,18 +189,23 @@ export class McpProvider implements Provider {
     } catch (error) {
       connection.alive = false;
       await client.close().catch(() => {});
-      this.#failures++;
-      this.#error = this.#withStderr((error as Error)?.message ?? String(error));
-      if ((this.#state as ProviderState) === 'closed') throw new Error(this.#error, { cause: error });
-      this.#state = 'failed';
-      // It is tried again, with a growing pause: a server that comes up later joins then.
-      this.#scheduleRestart();
-      throw new Error(this.#error, { cause: error });
+      throw this.#startFailed(error);
     }
     if ((this.#state as ProviderState) !== 'closed') {
       this.#state = 'ready';
       this.#error = undefined;
     }
+  }
+
+  /** Records why a start failed and schedules the next try (a server that comes up later joins then); the error to throw. */
+  #startFailed(error: unknown): Error {
+    this.#failures++;
+    this.#error = this.#withStderr((error as Error)?.message ?? String(error));
+    if ((this.#state as ProviderState) !== 'closed') {
+      this.#state = 'failed';
+      this.#scheduleRestart();
+    }
+    return new Error(this.#error, { cause: error });
   }
 
   async #transport(): Promise<Transport> {
