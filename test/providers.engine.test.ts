@@ -182,6 +182,14 @@ describe('a provider tool in the registry', () => {
     expect((await e.status()).providers?.[0]?.state).toBe('ready');
   });
 
+  it('a lazy provider starts when the tools are listed; its tools join with a registry change', async () => {
+    const e = await open({ start: 'lazy' });
+    const joined = nextEvent(e, 'registry', (ev) => ev.added.includes('up.echo'));
+    expect(e.tools().some((t) => t.id === 'up.echo')).toBe(false);
+    await joined;
+    expect(e.tools().some((t) => t.id === 'up.echo')).toBe(true);
+  });
+
   it('upstream tools changing updates the registry and tells listeners', async () => {
     const e = await open();
     const changed = nextEvent(e, 'registry');

@@ -76,6 +76,12 @@ describe('an MCP server over stdio', () => {
     expect(await engine.call('local.sum', { a: 2, b: 3 })).toMatchObject({ ok: true, data: { sum: 5 } });
   });
 
+  it('many callers at once each get their own answer', async () => {
+    const texts = Array.from({ length: 40 }, (_, i) => `caller ${i}`);
+    const results = await Promise.all(texts.map((t) => engine.call('local.echo', { text: t })));
+    expect(results.map((r) => (r.ok ? text(r.data) : r.error.code))).toEqual(texts);
+  });
+
   it('denies a caller without the provider permission; the server is never called', async () => {
     const result = await engine.call('local.echo', { text: 'x' }, { grants: ['vfs.read'] });
     expect(result).toMatchObject({ ok: false, error: { code: 'DENIED' } });
@@ -142,12 +148,13 @@ describe('an MCP server over stdio', () => {
     const pid = before.providers?.[0]?.details?.pid as number;
     expect(pid).toBeGreaterThan(0);
     const starts = started().length;
-    const running = engine.call('local.slow', { ms: 20_000 });
+    const running = [1, 2, 3].map(() => engine.call('local.slow', { ms: 20_000 }));
     await new Promise((r) => setTimeout(r, 150));
     process.kill(pid, 'SIGKILL');
-    const result = await running;
-    expect(result).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', retryable: true } });
-    expect(result.ok || result.error.message).toMatch(/stopped during the call/);
+    for (const result of await Promise.all(running)) {
+      expect(result).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', retryable: true } });
+      expect(result.ok || result.error.message).toMatch(/stopped during the call/);
+    }
     const next = await engine.call('local.echo', { text: 'again' });
     expect(next.ok && text(next.data)).toBe('again');
     const after = (await engine.status()).providers?.[0];
