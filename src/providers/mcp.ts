@@ -116,7 +116,8 @@ export class McpProvider implements Provider {
   #tools: ProviderTool[] = [];
   #connection: Connection | null = null;
   #starting: Promise<void> | null = null;
-  #restartTimer: NodeJS.Timeout | null = null;
+  /** The start after a pause, when one is pending: calls that come meanwhile wait for what it comes to. */
+  #restart: { timer: NodeJS.Timeout; done: Promise<void>; settle: (error?: unknown) => void } | null = null;
   #restarts = 0;
   /** Starts that failed, or stops, since the last call that succeeded: the pause before the next start grows with them. */
   #failures = 0;
@@ -294,17 +295,27 @@ export class McpProvider implements Provider {
   }
 
   #scheduleRestart(): void {
-    if (this.#restartTimer || this.#state === 'closed') return;
+    if (this.#restart || this.#state === 'closed') return;
     const pause = Math.min(
       DEFAULT_PROVIDER_LIMITS.restart_backoff_ms * 2 ** Math.max(0, this.#failures - 1),
       DEFAULT_PROVIDER_LIMITS.max_restart_backoff_ms,
     );
-    this.#restartTimer = setTimeout(() => {
-      this.#restartTimer = null;
+    let settle: (error?: unknown) => void = () => {};
+    const done = new Promise<void>((resolve, reject) => {
+      settle = (error) => (error === undefined ? resolve() : reject(error));
+    });
+    // Nobody may be waiting for it.
+    done.catch(() => {});
+    const timer = setTimeout(() => {
+      this.#restart = null;
       this.#restarts++;
-      this.start().catch(() => {});
+      this.start().then(
+        () => settle(),
+        (error: unknown) => settle(error ?? new Error('the server did not start')),
+      );
     }, pause);
-    this.#restartTimer.unref();
+    timer.unref();
+    this.#restart = { timer, done, settle };
   }
 
   #withStderr(message: string): string {
@@ -317,24 +328,8 @@ export class McpProvider implements Provider {
     for (;;) {
       if (this.#state === 'closed') throw new Error(`provider "${this.name}" is closed`);
       if (this.#connection?.alive) return this.#connection;
-      const waiting = this.#starting ?? (this.#restartTimer ? this.#nextStart() : this.start());
-      await abortable(waiting, signal);
+      await abortable(this.#starting ?? this.#restart?.done ?? this.start(), signal);
     }
-  }
-
-  /** Resolves when the pending restart has been tried (or rejects with its failure). */
-  #nextStart(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const poll = setInterval(() => {
-        if (this.#starting) {
-          clearInterval(poll);
-          this.#starting.then(resolve, reject);
-        } else if (!this.#restartTimer) {
-          clearInterval(poll);
-          resolve();
-        }
-      }, 10);
-    });
   }
 
   async call(tool: string, input: unknown, ctx: ProviderCallContext): Promise<ProviderOutcome> {
@@ -414,8 +409,12 @@ export class McpProvider implements Provider {
   async close(): Promise<void> {
     if (this.#state === 'closed') return;
     this.#state = 'closed';
-    if (this.#restartTimer) clearTimeout(this.#restartTimer);
-    this.#restartTimer = null;
+    if (this.#restart) {
+      clearTimeout(this.#restart.timer);
+      // Its waiters look again, and find the provider closed.
+      this.#restart.settle();
+      this.#restart = null;
+    }
     const connection = this.#connection;
     this.#connection = null;
     await this.#starting?.catch(() => {});
