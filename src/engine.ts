@@ -126,6 +126,8 @@ export interface Engine extends ProjectHandle {
   exportTo(vfsPath: string, hostDir: string, options?: { overwrite?: boolean }, onProgress?: (files: number) => void): TransferReport;
   /** Deletes stored objects that no snapshot and not the live tree need. */
   gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
+  /** Each provider of arium.json (README "Providers"): its state, its tools, its restarts, why it is not ready. */
+  providers(): ProviderStatus[];
   /** Calls waiting for a person's approval, oldest first. */
   approvals(): PendingApproval[];
   /**
@@ -452,6 +454,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),
+    providers: () => providers?.status() ?? [],
     approvals: () => approvalGate.pending(),
     approve: (runId, answer) => approvalGate.approve(runId, answer),
     deny: (runId, answer) => approvalGate.deny(runId, answer),

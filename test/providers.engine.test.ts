@@ -336,6 +336,8 @@ describe('a provider tool on the surfaces', () => {
       body: JSON.stringify({ input: { text: 'via http' } }),
     });
     expect(await run.json()).toMatchObject({ ok: true, tool_id: 'up.echo', output: { text: 'via http' } });
+    const shown = (await (await fetch(`${base}/v1/providers`)).json()) as { providers: unknown[] };
+    expect(shown.providers).toEqual([expect.objectContaining({ name: 'up', kind: 'fake', state: 'ready', restarts: 0 })]);
 
     const client = new Client({ name: 'test', version: '1' });
     await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`)));
