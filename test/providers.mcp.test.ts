@@ -241,6 +241,37 @@ describe('an MCP provider misconfigured', () => {
   });
 });
 
+describe('an MCP provider closed with the engine', () => {
+  it('a call in flight ends UNAVAILABLE and the server process is gone', async () => {
+    const project = projectWith({
+      grants: GRANTS,
+      providers: { local: { mcp: { command: process.execPath, args: [SERVER] }, permissions: ['net.fetch'], start: 'eager' } },
+    });
+    const engine = await openEngine(project);
+    try {
+      const pid = (await engine.status()).providers?.[0]?.details?.pid as number;
+      const running = engine.call('local.slow', { ms: 20_000 });
+      await new Promise((r) => setTimeout(r, 150));
+      await engine.close();
+      expect(await running).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE' } });
+      await waitFor(
+        () => {
+          try {
+            process.kill(pid, 0);
+            return false;
+          } catch {
+            return true;
+          }
+        },
+        10_000,
+        'the server process to end',
+      );
+    } finally {
+      project.remove();
+    }
+  });
+});
+
 describe('an MCP server over Streamable HTTP that dies', () => {
   it('a call in flight ends UNAVAILABLE retryable; calls after it fail UNAVAILABLE until the server is back', async () => {
     const serve = async (port = 0) => {

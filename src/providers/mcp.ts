@@ -96,6 +96,24 @@ function secretValues(raw: unknown, at: string, key: RegExp): Map<string, Secret
   return out;
 }
 
+/** A stdio server's process as the provider starts it. */
+export interface StdioLaunch {
+  command: string;
+  args: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** How it runs, for status() and doctor (e.g. its sandbox). */
+  describe: Record<string, unknown>;
+}
+
+/**
+ * How a stdio server's process is started: the one place that wraps its command (in bubblewrap, once
+ * the sandbox is there: src/providers/sandbox.ts). For now the server runs as given, as the engine's user.
+ */
+export function stdioLaunch(spec: Omit<StdioLaunch, 'describe'>): StdioLaunch {
+  return { ...spec, describe: { sandbox: 'none' } };
+}
+
 interface InFlight {
   onLog?: ProviderCallContext['onLog'];
 }
@@ -123,6 +141,7 @@ export class McpProvider implements Provider {
   #failures = 0;
   #error: string | undefined;
   #stderr = '';
+  #launched: Record<string, unknown> = {};
   readonly #listeners = new Set<() => void>();
   readonly #inFlight = new Set<InFlight>();
 
@@ -214,14 +233,14 @@ export class McpProvider implements Provider {
     if (settings.transport === 'stdio') {
       const { StdioClientTransport, getDefaultEnvironment } = await import('@modelcontextprotocol/sdk/client/stdio.js');
       const { resolve } = await import('node:path');
-      const env = { ...getDefaultEnvironment(), ...Object.fromEntries([...settings.env].map(([k, v]) => [k, this.#value(v, `env ${k}`)])) };
-      const transport = new StdioClientTransport({
+      const launch = stdioLaunch({
         command: settings.command,
         args: settings.args,
-        env,
+        env: { ...getDefaultEnvironment(), ...Object.fromEntries([...settings.env].map(([k, v]) => [k, this.#value(v, `env ${k}`)])) },
         cwd: resolve(this.#deps.projectDir, settings.cwd ?? '.'),
-        stderr: 'pipe',
       });
+      this.#launched = launch.describe;
+      const transport = new StdioClientTransport({ command: launch.command, args: launch.args, env: launch.env, cwd: launch.cwd, stderr: 'pipe' });
       this.#stderr = '';
       transport.stderr?.on('data', (chunk: Buffer) => {
         this.#stderr = (this.#stderr + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
@@ -401,7 +420,7 @@ export class McpProvider implements Provider {
       ...(this.#error !== undefined && this.#state !== 'ready' ? { error: this.#error } : {}),
       details:
         settings.transport === 'stdio'
-          ? { transport: 'stdio', command: settings.command, pid: this.#connection?.pid ?? null }
+          ? { transport: 'stdio', command: settings.command, pid: this.#connection?.pid ?? null, ...this.#launched }
           : { transport: 'streamable-http', url: settings.url.href },
     };
   }
