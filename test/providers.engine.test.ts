@@ -190,6 +190,25 @@ describe('a provider tool in the registry', () => {
     expect(e.tools().some((t) => t.id === 'up.echo')).toBe(true);
   });
 
+  it('a macro over a provider tool is served once the provider offers it, and runs it as a step', async () => {
+    const macro = JSON.stringify({
+      id: 'shout',
+      description: 'echoes through the provider',
+      runner: 'macro',
+      schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      permissions: [],
+      steps: [{ tool: 'up.echo', input: { text: { $from: '/input/text' } } }],
+    });
+    const p = projectWith({ providers: { up: { fake: {}, permissions: ['net.fetch'] } }, grants: GRANTS }, { 'shout.json': macro });
+    engine = await openEngine(p);
+    expect(engine.tool('shout')).toBeUndefined();
+    const linked = nextEvent(engine, 'registry', (ev) => ev.added.includes('shout'));
+    expect(await engine.call('up.echo', { text: 'start' })).toMatchObject({ ok: true });
+    await linked;
+    expect(await engine.call('shout', { text: 'through' })).toMatchObject({ ok: true, data: { text: 'through' } });
+    expect(await engine.call('shout', { text: 'denied' }, { grants: ['vfs.read'] })).toMatchObject({ ok: false, error: { code: 'DENIED' } });
+  });
+
   it('upstream tools changing updates the registry and tells listeners', async () => {
     const e = await open();
     const changed = nextEvent(e, 'registry');

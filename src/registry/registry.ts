@@ -119,10 +119,12 @@ export class Registry {
   }
 
   get(id: string): Tool | undefined {
-    const builtin = this.#builtins.get(id);
-    if (builtin) return builtin;
+    return this.#builtins.get(id) ?? this.#providedTool(id) ?? this.#tools.get(id);
+  }
+
+  #providedTool(id: string): Tool | undefined {
     const dot = id.indexOf('.');
-    return (dot > 0 ? this.#provided.get(id.slice(0, dot))?.get(id) : undefined) ?? this.#tools.get(id);
+    return dot > 0 ? this.#provided.get(id.slice(0, dot))?.get(id) : undefined;
   }
 
   /** Builtins first, then providers' tools, then project tools, each group sorted by id. */
@@ -154,6 +156,8 @@ export class Registry {
       problems.map((p) => ({ ...p })),
     );
     if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    // Macros name tools by id: one whose step a provider now offers, or no longer offers, is linked again.
+    if (added.length + removed.length > 0 && this.#initialScanDone) void this.refresh().catch(() => {});
     this.#options.onChange({
       type: 'RegistryChangeEvent',
       at: new Date().toISOString(),
@@ -407,7 +411,7 @@ export class Registry {
   #link(next: Map<string, Tool>, problems: RegistryProblem[]): void {
     const { catalog } = this.#options;
     const dropped = new Set<string>();
-    const lookup = (id: string) => this.#builtins.get(id) ?? next.get(id) ?? (dropped.has(id) ? null : undefined);
+    const lookup = (id: string) => this.#builtins.get(id) ?? this.#providedTool(id) ?? next.get(id) ?? (dropped.has(id) ? null : undefined);
     let round = [...next.values()];
     while (round.length > 0) {
       const broken: Tool[] = [];
