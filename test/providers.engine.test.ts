@@ -40,6 +40,7 @@ class FakeProvider implements Provider {
       inputSchema: { type: 'object', properties: { labels: { type: 'object', additionalProperties: { type: 'string' } } }, required: ['labels'] },
     },
     { name: 'big', description: 'returns a large answer', inputSchema: { type: 'object' } },
+    { name: 'chatty', description: 'logs and reports progress with its token in them', inputSchema: { type: 'object' } },
   ];
   state: ProviderStatus['state'] = 'idle';
   readonly calls: Array<{ tool: string; input: unknown; ctx: ProviderCallContext }> = [];
@@ -73,6 +74,11 @@ class FakeProvider implements Provider {
     if (tool === 'echo') {
       ctx.onLog?.({ level: 'info', message: `echoing for ${ctx.runId}` });
       return { ok: true, data: input };
+    }
+    if (tool === 'chatty') {
+      ctx.onLog?.({ level: 'warn', message: `using token ${this.token}` });
+      ctx.onProgress?.({ progress: 1, total: 2, message: `half done with ${this.token}` });
+      return { ok: true, data: { done: true } };
     }
     if (tool === 'big') return { ok: true, data: { text: 'x'.repeat(10_000) } };
     if (tool === 'labels') return { ok: true, data: input };
@@ -146,7 +152,7 @@ describe('a provider tool in the registry', () => {
     const problem = e.problems().find((p) => p.id === 'up.bad');
     expect(problem?.message).toMatch(/tool "bad" of provider "up": the input schema must be an object schema/);
     const status = await e.status();
-    expect(status.providers).toEqual([expect.objectContaining({ name: 'up', kind: 'fake', state: 'ready', tools: 7 })]);
+    expect(status.providers).toEqual([expect.objectContaining({ name: 'up', kind: 'fake', state: 'ready', tools: 8 })]);
   });
 
   it('gets the vendor checks of any tool: one a model API cannot take still runs, and problems() names the vendor', async () => {
@@ -218,7 +224,7 @@ describe('a provider tool in the registry', () => {
     ]);
     const event = await changed;
     expect(event.added).toEqual(['up.fresh']);
-    expect(event.removed).toEqual(['up.big', 'up.fails', 'up.labels', 'up.leak_token', 'up.slow']);
+    expect(event.removed).toEqual(['up.big', 'up.chatty', 'up.fails', 'up.labels', 'up.leak_token', 'up.slow']);
     expect(event.updated).toEqual(['up.echo']);
     expect(e.tool('up.fresh')).toBeDefined();
   });
@@ -270,6 +276,15 @@ describe('a provider tool goes through the gate', () => {
     expect(providers.get('up')?.token).toBe(SECRET);
     expect(result).toMatchObject({ ok: true, data: { token: '[secret:token]', upper: 'Bearer [secret:token]' } });
     expect(JSON.stringify(events)).not.toContain(SECRET);
+  });
+
+  it("scrubs a secret's value out of the upstream's log lines and progress messages", async () => {
+    const e = await open();
+    const told: string[] = [];
+    const result = await e.call('up.chatty', {}, { onLog: (l) => told.push(l.message), onProgress: (p) => told.push(p.message ?? '') });
+    expect(result.ok).toBe(true);
+    expect(told).toEqual(['using token [secret:token]', 'half done with [secret:token]']);
+    expect(result.meta.logs?.map((l) => l.message)).toEqual(['using token [secret:token]']);
   });
 
   it('times out under the provider limit, and the upstream is told through its signal', async () => {
