@@ -98,7 +98,10 @@ export interface Engine extends ProjectHandle {
    * cannot take (`vendor` set): the exports and MCP's tools/list leave them out for that vendor.
    */
   problems(): RegistryProblem[];
-  /** Re-reads the tools folder now (the watcher does this on its own). */
+  /**
+   * Re-reads the tools folder now (the watcher does this on its own), and starts the providers not
+   * started yet, resolving when each has started or failed to.
+   */
   refresh(): Promise<void>;
   /** The project, its tools and problems, open transactions, and each runner's state (async: runners are asked). */
   status(): Promise<EngineStatus>;
@@ -420,7 +423,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return tool ? toolInfo(tool) : undefined;
     },
     problems,
-    refresh: () => registry.refresh(),
+    refresh: async () => {
+      await registry.refresh();
+      await providers?.startAll();
+    },
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
       for (const [name, runner] of runners) statuses[name] = await runner.status();

@@ -35,6 +35,24 @@ describe('providers in the arium command', () => {
     expect(broken?.detail).toMatch(/ENOENT|no-such-server/);
   }, 60_000);
 
+  it('tools lists a lazy provider tools, started for the listing, and says where its problems come from', async () => {
+    const listed = parseJson(await runCli(ws.root, ['tools', ...P, '--json'])) as {
+      tools: Array<{ id: string; source: string }>;
+      problems: Array<{ file: string; message: string }>;
+    };
+    expect(listed.tools.filter((t) => t.source === 'provider:local').map((t) => t.id)).toEqual([
+      'local.echo',
+      'local.fail',
+      'local.grow',
+      'local.read_env',
+      'local.slow',
+      'local.sum',
+    ]);
+    expect(listed.problems.find((p) => p.file === 'provider:broken')?.message).toMatch(/did not start/);
+    const human = await runCli(ws.root, ['tools', ...P]);
+    expect(human.out).toMatch(/builtin, 0 from tools\/, 6 from providers\)/);
+  }, 60_000);
+
   it('call runs a provider tool, started for the call', async () => {
     const run = await runCli(ws.root, ['call', 'local.sum', '{"a":20,"b":22}', ...P, '--json']);
     expect(parseJson(run)).toMatchObject({ ok: true, data: { sum: 42 } });

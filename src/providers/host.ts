@@ -73,6 +73,11 @@ export class ProviderHost {
     for (const entry of this.#entries.values()) if (!entry.started) void this.#start(entry);
   }
 
+  /** Starts every provider not started yet, and waits for each start to come to an end (ready or failed). */
+  async startAll(): Promise<void> {
+    await Promise.all([...this.#entries.values()].map((e) => this.#start(e)));
+  }
+
   #start(entry: Entry): Promise<void> {
     if (this.#closed) return Promise.resolve();
     entry.started ??= (async () => {
