@@ -78,6 +78,11 @@ export interface DispatcherDeps {
   /** The project's secrets, read at start, and what scrubs their values from everything a call hands out. */
   secrets: ReadonlyMap<string, ResolvedSecret>;
   scrubber: Scrubber;
+  /**
+   * Why an id the registry does not hold cannot be served now, when there is a better answer than
+   * UNKNOWN_TOOL (a provider's tool while the provider is down: UNAVAILABLE); null otherwise.
+   */
+  unknown?: (id: string) => ToolFailure | null;
 }
 
 /**
@@ -500,6 +505,8 @@ export class Dispatcher {
     }
     const tool = this.#d.registry.get(id);
     if (tool) return tool;
+    const why = this.#d.unknown?.(id);
+    if (why) throw why;
     const close = suggest(
       id,
       this.#d.registry.list().map((t) => t.spec.id),

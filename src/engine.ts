@@ -373,6 +373,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     approvals: approvalGate,
     secrets,
     scrubber,
+    ...(providers ? { unknown: (id: string) => providers.unknownTool(id) } : {}),
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);

@@ -214,7 +214,7 @@ describe('an MCP server over Streamable HTTP', () => {
 
   it('a server that refuses the connection leaves the provider failed, with why, and a load problem', async () => {
     const result = await engine.call('nokey.echo', { text: 'x' });
-    expect(result).toMatchObject({ ok: false, error: { code: 'UNKNOWN_TOOL' } });
+    expect(result).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', details: { provider: 'nokey' } } });
     const status = (await engine.status()).providers?.find((p) => p.name === 'nokey');
     // Tried again with a growing pause: failed, or trying once more.
     expect(status?.state).toMatch(/^(failed|restarting)$/);
@@ -234,6 +234,29 @@ describe('an MCP provider misconfigured', () => {
       expect(status?.state).toMatch(/^(failed|restarting)$/);
       expect(status?.error).toMatch(/env API_TOKEN names the secret "missing", which the project's "secrets" does not hold/);
       expect(engine.tools().some((t) => t.source === 'provider:local')).toBe(false);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+});
+
+describe('an MCP server that exits at start', () => {
+  it('leaves the provider failed with the end of what the server wrote to stderr, and is tried again', async () => {
+    const project = projectWith({
+      providers: {
+        local: { mcp: { command: process.execPath, args: ['-e', "console.error('boom: no config file'); process.exit(2)"] }, start: 'eager' },
+      },
+    });
+    const engine = await openEngine(project);
+    try {
+      const status = (await engine.status()).providers?.[0];
+      expect(status?.state).toMatch(/^(failed|restarting)$/);
+      expect(status?.error).toContain('boom: no config file');
+      await waitFor(async () => ((await engine.status()).providers?.[0]?.restarts ?? 0) >= 1, 10_000, 'a second start');
+      const call = await engine.call('local.echo', { text: 'x' });
+      expect(call).toMatchObject({ ok: false, error: { code: 'UNAVAILABLE', retryable: true, details: { provider: 'local' } } });
+      expect(call.ok || call.error.message).toContain('boom: no config file');
     } finally {
       await engine.close();
       project.remove();

@@ -4,7 +4,7 @@
  * the `provider` runner. Everything else a call goes through (grants, approvals, secrets, limits,
  * events, audit, scrubbing) is the dispatcher's, as for any tool.
  */
-import { executionFailure } from '../errors.js';
+import { executionFailure, ToolFailure } from '../errors.js';
 import type { RegistryProblem } from '../events.js';
 import { DEFAULT_PROVIDER_LIMITS } from '../limits.js';
 import type { RunContext, Runner, RunnerStatus } from '../runner.js';
@@ -107,6 +107,24 @@ export class ProviderHost {
     for (const tool of built.tools) upstream.set(tool, built.upstream.get(tool.spec.id) as string);
     entry.upstream = upstream;
     this.#sink(entry.settings.name, built.tools, built.problems);
+  }
+
+  /**
+   * Why a tool id in a provider's namespace is not served, when the provider is not ready (it has not
+   * started, or is down): the caller learns the provider is unavailable, not that the tool does not exist.
+   */
+  unknownTool(id: string): ToolFailure | null {
+    const dot = id.indexOf('.');
+    const entry = dot > 0 ? this.#entries.get(id.slice(0, dot)) : undefined;
+    if (!entry) return null;
+    const status = entry.provider.status();
+    if (status.state === 'ready') return null;
+    return new ToolFailure(
+      'transport',
+      'UNAVAILABLE',
+      `Provider "${status.name}" is ${status.state}${status.error ? `: ${status.error}` : ''}; its tools are not known until it is ready`,
+      { details: { provider: status.name, state: status.state } },
+    );
   }
 
   status(): ProviderStatus[] {
