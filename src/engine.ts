@@ -325,6 +325,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
             },
           },
           (name, tools, problems) => registryRef?.setProvided(name, tools, problems),
+          (text) => scrubber.text(text),
         )
       : null;
   if (providers) runners.set(providers.runner.name, providers.runner);

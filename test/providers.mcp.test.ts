@@ -264,6 +264,35 @@ describe('an MCP server that exits at start', () => {
   });
 });
 
+describe('an MCP server that prints a secret and exits', () => {
+  it('its state, load problem and UNAVAILABLE answers show the secret scrubbed', async () => {
+    const project = projectWith({
+      providers: {
+        local: {
+          mcp: {
+            command: process.execPath,
+            args: ['-e', 'console.error("bad token " + process.env.API_TOKEN); process.exit(2)'],
+            env: { API_TOKEN: { $secret: 'api' } },
+          },
+          start: 'eager',
+        },
+      },
+    });
+    const engine = await openEngine(project, { secrets: { api: API } });
+    try {
+      const status = engine.providers()[0];
+      expect(status?.error).toContain('bad token [secret:api]');
+      const call = await engine.call('local.echo', { text: 'x' });
+      const problem = engine.problems().find((p) => p.file === 'provider:local');
+      expect(problem?.message).toContain('bad token [secret:api]');
+      expect(JSON.stringify([status, (await engine.status()).providers, call, engine.problems()])).not.toContain(API);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  });
+});
+
 describe('an MCP provider closed with the engine', () => {
   it('a call in flight ends UNAVAILABLE and the server process is gone', async () => {
     const project = projectWith({

@@ -32,9 +32,20 @@ export class ProviderHost {
   readonly #log: ProviderDeps['log'];
   #closed = false;
 
-  constructor(settings: readonly ProviderSettings[], deps: ProviderDeps, sink: ProvidedSink) {
-    this.#sink = sink;
-    this.#log = deps.log;
+  /** Takes the project's secret values out of what a provider says of itself (a server's stderr may print one). */
+  readonly #scrub: (text: string) => string;
+
+  constructor(settings: readonly ProviderSettings[], deps: ProviderDeps, sink: ProvidedSink, scrub: (text: string) => string = (t) => t) {
+    this.#scrub = scrub;
+    this.#sink = (name, tools, problems) =>
+      sink(
+        name,
+        tools,
+        problems.map((p) => ({ ...p, message: scrub(p.message) })),
+      );
+    const log = deps.log;
+    this.#log = (level, message) => log(level, scrub(message));
+    deps = { ...deps, log: this.#log };
     for (const s of settings) {
       const provider = s.kind.create(s.name, s.settings, deps);
       this.#entries.set(s.name, {
@@ -117,7 +128,7 @@ export class ProviderHost {
     const dot = id.indexOf('.');
     const entry = dot > 0 ? this.#entries.get(id.slice(0, dot)) : undefined;
     if (!entry) return null;
-    const status = entry.provider.status();
+    const status = this.status().find((s) => s.name === entry.settings.name) as ProviderStatus;
     if (status.state === 'ready') return null;
     return new ToolFailure(
       'transport',
@@ -128,7 +139,10 @@ export class ProviderHost {
   }
 
   status(): ProviderStatus[] {
-    return [...this.#entries.values()].map((e) => e.provider.status());
+    return [...this.#entries.values()].map((e) => {
+      const status = e.provider.status();
+      return status.error === undefined ? status : { ...status, error: this.#scrub(status.error) };
+    });
   }
 
   /** The runner of every provider's tool. */
