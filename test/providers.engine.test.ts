@@ -358,6 +358,27 @@ describe('arium.json providers', () => {
 });
 
 describe('a provider tool on the surfaces', () => {
+  it("a surface profile's tool patterns and grants apply to it as to any tool", async () => {
+    const p = projectWith({
+      providers: { up: { fake: {}, permissions: ['net.fetch'], start: 'eager' } },
+      grants: GRANTS,
+      surfaces: { http: { tools: ['up.echo', 'fs.*'], grants: ['vfs.read'] } },
+    });
+    gateway = await createGateway({ workspace: p.workspace, project: p.project, inspector: false, engineOptions: { persist: false, watch: false } });
+    const base = await gateway.app.listen({ host: '127.0.0.1', port: 0 });
+    const listed = (await (await fetch(`${base}/v1/tools`)).json()) as { tools: Array<{ id: string }> };
+    expect(listed.tools.map((t) => t.id).filter((id) => id.startsWith('up.'))).toEqual(['up.echo']);
+    const post = (id: string) =>
+      fetch(`${base}/v1/tools/${id}:run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: { text: 'x' } }),
+      });
+    expect(await (await post('up.echo')).json()).toMatchObject({ ok: false, error: { code: 'DENIED' } });
+    expect((await post('up.slow')).status).toBe(404);
+    expect(providers.get('up')?.calls).toHaveLength(0);
+  });
+
   it('HTTP lists and runs it, and an MCP client sees it and hears list_changed', async () => {
     const p = projectWith({ providers: { up: { fake: {}, permissions: ['net.fetch'], start: 'eager' } }, grants: GRANTS });
     gateway = await createGateway({ workspace: p.workspace, project: p.project, inspector: false, engineOptions: { persist: false, watch: false } });
