@@ -12,7 +12,7 @@ import { type CallLimits, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
-import type { LogLine, ResultMeta, ToolResult } from './result.js';
+import type { LogLine, Progress, ResultMeta, ToolResult } from './result.js';
 import type { Runner, StepCaller } from './runner.js';
 import { hasSecretReference, withSecrets } from './secrets/references.js';
 import type { Scrubber } from './secrets/scrub.js';
@@ -56,6 +56,11 @@ export interface CallOptions {
    * the lines of the run that produced the result; lines of a run thrown away on a CONFLICT were told too.
    */
   onLog?: (line: LogLine) => void;
+  /**
+   * Told the progress a tool reports as it runs (a provider's upstream: MCP notifications/progress), its
+   * message scrubbed, for a surface that passes it on. Tools that report none never call it.
+   */
+  onProgress?: (progress: Progress) => void;
 }
 
 export type { CallTarget, CapabilityRequest } from './capabilities.js';
@@ -73,6 +78,11 @@ export interface DispatcherDeps {
   /** The project's secrets, read at start, and what scrubs their values from everything a call hands out. */
   secrets: ReadonlyMap<string, ResolvedSecret>;
   scrubber: Scrubber;
+  /**
+   * Why an id the registry does not hold cannot be served now, when there is a better answer than
+   * UNKNOWN_TOOL (a provider's tool while the provider is down: UNAVAILABLE); null otherwise.
+   */
+  unknown?: (id: string) => ToolFailure | null;
 }
 
 /**
@@ -384,6 +394,7 @@ export class Dispatcher {
         ),
       intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
       ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
+      ...(opts.onProgress ? { onProgress: this.#progressTeller(opts.onProgress) } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
     };
     // Returned, not awaited here: an async stage would cost every call one more promise.
@@ -494,6 +505,8 @@ export class Dispatcher {
     }
     const tool = this.#d.registry.get(id);
     if (tool) return tool;
+    const why = this.#d.unknown?.(id);
+    if (why) throw why;
     const close = suggest(
       id,
       this.#d.registry.list().map((t) => t.spec.id),
@@ -533,6 +546,18 @@ export class Dispatcher {
         listener(scrubber.active ? { level: line.level, message: scrubber.text(line.message) } : line);
       } catch {
         // The listener's problem (a closed connection, say): the call goes on.
+      }
+    };
+  }
+
+  /** A caller's progress listener, given each report with its message scrubbed; a listener that throws does not fail the call. */
+  #progressTeller(listener: (progress: Progress) => void): (progress: Progress) => void {
+    const { scrubber } = this.#d;
+    return (progress) => {
+      try {
+        listener(scrubber.active && progress.message !== undefined ? { ...progress, message: scrubber.text(progress.message) } : progress);
+      } catch {
+        // As for a log listener: the call goes on.
       }
     };
   }

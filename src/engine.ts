@@ -24,6 +24,9 @@ import { EventBus, type RegistryProblem } from './events.js';
 import { DEFAULT_APPROVALS, DEFAULT_REGISTRY_LIMITS, type Policy } from './limits.js';
 import { GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { ProjectHandle } from './project-api.js';
+import { ProviderConfigError, parseProviders } from './providers/config.js';
+import { ProviderHost } from './providers/host.js';
+import type { ProviderStatus } from './providers/provider.js';
 import { Registry } from './registry/registry.js';
 import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
@@ -62,6 +65,8 @@ export interface EngineStatus {
   runners: Record<string, RunnerStatus>;
   /** The NATS connection and the live workers, when some tools run remotely. */
   remote?: RemoteStatus;
+  /** Each provider of arium.json: its state, its tools, its restarts, why it is not ready. */
+  providers?: ProviderStatus[];
 }
 
 /** `extends ProjectHandle`: the compiler checks that the engine is a project handle, as the daemon's client is. */
@@ -93,7 +98,10 @@ export interface Engine extends ProjectHandle {
    * cannot take (`vendor` set): the exports and MCP's tools/list leave them out for that vendor.
    */
   problems(): RegistryProblem[];
-  /** Re-reads the tools folder now (the watcher does this on its own). */
+  /**
+   * Re-reads the tools folder now (the watcher does this on its own), and starts the providers not
+   * started yet, resolving when each has started or failed to.
+   */
   refresh(): Promise<void>;
   /** The project, its tools and problems, open transactions, and each runner's state (async: runners are asked). */
   status(): Promise<EngineStatus>;
@@ -121,6 +129,8 @@ export interface Engine extends ProjectHandle {
   exportTo(vfsPath: string, hostDir: string, options?: { overwrite?: boolean }, onProgress?: (files: number) => void): TransferReport;
   /** Deletes stored objects that no snapshot and not the live tree need. */
   gc(onProgress?: (phase: 'mark' | 'sweep', count: number) => void): GcReport;
+  /** Each provider of arium.json (README "Providers"): its state, its tools, its restarts, why it is not ready. */
+  providers(): ProviderStatus[];
   /** Calls waiting for a person's approval, oldest first. */
   approvals(): PendingApproval[];
   /**
@@ -249,6 +259,17 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   } catch (error) {
     throw heldByDaemon(error, workspace, project, options.env ? [process.env, options.env] : [process.env]);
   }
+  let providerSettings: ReturnType<typeof parseProviders>;
+  try {
+    providerSettings = parseProviders(config.providers);
+  } catch (error) {
+    if (error instanceof ProviderConfigError) {
+      state.close();
+      await audit?.close();
+      throw new EngineConfigError(error.message, `arium.json ${error.field}`);
+    }
+    throw error;
+  }
   const runners = new Map<string, Runner>();
   for (const definition of catalog.list()) {
     let runner: Runner | undefined = instances.get(definition.name);
@@ -284,7 +305,32 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   const realProject = realpathSync(projectDir);
   const warmUp = options.warmUp ?? true;
+  // The registry is made below; the host hands it tools only once a provider has started.
+  let registryRef: Registry | null = null;
+  const providers =
+    providerSettings.length > 0
+      ? new ProviderHost(
+          providerSettings,
+          {
+            projectDir: realProject,
+            secret: (name) => {
+              const found = secrets.get(name);
+              return found?.ok ? found.value : undefined;
+            },
+            log: (level, message) => {
+              const line = `arium: ${message}`;
+              if (level === 'info') console.info(line);
+              else if (level === 'warn') console.warn(line);
+              else console.error(line);
+            },
+          },
+          (name, tools, problems) => registryRef?.setProvided(name, tools, problems),
+          (text) => scrubber.text(text),
+        )
+      : null;
+  if (providers) runners.set(providers.runner.name, providers.runner);
   const registry = new Registry({
+    ...(providers ? { providers: providers.names } : {}),
     projectDir: realProject,
     toolsPath: join(realProject, 'tools'),
     builtins: [...runners.values()].flatMap((runner) => runner.tools?.() ?? []),
@@ -305,9 +351,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       }
     },
   });
+  registryRef = registry;
   try {
     await registry.refresh();
     if ((options.watch ?? true) && !options.readOnly) await registry.watch();
+    await providers?.startEager();
   } catch (error) {
     await registry.close();
     await remote?.close();
@@ -326,6 +374,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     approvals: approvalGate,
     secrets,
     scrubber,
+    ...(providers ? { unknown: (id: string) => providers.unknownTool(id) } : {}),
   });
 
   if (changeLog) state.changeLog = new ChangeLog(changeLog);
@@ -360,14 +409,26 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     config,
     grants: grants.texts(),
     policy,
-    call: <T>(id: CallTarget, input: unknown, callOptions?: CallOptions) => dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>,
-    tools: () => registry.list().map(toolInfo),
+    call: <T>(id: CallTarget, input: unknown, callOptions?: CallOptions) => {
+      // A lazy provider starts on the first call naming one of its tools; the call waits for it.
+      const starting = providers?.ensure(id);
+      if (starting) return starting.then(() => dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>);
+      return dispatcher.call(id, input, callOptions) as Promise<ToolResult<T>>;
+    },
+    tools: () => {
+      // Listing the tools is a use too: lazy providers start, and their tools join with a registry change.
+      providers?.touchAll();
+      return registry.list().map(toolInfo);
+    },
     tool: (id) => {
       const tool = registry.get(id);
       return tool ? toolInfo(tool) : undefined;
     },
     problems,
-    refresh: () => registry.refresh(),
+    refresh: async () => {
+      await registry.refresh();
+      await providers?.startAll();
+    },
     status: async () => {
       const statuses: Record<string, RunnerStatus> = {};
       for (const [name, runner] of runners) statuses[name] = await runner.status();
@@ -378,6 +439,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         transactions: state.open,
         runners: statuses,
         ...(remote ? { remote: remote.status() } : {}),
+        ...(providers ? { providers: providers.status() } : {}),
       };
     },
     snapshot: (snapshotOptions) => state.snapshot(snapshotOptions),
@@ -400,6 +462,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     gc: (onProgress) => gc(state, onProgress),
     importFrom: (hostDir, vfsPath, onProgress) => importHost(state, hostDir, vfsPath ?? '/', onProgress),
     exportTo: (vfsPath, hostDir, exportOptions, onProgress) => exportHost(state, vfsPath, hostDir, exportOptions, onProgress),
+    providers: () => providers?.status() ?? [],
     approvals: () => approvalGate.pending(),
     approve: (runId, answer) => approvalGate.approve(runId, answer),
     deny: (runId, answer) => approvalGate.deny(runId, answer),

@@ -3,7 +3,7 @@ import { ToolFailure } from './errors.js';
 import type { CallLimits, Policy } from './limits.js';
 import { checkOutput } from './payload.js';
 import type { GrantSet, PermissionName } from './permissions.js';
-import type { LogLine, ResultMeta } from './result.js';
+import type { LogLine, Progress, ResultMeta } from './result.js';
 import type { RunContext, Runner, StepCaller } from './runner.js';
 import type { Tool } from './tool.js';
 import { type DenialReporter, ToolVfs } from './tool-vfs.js';
@@ -46,6 +46,8 @@ export interface Execution {
   intrusion: (operation: string, reason: string) => void;
   /** Told each log line kept as the tool writes it (the caller's `onLog`, scrubbed by the dispatcher). */
   onLog?: (line: LogLine) => void;
+  /** Told the progress the tool reports (the caller's `onProgress`, scrubbed by the dispatcher). */
+  onProgress?: (progress: Progress) => void;
   /** Makes the step caller of a run, for a runner with the `steps` capability (a macro). */
   steps?: (scope: RunScope) => StepCaller;
 }
@@ -189,6 +191,7 @@ export class Executor {
       history: call.runner.capabilities?.includes('history') ? this.#d.state : null,
       log: (level, message) => logs.push(level, message),
       ...(call.onLog ? { streamLogs: true } : {}),
+      ...(call.onProgress ? { progress: call.onProgress } : {}),
       intrusion: call.intrusion,
       meta: call.meta,
       steps: composite

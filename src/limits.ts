@@ -214,3 +214,22 @@ export const REMOTE_LIMITS = Object.freeze({
 });
 
 export type RemoteLimits = { readonly [K in keyof typeof REMOTE_LIMITS]: number };
+
+/**
+ * Providers (`providers` in arium.json): the defaults of a provider's `limits`, and how a crashed
+ * provider is brought back. A provider's `timeout_ms` and `max_output_bytes` default to the policy's
+ * `timeout_ms` and `output_bytes`, as a local tool's do; an upstream that states a smaller timeout for
+ * a tool gets the smaller.
+ */
+export const DEFAULT_PROVIDER_LIMITS = Object.freeze({
+  /** Calls of one provider's tools in flight at once; more wait for a place (within their timeout). */
+  concurrency: 16,
+  /** How long starting a provider (its process, its handshake, its tool list) may take before it fails. */
+  start_timeout_ms: 30_000,
+  /** The first wait before restarting a provider that stopped; doubled after each failed start. */
+  restart_backoff_ms: 200,
+  /** The longest wait between two starts. */
+  max_restart_backoff_ms: 30_000,
+  /** Tools one provider may offer; more are a load problem (the rest are not served). */
+  max_tools: 1000,
+});

@@ -36,3 +36,10 @@ export interface ErrResult {
 }
 
 export type ToolResult<T = unknown> = OkResult<T> | ErrResult;
+
+/** How far a running call is, as its tool tells it: `progress` grows; `total` when the tool knows it. */
+export interface Progress {
+  progress: number;
+  total?: number;
+  message?: string;
+}

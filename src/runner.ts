@@ -29,6 +29,8 @@ export interface RunContext {
    * gathers a sandbox's log lines until the call ends should pass each to `log` as it comes instead.
    */
   readonly streamLogs?: boolean;
+  /** Tells the caller how far the call is, when it listens (a provider passes on its upstream's progress). */
+  progress?(progress: { progress: number; total?: number; message?: string }): void;
   /**
    * Reports an attempt of the tool to reach outside its sandbox that the runner refused (e.g. `import
    * node:fs`): one SecurityEvent with `action: "intrusion"`. The runner still fails the call itself.

@@ -173,6 +173,35 @@ async function checkConfig(block: Block): Promise<void> {
 }
 
 /**
+ * The providers example: the project folder has server-everything in its node_modules (this
+ * checkout's), GITHUB_TOKEN is set, and the calls the README shows answer what it says.
+ */
+async function checkProviders(block: Block): Promise<void> {
+  const dir = join(temp, `providers${project++}`);
+  mkdirSync(join(dir, 'p', 'tools'), { recursive: true });
+  writeFileSync(join(dir, 'p', 'arium.json'), block.code);
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'p', 'node_modules'));
+  expect(loadProjectConfig(join(dir, 'p'), DEFAULT_CATALOG)).toEqual(JSON.parse(block.code));
+  const engine = await createEngine({
+    workspace: dir,
+    project: 'p',
+    watch: false,
+    persist: false,
+    env: { GITHUB_TOKEN: 'ghp_readme_example_value' },
+  });
+  try {
+    expect(await engine.call('everything.echo', { message: 'hi' })).toMatchObject({
+      ok: true,
+      data: { content: [{ type: 'text', text: 'Echo: hi' }] },
+    });
+    const env = await engine.call<{ content: Array<{ text: string }> }>('everything.get-env', {});
+    expect(env.ok && JSON.parse(env.data.content[0]?.text as string).GITHUB_TOKEN).toBe('[secret:gh]');
+  } finally {
+    await engine.close();
+  }
+}
+
+/**
  * A folder set up as a user's project that depends on arium: node_modules/arium (this checkout),
  * node_modules/.bin/arium (what `npx arium` finds there, offline), and a copy of the demo workspace.
  */
@@ -396,6 +425,7 @@ describe('every code block of the README', () => {
       if (first.startsWith('{ "ok"')) return checkResults(block);
       const value = JSON.parse(block.code) as Record<string, unknown>;
       if ('runner' in value) return runDefinition(block, all);
+      if ('providers' in value) return checkProviders(block);
       if ('grants' in value || 'policy' in value || 'approvals' in value) return checkConfig(block);
       if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);

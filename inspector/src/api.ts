@@ -20,6 +20,17 @@ export interface ToolInfo {
   limits?: Record<string, number> | null;
 }
 
+/** A provider as GET /v1/providers shows it. */
+export interface ProviderInfo {
+  name: string;
+  kind: string;
+  state: string;
+  tools: number;
+  restarts: number;
+  error?: string;
+  details?: Record<string, unknown>;
+}
+
 export interface Problem {
   file: string;
   message: string;

@@ -10,6 +10,7 @@ import {
   onKeyNeeded,
   type Problem,
   type ProjectInfo,
+  type ProviderInfo,
   type Snapshot,
   setApiKey,
   type ToolInfo,
@@ -45,6 +46,7 @@ export function App() {
   const [tools, setTools] = useState<ToolInfo[] | null>(null);
   const [problems, setProblems] = useState<Problem[]>([]);
   const [toolsError, setToolsError] = useState<string | null>(null);
+  const [providers, setProviders] = useState<ProviderInfo[]>([]);
   const [snapshots, setSnapshots] = useState<Snapshot[]>([]);
   const [project, setProject] = useState<ProjectInfo | null>(null);
   const [keyNeeded, setKeyNeeded] = useState(false);
@@ -70,6 +72,13 @@ export function App() {
       setTools(answer.tools);
       setProblems(answer.problems ?? []);
       setToolsError(null);
+      // A server from before providers answers 404: no providers to show.
+      setProviders(
+        await api<{ providers: ProviderInfo[] }>('/v1/providers').then(
+          (a) => a.providers,
+          () => [],
+        ),
+      );
     } catch (error) {
       if (!(error instanceof ApiError && error.status === 401)) setToolsError(describeError(error));
     }
@@ -153,7 +162,7 @@ export function App() {
         <ThemeToggle />
       </header>
       <div id={`panel-${tab}`} role="tabpanel" aria-labelledby={`tab-${tab}`} class="panel">
-        {tab === 'tools' ? <ToolsView tools={tools} problems={problems} error={toolsError} /> : null}
+        {tab === 'tools' ? <ToolsView tools={tools} problems={problems} providers={providers} error={toolsError} /> : null}
         {tab === 'activity' ? <ActivityView status={stream} /> : null}
         {tab === 'files' ? <FilesView snapshots={snapshots} refreshKey={liveVersion} /> : null}
         {tab === 'snapshots' ? (

@@ -1,10 +1,20 @@
 import type { Ref } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { describeError, type Problem, type RunEnvelope, runTool, type ToolInfo } from './api';
+import { describeError, type Problem, type ProviderInfo, type RunEnvelope, runTool, type ToolInfo } from './api';
 import { fieldOf, formCanExpress, formPointers, initialValue, SchemaForm, type Violations } from './schema-form';
 import { ValueView } from './value-view';
 
-export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null; problems: Problem[]; error: string | null }) {
+export function ToolsView({
+  tools,
+  problems,
+  providers = [],
+  error,
+}: {
+  tools: ToolInfo[] | null;
+  problems: Problem[];
+  providers?: ProviderInfo[];
+  error: string | null;
+}) {
   const [selected, setSelected] = useState<string | null>(null);
   const tool = tools?.find((t) => t.id === selected) ?? tools?.[0] ?? null;
   // A schema a model API cannot take is no load problem: the tool runs, and its view says which API.
@@ -34,7 +44,12 @@ export function ToolsView({ tools, problems, error }: { tools: ToolInfo[] | null
       </nav>
       <section class="main" aria-label="Tool">
         {tool ? (
-          <ToolDetail key={tool.id} tool={tool} unpublished={unpublished.filter((p) => p.id === tool.id)} />
+          <ToolDetail
+            key={tool.id}
+            tool={tool}
+            unpublished={unpublished.filter((p) => p.id === tool.id)}
+            provider={tool.runner === 'provider' ? providers.find((p) => tool.id.startsWith(`${p.name}.`)) : undefined}
+          />
         ) : tools ? (
           <p class="muted">No tools.</p>
         ) : null}
@@ -62,7 +77,7 @@ function Problems({ problems }: { problems: Problem[] }) {
   );
 }
 
-function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Problem[] }) {
+function ToolDetail({ tool, unpublished, provider }: { tool: ToolInfo; unpublished: Problem[]; provider?: ProviderInfo | undefined }) {
   const expressible = formCanExpress(tool.schema);
   const [value, setValue] = useState<Record<string, unknown>>(() => initialValue(tool.schema));
   const [jsonMode, setJsonMode] = useState(!expressible);
@@ -172,6 +187,16 @@ function ToolDetail({ tool, unpublished }: { tool: ToolInfo; unpublished: Proble
       <dl class="facts">
         <dt>Runner</dt>
         <dd>{tool.runner}</dd>
+        {provider ? (
+          <>
+            <dt>Provider</dt>
+            <dd data-testid="provider">
+              {provider.name} ({provider.kind}): <span class={`badge provider-${provider.state}`}>{provider.state}</span>
+              {provider.restarts > 0 ? <span class="muted"> {provider.restarts} restarts</span> : null}
+              {provider.error ? <div class="problem-message">{provider.error}</div> : null}
+            </dd>
+          </>
+        ) : null}
         <dt>Permissions</dt>
         <dd>
           {tool.permissions.length === 0 ? (

@@ -54,6 +54,8 @@ export interface RegistryOptions {
    */
   widening?: PermissionWidening;
   onSecurity?: (event: SecurityEvent) => void;
+  /** The names of the project's providers: a definition may not take an id in one's namespace (`<provider>.…`). */
+  providers?: readonly string[];
 }
 
 export type PermissionWidening = 'allow' | 'refuse';
@@ -76,6 +78,9 @@ export class Registry {
   readonly #files = new Map<string, FileState>();
   #tools = new Map<string, Tool>();
   #problems: RegistryProblem[] = [];
+  /** The tools of each provider (src/providers/host.ts puts them here), by provider name, then id. */
+  readonly #provided = new Map<string, Map<string, Tool>>();
+  readonly #providedProblems = new Map<string, RegistryProblem[]>();
   /** The tools folder as the last scan resolved it; null when there is none. */
   #toolsDir: string | null = null;
   /** Watches the tools folder's files, from `watch()` on, while there is a tools folder. */
@@ -114,17 +119,55 @@ export class Registry {
   }
 
   get(id: string): Tool | undefined {
-    return this.#builtins.get(id) ?? this.#tools.get(id);
+    return this.#builtins.get(id) ?? this.#providedTool(id) ?? this.#tools.get(id);
   }
 
-  /** Builtins first, then project tools, each group sorted by id. */
+  #providedTool(id: string): Tool | undefined {
+    const dot = id.indexOf('.');
+    return dot > 0 ? this.#provided.get(id.slice(0, dot))?.get(id) : undefined;
+  }
+
+  /** Builtins first, then providers' tools, then project tools, each group sorted by id. */
   list(): Tool[] {
     const byId = (a: Tool, b: Tool) => (a.spec.id < b.spec.id ? -1 : 1);
-    return [...[...this.#builtins.values()].sort(byId), ...[...this.#tools.values()].sort(byId)];
+    const provided = [...this.#provided.values()].flatMap((tools) => [...tools.values()]);
+    return [...[...this.#builtins.values()].sort(byId), ...provided.sort(byId), ...[...this.#tools.values()].sort(byId)];
   }
 
   problems(): RegistryProblem[] {
-    return this.#problems.map((p) => ({ ...p }));
+    return [...this.#problems, ...[...this.#providedProblems.values()].flat()].map((p) => ({ ...p }));
+  }
+
+  /**
+   * Serves a provider's tools as they are now, in place of those it offered before, and reports the
+   * difference as a registry change (which the surfaces turn into list_changed).
+   */
+  setProvided(provider: string, tools: readonly Tool[], problems: readonly RegistryProblem[]): void {
+    if (this.#closed) return;
+    const before = this.#provided.get(provider) ?? new Map<string, Tool>();
+    const next = new Map(tools.map((tool) => [tool.spec.id, tool] as const));
+    const added = [...next.keys()].filter((id) => !before.has(id));
+    const updated = [...next].filter(([id, tool]) => before.has(id) && before.get(id)?.hash !== tool.hash).map(([id]) => id);
+    const removed = [...before.keys()].filter((id) => !next.has(id));
+    const problemsChanged = JSON.stringify(problems) !== JSON.stringify(this.#providedProblems.get(provider) ?? []);
+    this.#provided.set(provider, next);
+    this.#providedProblems.set(
+      provider,
+      problems.map((p) => ({ ...p })),
+    );
+    if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    // Macros name tools by id: one whose step a provider now offers, or no longer offers, is linked again.
+    if (added.length + removed.length > 0 && this.#initialScanDone) void this.refresh().catch(() => {});
+    this.#options.onChange({
+      type: 'RegistryChangeEvent',
+      at: new Date().toISOString(),
+      run_id: null,
+      trace_id: null,
+      added: added.sort(),
+      updated: updated.sort(),
+      removed: removed.sort(),
+      problems: this.problems(),
+    });
   }
 
   /** Reads the tools folder now; resolves when the registry reflects it. */
@@ -311,7 +354,20 @@ export class Registry {
       else candidates.set(tool.spec.id, [tool]);
     }
     const next = new Map<string, Tool>();
+    const namespaces = new Set(this.#options.providers ?? []);
     for (const [id, list] of candidates) {
+      const namespace = id.slice(0, Math.max(0, id.indexOf('.')));
+      if (namespaces.has(namespace)) {
+        for (const tool of list) {
+          problems.push({
+            file: tool.source,
+            id,
+            at: '/id',
+            message: `the id "${id}" is in the namespace of provider "${namespace}" (arium.json providers); choose another id`,
+          });
+        }
+        continue;
+      }
       // A file that is serving an id keeps it: a file added later never takes it over, whatever its name.
       // Among files that are all new to the id, the first in name order wins.
       const serving = this.#tools.get(id)?.source;
@@ -355,7 +411,7 @@ export class Registry {
   #link(next: Map<string, Tool>, problems: RegistryProblem[]): void {
     const { catalog } = this.#options;
     const dropped = new Set<string>();
-    const lookup = (id: string) => this.#builtins.get(id) ?? next.get(id) ?? (dropped.has(id) ? null : undefined);
+    const lookup = (id: string) => this.#builtins.get(id) ?? this.#providedTool(id) ?? next.get(id) ?? (dropped.has(id) ? null : undefined);
     let round = [...next.values()];
     while (round.length > 0) {
       const broken: Tool[] = [];
@@ -461,7 +517,7 @@ export class Registry {
       added: added.sort(),
       updated: updated.sort(),
       removed: removed.sort(),
-      problems: problems.map((p) => ({ ...p })),
+      problems: this.problems(),
     });
   }
 }

@@ -20,7 +20,7 @@ import type { ErrorInfo } from '../../errors.js';
 import { ToolFailure } from '../../errors.js';
 import type { ToolResultEvent } from '../../events.js';
 import { DEFAULT_GATEWAY_LIMITS } from '../../limits.js';
-import type { LogLine } from '../../result.js';
+import type { LogLine, Progress } from '../../result.js';
 import { SurfaceAccess } from '../access.js';
 import { clientCaller } from './caller.js';
 import type { SurfaceProfile } from './profile.js';
@@ -137,8 +137,9 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     }
     const token = request.params._meta?.progressToken;
     let timer: NodeJS.Timeout | undefined;
+    let onProgress: ((progress: Progress) => void) | undefined;
     if (token !== undefined) {
-      // The engine has no progress of its own to tell: the client hears that the call is still running.
+      // A tool that tells no progress of its own: the client hears that the call is still running.
       const started = Date.now();
       let ticks = 0;
       timer = setInterval(() => {
@@ -150,6 +151,25 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
           })
           .catch(() => {});
       }, options.progressMs ?? 1000);
+      // A tool that tells its progress (a provider's upstream) replaces the ticks; MCP's progress must
+      // grow, so it counts on from the ticks already sent.
+      let base: number | null = null;
+      onProgress = (progress) => {
+        if (timer) clearInterval(timer);
+        timer = undefined;
+        base ??= ticks;
+        void extra
+          .sendNotification({
+            method: 'notifications/progress',
+            params: {
+              progressToken: token,
+              progress: base + progress.progress,
+              ...(progress.total !== undefined ? { total: base + progress.total } : {}),
+              ...(progress.message !== undefined ? { message: progress.message } : {}),
+            },
+          })
+          .catch(() => {});
+      };
     }
     let result: Awaited<ReturnType<Engine['call']>>;
     let waiting: ((pending: PendingApproval) => void) | undefined;
@@ -178,6 +198,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         signal: extra.signal,
         caller: caller(),
         onLog,
+        ...(onProgress ? { onProgress } : {}),
         ...(capability ? { offered: visible } : {}),
         onApproval,
         ...(grants ? { grants } : {}),

@@ -5,6 +5,7 @@ import { daemonPaths } from '../../../daemon/paths.js';
 import { DEFAULT_CATALOG } from '../../../defaults.js';
 import type { Engine, EngineStatus } from '../../../index.js';
 import { type DependencyStatus, dependencyChecks, dependencyStatus } from '../../../install.js';
+import { DEFAULT_PROVIDER_LIMITS } from '../../../limits.js';
 import { maxPositionals } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import type { Context } from '../context.js';
@@ -42,6 +43,38 @@ function remoteCheck(status: EngineStatus | null): Check[] {
     })
     .join(', ');
   return [{ name: 'remote workers', ok: true, detail: `${remote.workers.length} on ${where}: ${load}` }];
+}
+
+/** Each provider of arium.json: started, with its tools, or why not. */
+function providerChecks(status: EngineStatus | null): Check[] {
+  return (status?.providers ?? []).map((p) => {
+    const where = p.details
+      ? Object.entries(p.details)
+          .map(([k, v]) => `${k} ${typeof v === 'string' ? v : JSON.stringify(v)}`)
+          .join(', ')
+      : '';
+    const restarts = p.restarts > 0 ? `, ${p.restarts} restarts` : '';
+    if (p.state === 'ready')
+      return { name: `provider ${p.name}`, ok: true, detail: `${p.kind}, ${p.tools} tools${restarts}${where ? ` (${where})` : ''}` };
+    return {
+      name: `provider ${p.name}`,
+      ok: false,
+      detail: `${p.kind}, ${p.state}${p.error ? `: ${p.error}` : ''}${where ? ` (${where})` : ''}`,
+      fix: `check providers.${p.name} in arium.json, and that its server starts or answers`,
+    };
+  });
+}
+
+/** Waits until no provider is still starting (doctor starts them all, as a listing of the tools does). */
+async function providersSettled(engine: Engine): Promise<void> {
+  if (!engine.config.providers) return;
+  engine.tools();
+  const until = Date.now() + DEFAULT_PROVIDER_LIMITS.start_timeout_ms;
+  while (Date.now() < until) {
+    const states = ((await engine.status()).providers ?? []).map((p) => p.state);
+    if (!states.some((s) => s === 'idle' || s === 'starting')) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
 }
 
 /** The workspace's daemon: running (pid, socket, log) or not; one that cannot be used is a failed check. */
@@ -108,6 +141,7 @@ async function projectStatus(
   try {
     // Workers answer the engine's ping within milliseconds; give them a moment before asking who is there.
     if (engine.config.remote) await new Promise((resolve) => setTimeout(resolve, REMOTE_LISTEN_MS));
+    await providersSettled(engine);
     const status = await withTimeout(engine.status(), STATUS_TIMEOUT_MS, 'engine.status()');
     const problems = status.problems ? `, ${status.problems} definition problems (arium tools)` : '';
     return {
@@ -139,7 +173,15 @@ export async function diagnose(ctx: Context): Promise<DoctorReport> {
   } catch {
     // No such project: its own check says so.
   }
-  const checks = [checkNode(), project.check, ...remoteCheck(project.engine), ...dependencies, ...probes.flat(), await daemonCheck(ctx)];
+  const checks = [
+    checkNode(),
+    project.check,
+    ...remoteCheck(project.engine),
+    ...providerChecks(project.engine),
+    ...dependencies,
+    ...probes.flat(),
+    await daemonCheck(ctx),
+  ];
   return { ok: checks.every((k) => k.ok), checks, engine: project.engine, projects: await workspaceDependencies(ctx.workspace) };
 }
 

@@ -15,7 +15,9 @@ async function run(ctx: Context): Promise<number> {
   // Warmed up: the listing reports each tool's syntax errors, which only the code checks find.
   return withEngine(
     ctx,
-    (engine) => {
+    async (engine) => {
+      // Lazy providers start for the listing, so that their tools are in it.
+      if (engine.config.providers) await engine.refresh();
       const tools = engine.tools();
       if (format !== undefined) {
         // One JSON document, --json or not: it is meant for another program.
@@ -30,8 +32,12 @@ async function run(ctx: Context): Promise<number> {
         return EXIT.ok;
       }
       const { c } = ctx;
-      const own = tools.filter((t) => t.runner !== 'builtin').length;
-      ctx.out(c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own} builtin, ${own} from tools/)`));
+      const own = tools.filter((t) => t.runner !== 'builtin' && t.runner !== 'provider').length;
+      const provided = tools.filter((t) => t.runner === 'provider').length;
+      const fromProviders = provided > 0 ? `, ${provided} from providers` : '';
+      ctx.out(
+        c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own - provided} builtin, ${own} from tools/${fromProviders})`),
+      );
       ctx.out(table(tools.map((t) => [c.cyan(t.id), t.runner, t.permissions.join(',') || '-', t.description])));
       const load = problems.filter((p) => p.vendor === undefined);
       const publishing = problems.filter((p) => p.vendor !== undefined);

@@ -121,6 +121,17 @@ export function toolRoutes(scope: FastifyInstance): void {
   );
 
   scope.get(
+    '/v1/providers',
+    {
+      schema: {
+        summary: "The project's providers (arium.json providers): each one's kind, state, tools, restarts and last error",
+        response: { 200: { type: 'object', properties: { providers: { type: 'array' } } } },
+      },
+    },
+    async (request) => ({ providers: servedOf(request).engine.providers() }),
+  );
+
+  scope.get(
     '/v1/tools/:id',
     {
       schema: {
