@@ -1,0 +1,248 @@
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join, resolve } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  DEFAULT_SANDBOX_LIMITS,
+  providerUid,
+  SandboxRefusal,
+  type SandboxSpec,
+  sandboxAvailable,
+  sandboxedServer,
+} from '../src/providers/sandbox.js';
+
+// A real stdio MCP server (fixtures/providers/attacker/server.mjs, on the MCP SDK) started through the
+// provider sandbox's command line and driven by the SDK's client: each of its tools tries an escape
+// (the network, a host file, a write outside its folder, a fork bomb, memory), and each attempt is run
+// again with that one restriction lifted, so that every assertion is shown able to fail.
+
+const host = await sandboxAvailable();
+const why = host.problem ?? (host.root ? null : 'these tests give the server folder to the provider’s uid, which needs root');
+if (why !== null && process.env.CI) throw new Error(`CI must test the provider sandbox, but ${why}`);
+if (why) console.log(`providers.sandbox: skipped, ${why}`);
+
+const SERVER = resolve('fixtures/providers/attacker/server.mjs');
+const NAME = 'attacker';
+
+type Answer = Record<string, unknown> & { ok?: boolean; error?: string };
+
+async function start(
+  spec: Partial<SandboxSpec> = {},
+): Promise<{ call(tool: string, args?: Record<string, unknown>): Promise<Answer>; close(): Promise<void>; stderr(): string }> {
+  const line = sandboxedServer({ name: NAME, command: process.execPath, args: [SERVER], ...spec }, host);
+  const transport = new StdioClientTransport({ command: line.command, args: line.args, env: line.env, stderr: 'pipe' });
+  let stderr = '';
+  transport.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString('utf8');
+  });
+  const client = new Client({ name: 'sandbox-test', version: '1.0.0' });
+  try {
+    await client.connect(transport);
+  } catch (error) {
+    throw new Error(`the sandboxed server did not start: ${(error as Error).message}\n${stderr}`);
+  }
+  return {
+    async call(tool, args = {}) {
+      const result = await client.callTool({ name: tool, arguments: args });
+      const content = result.content as Array<{ type: string; text: string }>;
+      return JSON.parse(content[0]?.text ?? 'null') as Answer;
+    },
+    close: () => client.close(),
+    stderr: () => stderr,
+  };
+}
+
+describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () => {
+  let dir: string;
+  let allowed: string;
+  let outside: string;
+  let web: Server;
+  let url: string;
+  const uid = providerUid(NAME);
+
+  beforeAll(async () => {
+    dir = mkdtempSync('/tmp/arium-provider-sandbox-');
+    chmodSync(dir, 0o755);
+    allowed = join(dir, 'allowed');
+    outside = join(dir, 'outside');
+    mkdirSync(allowed);
+    mkdirSync(outside);
+    // The declared folder belongs to the server's uid; the other is open to anyone on the host, so
+    // only the sandbox can keep the server out of it.
+    chownSync(allowed, uid, uid);
+    chmodSync(outside, 0o777);
+    writeFileSync(join(outside, 'secret.txt'), 'host secret\n', { mode: 0o644 });
+    web = createServer((_req, res) => res.end('reached the host'));
+    await new Promise<void>((done) => web.listen(0, '127.0.0.1', done));
+    url = `http://127.0.0.1:${(web.address() as AddressInfo).port}/`;
+  });
+  afterAll(async () => {
+    await new Promise((done) => web.close(done));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs as the provider’s own unprivileged uid, with no supplementary groups', async () => {
+    const server = await start();
+    try {
+      // Node lists the effective gid among the groups: none other is there.
+      expect(await server.call('whoami')).toEqual({ uid, gid: uid, groups: [uid] });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('cannot reach a server on the host’s loopback without net.fetch; can with it', async () => {
+    const boxed = await start();
+    const open = await start({ permissions: ['net.fetch'], hosts: ['*'] });
+    try {
+      const refused = await boxed.call('fetch_url', { url });
+      expect(refused.ok).toBeUndefined();
+      expect(refused.error).toBe('ECONNREFUSED');
+      expect(await open.call('fetch_url', { url })).toEqual({ ok: true, status: 200, body: 'reached the host' });
+    } finally {
+      await Promise.all([boxed.close(), open.close()]);
+    }
+  });
+
+  it('writes in its declared folder, not outside it; reads its declared paths, not the rest of the host', async () => {
+    const server = await start({ write: [allowed] });
+    try {
+      // Concurrent calls, as a client would make them.
+      const [inside, beside, shadow, secret] = await Promise.all([
+        server.call('write_file', { path: join(allowed, 'out.txt'), text: 'allowed' }),
+        server.call('write_file', { path: join(outside, 'planted.txt'), text: 'escaped' }),
+        server.call('read_file', { path: '/etc/shadow' }),
+        server.call('read_file', { path: join(outside, 'secret.txt') }),
+      ]);
+      expect(inside).toEqual({ ok: true });
+      expect(readFileSync(join(allowed, 'out.txt'), 'utf8')).toBe('allowed');
+      expect(beside.error).toBe('ENOENT');
+      expect(existsSync(join(outside, 'planted.txt'))).toBe(false);
+      expect(shadow.error).toBe('ENOENT');
+      expect(secret.error).toBe('ENOENT');
+      expect(await server.call('read_file', { path: join(allowed, 'out.txt') })).toEqual({ ok: true, text: 'allowed' });
+      // Its own install folder is there, read-only.
+      expect((await server.call('read_file', { path: SERVER })).ok).toBe(true);
+      expect((await server.call('write_file', { path: SERVER, text: 'replaced' })).error).toBe('EROFS');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('reads a declared folder but cannot write it', async () => {
+    const server = await start({ read: [outside] });
+    try {
+      expect(await server.call('read_file', { path: join(outside, 'secret.txt') })).toEqual({ ok: true, text: 'host secret\n' });
+      expect((await server.call('write_file', { path: join(outside, 'planted.txt'), text: 'x' })).error).toBe('EROFS');
+      expect(existsSync(join(outside, 'planted.txt'))).toBe(false);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('the same attempts succeed uncontained ("sandbox": false): the checks above can fail', async () => {
+    const server = await start({ sandbox: false });
+    try {
+      expect(await server.call('write_file', { path: join(outside, 'planted.txt'), text: 'escaped' })).toEqual({ ok: true });
+      expect((await server.call('read_file', { path: '/etc/shadow' })).ok).toBe(true);
+      expect((await server.call('fetch_url', { url })).ok).toBe(true);
+    } finally {
+      rmSync(join(outside, 'planted.txt'), { force: true });
+      await server.close();
+    }
+  });
+
+  it('stops a fork bomb at its process limit, and survives it', async () => {
+    const bounded = await start({ limits: { processes: 32 } });
+    const loose = await start({ limits: { processes: 1000 } });
+    try {
+      const bomb = await bounded.call('fork', { count: 100 });
+      expect(bomb.error).toBe('EAGAIN');
+      expect(bomb.started).toBeLessThan(32);
+      expect(await bounded.call('whoami')).toMatchObject({ uid });
+      expect(await loose.call('fork', { count: 100 })).toEqual({ started: 100, error: null });
+    } finally {
+      await Promise.all([bounded.close(), loose.close()]);
+    }
+  });
+
+  it('cannot take more memory than its limit', async () => {
+    const bounded = await start({ limits: { memory_mb: 256 } });
+    const loose = await start({ limits: { memory_mb: 4096 } });
+    try {
+      const greedy = await bounded.call('allocate', { mb: 1024 });
+      expect(greedy.error).toMatch(/allocation failed/i);
+      expect(greedy.mb).toBeLessThan(256);
+      expect(await loose.call('allocate', { mb: 1024 })).toEqual({ ok: true, mb: 1024 });
+    } finally {
+      await Promise.all([bounded.close(), loose.close()]);
+    }
+  });
+});
+
+describe('provider sandbox settings that cannot be honoured', () => {
+  const spec: SandboxSpec = { name: 'p', command: process.execPath, args: [SERVER] };
+  const refusal = (s: SandboxSpec, h = host) => {
+    try {
+      sandboxedServer(s, h);
+    } catch (error) {
+      expect(error).toBeInstanceOf(SandboxRefusal);
+      return error as SandboxRefusal;
+    }
+    throw new Error('not refused');
+  };
+  const working = {
+    ...host,
+    problem: null,
+    fix: null,
+    bwrap: '/usr/bin/bwrap',
+    seccomp: true,
+    tools: host.tools ?? { sh: '/bin/sh', base64: '/usr/bin/base64', prlimit: '/usr/bin/prlimit', setpriv: '/usr/bin/setpriv' },
+  };
+
+  it('refuses a host allowlist for net.fetch rather than pretending to enforce it', () => {
+    const error = refusal({ ...spec, permissions: ['net.fetch'], hosts: ['api.github.com'] }, working);
+    expect(error.reason).toBe('hosts-not-enforceable');
+    expect(error.message).toContain('provider "p"');
+    expect(error.message).toContain('api.github.com');
+    expect(error.fix).toContain('"hosts": ["*"]');
+    expect(refusal({ ...spec, hosts: ['api.github.com'] }, working).reason).toBe('hosts-without-net');
+  });
+
+  it('refuses to start a server uncontained when bubblewrap is missing, unless the provider says "sandbox": false', async () => {
+    const missing = await sandboxAvailable('/nonexistent/bwrap');
+    expect(missing.problem).toContain('not installed');
+    const error = refusal(spec, missing);
+    expect(error.reason).toBe('no-sandbox');
+    expect(error.message).toContain('will not start its stdio server uncontained');
+    expect(error.fix).toContain('"sandbox": false');
+    const line = sandboxedServer({ ...spec, sandbox: false, env: { A: '1' } }, missing);
+    expect(line).toMatchObject({ command: process.execPath, args: [SERVER], env: { A: '1' }, describe: { sandboxed: false } });
+  });
+
+  it('refuses environment that would change how the sandbox’s own helpers load', () => {
+    const error = refusal({ ...spec, env: { LD_PRELOAD: '/tmp/evil.so' } }, working);
+    expect(error.reason).toBe('loader-env');
+    expect(error.message).toContain('LD_PRELOAD');
+  });
+
+  it('refuses relative, missing and whole-host paths, and unknown or bad limits, saying where', () => {
+    expect(refusal({ ...spec, write: ['data'] }, working).message).toContain('"write"[0]');
+    expect(refusal({ ...spec, read: ['/nonexistent/x'] }, working).reason).toBe('missing-path');
+    expect(refusal({ ...spec, read: ['/'] }, working).reason).toBe('whole-host');
+    expect(refusal({ ...spec, limits: { memory: 1 } as never }, working).message).toContain('unknown sandbox limit "memory"');
+    expect(refusal({ ...spec, limits: { processes: 0 } }, working).reason).toBe('bad-limit');
+    expect(refusal({ ...spec, command: 'no-such-server-program' }, working).reason).toBe('no-command');
+  });
+
+  it('passes secrets in the environment, never on the command line, and says how it contains the server', () => {
+    const line = sandboxedServer({ ...spec, env: { TOKEN: 'hunter2' } }, working);
+    expect(line.env.TOKEN).toBe('hunter2');
+    expect(line.args.join(' ')).not.toContain('hunter2');
+    expect(line.describe).toMatchObject({ sandboxed: true, network: 'none', writes: [], limits: DEFAULT_SANDBOX_LIMITS });
+    expect(line.describe.summary).toContain('no network');
+  });
+});
