@@ -29,11 +29,22 @@ const NAME = 'attacker';
 
 type Answer = Record<string, unknown> & { ok?: boolean; error?: string };
 
+/** Starts the attacker in the sandbox `spec` asks for; `as` runs the whole command line as that unprivileged uid (an engine that is not root). */
 async function start(
   spec: Partial<SandboxSpec> = {},
-): Promise<{ call(tool: string, args?: Record<string, unknown>): Promise<Answer>; close(): Promise<void>; stderr(): string }> {
-  const line = sandboxedServer({ name: NAME, command: process.execPath, args: [SERVER], ...spec }, host);
-  const transport = new StdioClientTransport({ command: line.command, args: line.args, env: line.env, stderr: 'pipe' });
+  as?: number,
+): Promise<{ call(tool: string, args?: Record<string, unknown>): Promise<Answer>; close(): Promise<void> }> {
+  const line = sandboxedServer(
+    { name: NAME, command: process.execPath, args: [SERVER], ...spec },
+    as === undefined ? host : { ...host, root: false },
+  );
+  const drop = [`--reuid=${as}`, `--regid=${as}`, '--clear-groups', '--', line.command];
+  const transport = new StdioClientTransport({
+    command: as === undefined ? line.command : (host.tools?.setpriv as string),
+    args: as === undefined ? line.args : [...drop, ...line.args],
+    env: line.env,
+    stderr: 'pipe',
+  });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => {
     stderr += chunk.toString('utf8');
@@ -51,7 +62,6 @@ async function start(
       return JSON.parse(content[0]?.text ?? 'null') as Answer;
     },
     close: () => client.close(),
-    stderr: () => stderr,
   };
 }
 
@@ -179,6 +189,25 @@ describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () =>
       expect(await loose.call('allocate', { mb: 1024 })).toEqual({ ok: true, mb: 1024 });
     } finally {
       await Promise.all([bounded.close(), loose.close()]);
+    }
+  });
+
+  it('from an engine that is not root: a user namespace, the same walls', async () => {
+    const nobody = 65_534;
+    const mine = join(dir, 'nobody');
+    mkdirSync(mine);
+    chownSync(mine, nobody, nobody);
+    const server = await start({ write: [mine] }, nobody);
+    try {
+      expect(await server.call('whoami')).toMatchObject({ uid: nobody });
+      expect((await server.call('fetch_url', { url })).error).toBe('ECONNREFUSED');
+      expect(await server.call('write_file', { path: join(mine, 'out.txt'), text: 'mine' })).toEqual({ ok: true });
+      expect(readFileSync(join(mine, 'out.txt'), 'utf8')).toBe('mine');
+      expect((await server.call('write_file', { path: join(outside, 'planted.txt'), text: 'escaped' })).error).toBe('ENOENT');
+      expect((await server.call('read_file', { path: join(outside, 'secret.txt') })).error).toBe('ENOENT');
+      expect(existsSync(join(outside, 'planted.txt'))).toBe(false);
+    } finally {
+      await server.close();
     }
   });
 });
