@@ -1,4 +1,5 @@
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
@@ -7,6 +8,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   DEFAULT_SANDBOX_LIMITS,
+  PROVIDER_UID_BASE,
   providerUid,
   SandboxRefusal,
   type SandboxSpec,
@@ -23,6 +25,33 @@ const host = await sandboxAvailable();
 const why = host.problem ?? (host.root ? null : 'these tests give the server folder to the provider’s uid, which needs root');
 if (why !== null && process.env.CI) throw new Error(`CI must test the provider sandbox, but ${why}`);
 if (why) console.log(`providers.sandbox: skipped, ${why}`);
+
+/** A uid no other test uses, to count the server's processes by. */
+const LONE_UID = PROVIDER_UID_BASE + 65_000;
+
+/** Pids of the processes running as `uid` now. */
+function processesOf(uid: number): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const line = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${name}/status`, 'utf8'));
+      if (line && Number(line[1]) === uid) pids.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+/** Waits until `done()` holds, for up to 10 s (a loaded machine reaps slowly), then fails. */
+async function until(done: () => boolean): Promise<void> {
+  for (let waited = 0; waited < 10_000; waited += 50) {
+    if (done()) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error('timed out waiting');
+}
 
 const SERVER = resolve('fixtures/providers/attacker/server.mjs');
 const NAME = 'attacker';
@@ -210,6 +239,30 @@ describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () =>
       await server.close();
     }
   });
+
+  it('leaves no process of the server behind when it is closed, or when the engine dies', async () => {
+    const closed = await start({ uid: LONE_UID });
+    await closed.call('whoami');
+    expect(processesOf(LONE_UID)).not.toEqual([]);
+    await closed.close();
+    await until(() => processesOf(LONE_UID).length === 0);
+
+    // An engine killed outright: the server, even one that ignores its stdin closing, must not outlive it.
+    const line = sandboxedServer({ name: NAME, command: process.execPath, args: [SERVER, '--linger'], uid: LONE_UID }, host);
+    const engine = spawn(
+      process.execPath,
+      [
+        '-e',
+        'const c = require("node:child_process").spawn(process.argv[1], JSON.parse(process.argv[2]), { stdio: ["pipe", "pipe", "inherit"] }); setInterval(() => {}, 1000);',
+        line.command,
+        JSON.stringify(line.args),
+      ],
+      { env: line.env, stdio: 'ignore' },
+    );
+    await until(() => processesOf(LONE_UID).length > 0);
+    engine.kill('SIGKILL');
+    await until(() => processesOf(LONE_UID).length === 0);
+  });
 });
 
 describe('provider sandbox settings that cannot be honoured', () => {
@@ -229,7 +282,7 @@ describe('provider sandbox settings that cannot be honoured', () => {
     fix: null,
     bwrap: '/usr/bin/bwrap',
     seccomp: true,
-    tools: host.tools ?? { sh: '/bin/sh', base64: '/usr/bin/base64', prlimit: '/usr/bin/prlimit', setpriv: '/usr/bin/setpriv' },
+    tools: host.tools ?? { bash: '/bin/bash', base64: '/usr/bin/base64', prlimit: '/usr/bin/prlimit', setpriv: '/usr/bin/setpriv' },
   };
 
   it('refuses a host allowlist for net.fetch rather than pretending to enforce it', () => {
@@ -256,6 +309,8 @@ describe('provider sandbox settings that cannot be honoured', () => {
     const error = refusal({ ...spec, env: { LD_PRELOAD: '/tmp/evil.so' } }, working);
     expect(error.reason).toBe('loader-env');
     expect(error.message).toContain('LD_PRELOAD');
+    expect(refusal({ ...spec, env: { 'BASH_FUNC_printf%%': '() { id; }' } }, working).reason).toBe('loader-env');
+    expect(refusal({ ...spec, env: { BASH_ENV: '/tmp/x' } }, working).reason).toBe('loader-env');
   });
 
   it('refuses relative, missing and whole-host paths, and unknown or bad limits, saying where', () => {

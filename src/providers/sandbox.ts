@@ -110,7 +110,7 @@ export interface SandboxHost {
   /** The seccomp filter exists for this architecture. */
   seccomp: boolean;
   /** Absolute paths of the helpers the command line runs. */
-  tools: { sh: string; base64: string; prlimit: string; setpriv: string } | null;
+  tools: { bash: string; base64: string; prlimit: string; setpriv: string } | null;
 }
 
 /** How the server is contained, for `status().details`, `arium doctor` and the inspector. */
@@ -153,18 +153,20 @@ const SECCOMP_FD = 4;
 /**
  * Hands bubblewrap the seccomp filter on descriptor 4 without a file on disk and keeps the server's
  * stdin and stdout the transport's pipes: the filter travels base64 in $1, decoded into a pipe that
- * becomes fd 4 of the last element of the pipeline, which then execs bubblewrap with the saved stdin.
+ * becomes fd 4 of the pipeline's last element, which execs bubblewrap with the saved stdin. bash's
+ * `lastpipe` runs that last element in the shell itself, so bubblewrap replaces the shell: it is the
+ * engine's own child, reaped by it, and `--die-with-parent` watches the engine, not a shell left behind.
  */
-const SECCOMP_SCRIPT = 'f=$1; b=$2; shift 2; exec 3<&0; printf %s "$f" | "$b" -d | { exec 4<&0 0<&3 3<&-; exec "$@"; }';
+const SECCOMP_SCRIPT = 'shopt -s lastpipe; f=$1; b=$2; shift 2; exec 3<&0; printf %s "$f" | "$b" -d | { exec 4<&0 0<&3 3<&-; exec "$@"; }';
 /** /etc files a server needs to resolve names and check certificates, shown only with the network. */
 const NETWORK_ETC = ['/etc/resolv.conf', '/etc/hosts', '/etc/nsswitch.conf', '/etc/gai.conf', '/etc/ssl', '/etc/ca-certificates', '/etc/pki'];
 const ETC_EXTRAS = ['/etc/alternatives'];
 /**
- * Environment names that change how a program is loaded: the sandbox's own helpers (sh, bubblewrap,
+ * Environment names that change how a program is loaded: the sandbox's own helpers (bash, base64, bubblewrap,
  * running as root before they confine anything) see the server's environment too, so none of these may be set.
  */
 const LOADER_ENV =
-  /^(LD_[A-Z0-9_]*|GCONV_PATH|GLIBC_TUNABLES|LOCPATH|NLSPATH|HOSTALIASES|RESOLV_HOST_CONF|MALLOC_[A-Z0-9_]*|BASH_ENV|ENV|IFS|SHELLOPTS|PS4)$/;
+  /^(LD_[A-Z0-9_]*|GCONV_PATH|GLIBC_TUNABLES|LOCPATH|NLSPATH|HOSTALIASES|RESOLV_HOST_CONF|MALLOC_[A-Z0-9_]*|BASH[A-Z0-9_]*|ENV|IFS|SHELLOPTS|PS4|CDPATH|GLOBIGNORE)$/;
 
 /** What this machine offers for sandboxed stdio servers. Probes once per bubblewrap path (a trial sandbox). */
 export async function sandboxAvailable(bwrap = 'bwrap'): Promise<SandboxHost> {
@@ -172,7 +174,7 @@ export async function sandboxAvailable(bwrap = 'bwrap'): Promise<SandboxHost> {
   const userNamespaces = readUserNamespaces();
   const seccomp = execFilter() !== null;
   const found: Record<string, string> = {};
-  for (const name of ['sh', 'base64', 'prlimit', 'setpriv']) {
+  for (const name of ['bash', 'base64', 'prlimit', 'setpriv']) {
     const program = resolveProgram(name, '/');
     if (program.path !== null) found[name] = program.path;
   }
@@ -198,8 +200,8 @@ export async function sandboxAvailable(bwrap = 'bwrap'): Promise<SandboxHost> {
   if (tools === null) {
     return {
       ...host,
-      problem: 'sandboxed servers need sh, base64 (coreutils), prlimit and setpriv (util-linux) on the host',
-      fix: 'apt-get install coreutils util-linux',
+      problem: 'sandboxed servers need bash, base64 (coreutils), prlimit and setpriv (util-linux) on the host',
+      fix: 'apt-get install bash coreutils util-linux',
     };
   }
   return { ...host, problem: null, fix: null };
@@ -348,8 +350,8 @@ export function sandboxedServer(spec: SandboxSpec, host: SandboxHost): Sandboxed
   const path = unique([...programs.map(dirname), ...(env.PATH ?? BASE_PATH).split(':')]).join(':');
   const reads_ = unique([...roots, ...shown.filter((p) => !writable.includes(p))]);
   return {
-    command: host.tools.sh,
-    args: ['-c', SECCOMP_SCRIPT, 'sh', filter.toString('base64'), host.tools.base64, host.bwrap, ...bwrap],
+    command: host.tools.bash,
+    args: ['-c', SECCOMP_SCRIPT, 'bash', filter.toString('base64'), host.tools.base64, host.bwrap, ...bwrap],
     env: { HOME: '/tmp', LANG: 'C.UTF-8', ...env, PATH: path },
     describe: {
       sandboxed: true,
@@ -380,7 +382,8 @@ function unique<T>(items: T[]): T[] {
 function checkEnv(spec: SandboxSpec, where: string): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [key, value] of Object.entries(spec.env ?? {})) {
-    if (spec.sandbox !== false && LOADER_ENV.test(key)) {
+    // A name with `%` is how bash imports a function (BASH_FUNC_printf%%), which would replace a command of the script.
+    if (spec.sandbox !== false && (LOADER_ENV.test(key) || key.startsWith('BASH_FUNC_') || key.includes('%'))) {
       throw new SandboxRefusal(
         `${where}: "env" may not set ${key}: it changes how programs are loaded, and the sandbox's own helpers see the server's environment`,
         'loader-env',
