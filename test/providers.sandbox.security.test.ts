@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
@@ -166,6 +166,27 @@ describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () =>
       // Its own install folder is there, read-only.
       expect((await server.call('read_file', { path: SERVER })).ok).toBe(true);
       expect((await server.call('write_file', { path: SERVER, text: 'replaced' })).error).toBe('EROFS');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('runs a #!/usr/bin/env node server installed in a folder of its own, which it can read but not change', async () => {
+    // As npm installs one: a script run through env, its packages in a node_modules beside it (here a link).
+    const pkg = join(dir, 'pkg');
+    mkdirSync(pkg);
+    chmodSync(pkg, 0o755);
+    const serve = join(pkg, 'serve.mjs');
+    writeFileSync(serve, `#!/usr/bin/env node\n${readFileSync(SERVER, 'utf8')}`, { mode: 0o755 });
+    symlinkSync(resolve('node_modules'), join(pkg, 'node_modules'));
+    const server = await start({ command: serve, args: [] });
+    try {
+      expect(await server.call('whoami')).toMatchObject({ uid });
+      expect((await server.call('read_file', { path: serve })).ok).toBe(true);
+      expect((await server.call('write_file', { path: serve, text: 'replaced' })).error).toBe('EROFS');
+      expect((await server.call('write_file', { path: join(pkg, 'new.txt'), text: 'x' })).error).toBe('EROFS');
+      // The engine's own checkout is not its install folder: not there.
+      expect((await server.call('read_file', { path: SERVER })).error).toBe('ENOENT');
     } finally {
       await server.close();
     }

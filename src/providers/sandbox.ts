@@ -284,15 +284,16 @@ export function sandboxedServer(spec: SandboxSpec, host: SandboxHost): Sandboxed
   }
   if (network === 'host') bwrap.splice(bwrap.indexOf('--unshare-net'), 1);
 
-  const roots = programs.map(programRootOf).filter((root): root is string => root !== null);
+  const roots = programs.flatMap((program) => programRoots(program, where));
   const layout = hostLayout({ executable: command, roots: unique(roots), libraries: null });
+  // /tmp first: a program or install folder below it (a temporary checkout) is bound into the tmpfs, not hidden by it.
+  bwrap.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--size', String(limits.tmp_bytes), '--tmpfs', '/tmp');
   bwrap.push('--perms', '0755', '--dir', '/etc');
-  for (const dir of layout.dirs) bwrap.push('--perms', '0755', '--dir', dir);
+  for (const dir of layout.dirs) if (dir !== '/tmp') bwrap.push('--perms', '0755', '--dir', dir);
   for (const [target, path] of layout.symlinks) bwrap.push('--symlink', target, path);
   for (const file of layout.files) bwrap.push('--ro-bind', file, file);
   for (const extra of [...ETC_EXTRAS, ...(network === 'host' ? NETWORK_ETC : [])]) if (existsSync(extra)) bwrap.push('--ro-bind', extra, extra);
   for (const [from, to] of layout.binds) bwrap.push('--ro-bind', from, to);
-  bwrap.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--size', String(limits.tmp_bytes), '--tmpfs', '/tmp');
 
   // Outer paths first, so that a folder shown read-only does not hide a writable one below it.
   const mounts: Array<[how: string, path: string]> = [
@@ -434,6 +435,13 @@ function checkNetwork(spec: SandboxSpec, where: string): 'none' | 'host' {
     return 'none';
   }
   if (hosts === null || (hosts.length === 1 && hosts[0] === '*')) return 'host';
+  if (hosts.length === 0) {
+    throw new SandboxRefusal(
+      `${where}: declares net.fetch with an empty "hosts" list, which allows no host`,
+      'hosts-empty',
+      'drop "net.fetch" for no network, or set "hosts": ["*"]',
+    );
+  }
   throw new SandboxRefusal(
     `${where}: net.fetch limited to hosts ${JSON.stringify(hosts)} cannot be enforced: a sandboxed server gets either no network or the host's whole network (every address, loopback included), and would not be held to a list`,
     'hosts-not-enforceable',
@@ -483,12 +491,29 @@ function shebangInterpreter(command: string, path: string | undefined): string |
   return resolveProgram(name, '/').path;
 }
 
-/** A program's prefix outside the system folders (…/node/v20 for …/node/v20/bin/node), or null. */
-function programRootOf(program: string): string | null {
-  const real = realpathSync(program);
+/**
+ * The folders of a program outside the system folders, shown read-only: for each of the path it is
+ * named by and the file that links to, its prefix when it lies in a `bin` folder (a virtualenv's
+ * …/.venv for …/.venv/bin/python, with its site-packages; …/node/v20 for …/node/v20/bin/node), else its
+ * own folder. None for a program of the system's.
+ */
+function programRoots(program: string, where: string): string[] {
   const inSystem = (path: string) => SYSTEM.some((dir) => path === dir || path.startsWith(`${dir}/`));
-  if (inSystem(program) && inSystem(real)) return null;
-  return dirname(dirname(real));
+  const roots: string[] = [];
+  for (const path of [program, realpathSync(program)]) {
+    if (inSystem(path)) continue;
+    const folder = dirname(path);
+    const root = posix.basename(folder) === 'bin' ? dirname(folder) : folder;
+    if (root.split('/').filter(Boolean).length < 2) {
+      throw new SandboxRefusal(
+        `${where}: its program ${path} lies in ${root}, which the sandbox would have to show whole`,
+        'install-too-wide',
+        'install the program in a folder of its own (e.g. /opt/<server>/bin/)',
+      );
+    }
+    roots.push(root);
+  }
+  return roots;
 }
 
 /**
