@@ -30,7 +30,7 @@ export interface SandboxLimits {
    * gigabytes of address space for WebAssembly (its own fetch parses HTTP in wasm), which RLIMIT_AS refuses.
    */
   memory_mb: number;
-  /** Processes and threads the server's uid may have at once (RLIMIT_NPROC): a fork bomb stops here. Node itself takes about 11 threads. */
+  /** Processes and threads the server's uid may have at once (RLIMIT_NPROC): a fork bomb stops here. Node's own threads count (about ten). */
   processes: number;
   /** Largest file the server may write (RLIMIT_FSIZE). */
   file_bytes: number;
