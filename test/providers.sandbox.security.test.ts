@@ -54,6 +54,10 @@ async function until(done: () => boolean): Promise<void> {
 }
 
 const SERVER = resolve('fixtures/providers/attacker/server.mjs');
+/** Servers from the npm registry, as npm installs their programs (a `#!/usr/bin/env node` link in .bin). */
+const FILESYSTEM = resolve('node_modules/.bin/mcp-server-filesystem');
+const EVERYTHING = resolve('node_modules/.bin/mcp-server-everything');
+if (!existsSync(FILESYSTEM) || !existsSync(EVERYTHING)) console.log('providers.sandbox: the npm servers’ tests skipped, they are not installed');
 const NAME = 'attacker';
 
 type Answer = Record<string, unknown> & { ok?: boolean; error?: string };
@@ -62,7 +66,7 @@ type Answer = Record<string, unknown> & { ok?: boolean; error?: string };
 async function start(
   spec: Partial<SandboxSpec> = {},
   as?: number,
-): Promise<{ call(tool: string, args?: Record<string, unknown>): Promise<Answer>; close(): Promise<void> }> {
+): Promise<{ client: Client; call(tool: string, args?: Record<string, unknown>): Promise<Answer>; close(): Promise<void> }> {
   const line = sandboxedServer(
     { name: NAME, command: process.execPath, args: [SERVER], ...spec },
     as === undefined ? host : { ...host, root: false },
@@ -85,6 +89,7 @@ async function start(
     throw new Error(`the sandboxed server did not start: ${(error as Error).message}\n${stderr}`);
   }
   return {
+    client,
     async call(tool, args = {}) {
       const result = await client.callTool({ name: tool, arguments: args });
       const content = result.content as Array<{ type: string; text: string }>;
@@ -187,6 +192,32 @@ describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () =>
       expect((await server.call('write_file', { path: join(pkg, 'new.txt'), text: 'x' })).error).toBe('EROFS');
       // The engine's own checkout is not its install folder: not there.
       expect((await server.call('read_file', { path: SERVER })).error).toBe('ENOENT');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it.runIf(existsSync(FILESYSTEM))('runs @modelcontextprotocol/server-filesystem from npm, writing where it is declared', async () => {
+    const data = join(dir, 'fsdata');
+    mkdirSync(data);
+    chownSync(data, uid, uid);
+    const server = await start({ command: FILESYSTEM, args: [data], write: [data] });
+    try {
+      const { tools } = await server.client.listTools();
+      expect(tools.map((tool) => tool.name)).toContain('write_file');
+      const written = await server.client.callTool({ name: 'write_file', arguments: { path: join(data, 'note.txt'), content: 'from the server' } });
+      expect(written.isError).toBeFalsy();
+      expect(readFileSync(join(data, 'note.txt'), 'utf8')).toBe('from the server');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it.runIf(existsSync(EVERYTHING))('runs @modelcontextprotocol/server-everything from npm', async () => {
+    const server = await start({ command: EVERYTHING, args: ['stdio'] });
+    try {
+      const echoed = await server.client.callTool({ name: 'echo', arguments: { message: 'contained' } });
+      expect(JSON.stringify(echoed.content)).toContain('contained');
     } finally {
       await server.close();
     }

@@ -47,7 +47,9 @@ export function shebangInterpreter(command: string, path: string | undefined): s
 export function programRoots(program: string, where: string): string[] {
   const inSystem = (path: string) => SYSTEM.some((dir) => path === dir || path.startsWith(`${dir}/`));
   const roots: string[] = [];
-  for (const path of [program, realpathSync(program)]) {
+  // The path it is named by with its folder's links resolved (not its own: a virtualenv's python is a
+  // link into /usr/bin, and the folder of the link is the virtualenv), and the file it links to.
+  for (const path of [join(realpathSync(dirname(program)), posix.basename(program)), realpathSync(program)]) {
     if (inSystem(path)) continue;
     const folder = dirname(path);
     const root = posix.basename(folder) === 'bin' ? dirname(folder) : folder;
@@ -183,7 +185,7 @@ export function hostView(request: ViewRequest): { args: string[]; reads: string[
   // The symbolic links on the way to each path the server was given (a project's node_modules linked
   // elsewhere): it names them by those paths, and Node resolves packages through them.
   const links = new Map<string, string>();
-  for (const given of [...installs, ...(cwd === '/' ? [] : [cwd]), ...reads, ...writes]) {
+  for (const given of [command, ...installs, ...(cwd === '/' ? [] : [cwd]), ...reads, ...writes]) {
     for (const [target, link] of hostLayout({ executable: given, roots: [], libraries: [] }).symlinks) links.set(link, target);
   }
   for (const [link, target] of links) {
