@@ -246,6 +246,19 @@ describe.runIf(why === null)('a stdio MCP server in the provider sandbox', () =>
     }
   });
 
+  it('cannot make a user namespace of its own (seccomp), which uncontained it can', async () => {
+    const boxed = await start();
+    const open = await start({ sandbox: false });
+    try {
+      const refused = await boxed.call('unshare');
+      expect(refused.status).not.toBe(0);
+      expect(refused.stderr).toMatch(/Operation not permitted/);
+      expect(await open.call('unshare')).toMatchObject({ status: 0, stdout: '0' });
+    } finally {
+      await Promise.all([boxed.close(), open.close()]);
+    }
+  });
+
   it('stops a fork bomb at its process limit, and survives it', async () => {
     const bounded = await start({ limits: { processes: 32 } });
     const loose = await start({ limits: { processes: 1000 } });
