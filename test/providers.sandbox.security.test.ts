@@ -362,6 +362,7 @@ describe('provider sandbox settings that cannot be honoured', () => {
   it('refuses to start a server uncontained when bubblewrap is missing, unless the provider says "sandbox": false', async () => {
     const missing = await sandboxAvailable('/nonexistent/bwrap');
     expect(missing.problem).toContain('not installed');
+    expect(missing.summary).toContain('stdio servers cannot be sandboxed here');
     const error = refusal(spec, missing);
     expect(error.reason).toBe('no-sandbox');
     expect(error.message).toContain('will not start its stdio server uncontained');

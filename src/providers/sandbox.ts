@@ -54,6 +54,8 @@ export interface SandboxHost {
   seccomp: boolean;
   /** Absolute paths of the helpers the command line runs. */
   tools: { bash: string; base64: string; prlimit: string; setpriv: string } | null;
+  /** One line for `arium doctor`: what stdio servers get here, or why they cannot be sandboxed. */
+  summary: string;
 }
 
 /** How the server is contained, for `status().details`, `arium doctor` and the inspector. */
@@ -91,6 +93,15 @@ const SECCOMP_SCRIPT = 'shopt -s lastpipe; f=$1; b=$2; shift 2; exec 3<&0; print
 
 /** What this machine offers for sandboxed stdio servers. Probes once per bubblewrap path (a trial sandbox). */
 export async function sandboxAvailable(bwrap = 'bwrap'): Promise<SandboxHost> {
+  const host = await probe(bwrap);
+  const summary =
+    host.problem !== null
+      ? `stdio servers cannot be sandboxed here: ${host.problem}`
+      : `stdio servers run in bubblewrap (${host.bwrap}): ${host.root ? 'each as a uid of its own' : 'each in a user namespace, as uid 65534'}, seccomp for ${process.arch}`;
+  return { ...host, summary };
+}
+
+async function probe(bwrap: string): Promise<Omit<SandboxHost, 'summary'>> {
   const root = privileged();
   const userNamespaces = readUserNamespaces();
   const seccomp = execFilter() !== null;
