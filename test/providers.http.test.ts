@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { httpProviderKind } from '../src/providers/http.js';
@@ -42,11 +42,15 @@ class TestWorker {
   readonly abandoned: string[] = [];
   active = 0;
   maxActive = 0;
+  healthChecks = 0;
   url = '';
 
   constructor() {
     this.server = createServer((req, res) => {
-      if (req.method === 'GET' && req.url?.endsWith('/healthz')) return json(res, 200, { status: 'ok' });
+      if (req.method === 'GET' && req.url?.endsWith('/healthz')) {
+        this.healthChecks++;
+        return json(res, 200, { status: 'ok' });
+      }
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
@@ -151,6 +155,17 @@ afterEach(() => {
 });
 
 describe('the bundle', () => {
+  it('starts once for concurrent first callers, each of which sees the whole start', async () => {
+    const dir = project({ echo: {} }, {});
+    const { provider } = make(dir, { url: worker.url });
+    const before = worker.healthChecks;
+    const first = provider.start();
+    await provider.start();
+    expect(provider.status().details).toMatchObject({ workers: [{ healthy: true }] });
+    await first;
+    expect(worker.healthChecks - before).toBe(1);
+  });
+
   it('lists the manifest tools with their schemas, timeouts and egress metadata', async () => {
     const dir = project(
       {
@@ -528,6 +543,26 @@ describe('concurrency from policies.yaml', () => {
     ]);
   });
 
+  it('past 256 waiting calls, one more is refused BUSY at once', async () => {
+    const dir = project({ held: {} }, { concurrency: { per_tool_max_inflight: { held: 1 } } });
+    const { provider } = make(dir, { url: worker.url });
+    await provider.start();
+    const release: Array<() => void> = [];
+    worker.handlers.set('/held', (env, res) => release.push(() => json(res, 200, ok(env, 1))));
+    const running = provider.call('held', { text: 'x' }, ctx());
+    await expect.poll(() => release.length).toBe(1);
+    const controller = new AbortController();
+    const waiting = Array.from({ length: 256 }, () => provider.call('held', { text: 'x' }, ctx({ signal: controller.signal })));
+    expect(provider.status().details).toMatchObject({ queued: 256 });
+    const refused = failure(await provider.call('held', { text: 'x' }, ctx()));
+    expect(refused).toMatchObject({ code: 'BUSY', retryable: true });
+    expect(refused.message).toMatch(/held is at the concurrency its policies allow and 256 calls already wait for a slot \(at most 256\)/);
+    controller.abort();
+    expect(new Set((await Promise.all(waiting)).map((o) => (o.ok ? 'ok' : o.code)))).toEqual(new Set(['CANCELLED']));
+    (release.shift() as () => void)();
+    expect(await running).toEqual({ ok: true, data: 1 });
+  });
+
   it('a call that waits for a slot past its timeout ends TIMEOUT without reaching the worker', async () => {
     const dir = project({ held: {} }, { concurrency: { per_tool_max_inflight: { held: 1 } } });
     const { provider } = make(dir, { url: worker.url });
@@ -687,7 +722,7 @@ describe('end to end through the engine', async () => {
         providers: { w: { http: { url: worker.url, manifest: 'domain/manifest.yaml', policies: 'domain/policies.yaml' }, tools: ['*'] } },
       }),
     );
-    const engine = await createEngine({ projectDir: dir, watch: false, persist: false } as Parameters<typeof createEngine>[0]);
+    const engine = await createEngine({ workspace: temp, project: basename(dir), watch: false, persist: false });
     try {
       const before = worker.requests.length;
       const bad = await engine.call('w.echo', { text: 42 });

@@ -26,6 +26,8 @@ import type {
 } from './provider.js';
 import { Slots, SlotsFull } from './slots.js';
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Why a call's request was aborted: the provider's own reasons, told apart from the caller's. */
 class Stop {
   constructor(readonly why: 'timeout' | 'closed') {}
@@ -64,6 +66,7 @@ class HttpProvider implements Provider {
   #scrubber = new Scrubber(new Map());
   #slots = new Slots(Number.POSITIVE_INFINITY, () => Number.POSITIVE_INFINITY, HTTP_PROVIDER_LIMITS.queue_length);
   #health: WorkerHealth[] = [];
+  #starting: Promise<void> | undefined;
   readonly #inflight = new Set<AbortController>();
   readonly #listeners = new Set<() => void>();
   // Keep-alive: a call reuses a connection to its worker instead of opening one (a TCP handshake) each time.
@@ -79,7 +82,15 @@ class HttpProvider implements Provider {
     this.#deps = deps;
   }
 
-  async start(): Promise<void> {
+  /** Concurrent first calls share one start. */
+  start(): Promise<void> {
+    this.#starting ??= this.#start().finally(() => {
+      this.#starting = undefined;
+    });
+    return this.#starting;
+  }
+
+  async #start(): Promise<void> {
     if (this.#state === 'ready') return;
     if (this.#state === 'closed') throw new Error(`The provider "${this.name}" is closed`);
     this.#state = 'starting';
@@ -207,7 +218,8 @@ class HttpProvider implements Provider {
         code: 'UNKNOWN_TOOL',
         message: `The provider "${this.name}" has no tool "${tool}" (its manifest lists ${[...this.#routes.keys()].join(', ')})`,
       };
-    const budget = Math.min(ctx.timeoutMs, r.tool.timeoutMs ?? Number.POSITIVE_INFINITY);
+    // setTimeout fires at once past 2^31 - 1 ms: a longer budget is as good as none, and is cut to that.
+    const budget = Math.min(ctx.timeoutMs, r.tool.timeoutMs ?? Number.POSITIVE_INFINITY, MAX_TIMER_MS);
     const started = Date.now();
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(new Stop('timeout')), budget);
