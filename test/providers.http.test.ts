@@ -475,6 +475,14 @@ describe('timeouts', () => {
     });
   });
 
+  it('an input that is not JSON (never from the engine) is INTERNAL, not sent', async () => {
+    const dir = project({ echo: {} }, {});
+    const { provider } = make(dir, { url: worker.url });
+    await provider.start();
+    const outcome = failure(await provider.call('echo', { n: 1n }, ctx()));
+    expect(outcome).toMatchObject({ code: 'INTERNAL', message: expect.stringMatching(/failed before it was sent: .*BigInt/) });
+  });
+
   it("the caller's signal cancels the call and aborts the request", async () => {
     const dir = project({ slow: {} }, {});
     const { provider } = make(dir, { url: worker.url });

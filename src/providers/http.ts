@@ -230,6 +230,7 @@ class HttpProvider implements Provider {
     let release: (() => void) | undefined;
     try {
       release = await this.#slots.acquire(tool, controller.signal);
+      controller.signal.throwIfAborted();
       const meta = { trace_id: ctx.traceId, tool_run_id: ctx.runId, domain_id: (this.#bundle as Bundle).domainId, deadline_ms: started + budget };
       const answer = await exchange({
         method: 'POST',
@@ -242,7 +243,7 @@ class HttpProvider implements Provider {
       });
       return readAnswer(answer, meta, r.where);
     } catch (error) {
-      return this.#failure(error, r, budget, release !== undefined);
+      return this.#failure(error, r, budget, release !== undefined, controller.signal.aborted);
     } finally {
       clearTimeout(timer);
       ctx.signal.removeEventListener('abort', onCancel);
@@ -251,7 +252,7 @@ class HttpProvider implements Provider {
     }
   }
 
-  #failure(error: unknown, r: Route, budget: number, running: boolean): ProviderOutcome {
+  #failure(error: unknown, r: Route, budget: number, running: boolean, aborted: boolean): ProviderOutcome {
     const tool = r.tool.id;
     if (error instanceof Stop && error.why === 'timeout') {
       const where = running
@@ -300,11 +301,19 @@ class HttpProvider implements Provider {
         details: { reason: error.reached ? 'connection_lost' : 'unreachable' },
       };
     }
-    // Anything else is the caller's signal: the engine's timeout (a TimeoutError) or a cancellation.
-    if (error instanceof DOMException && error.name === 'TimeoutError') {
-      return { ok: false, code: 'TIMEOUT', message: `The call ran past its timeout; the request to ${r.where} was aborted`, retryable: true };
+    if (aborted) {
+      // The caller's signal: the engine's timeout (a TimeoutError) or a cancellation.
+      if (error instanceof DOMException && error.name === 'TimeoutError') {
+        return { ok: false, code: 'TIMEOUT', message: `The call ran past its timeout; the request to ${r.where} was aborted`, retryable: true };
+      }
+      return { ok: false, code: 'CANCELLED', message: `The call was cancelled; the request to ${r.where} was aborted`, retryable: false };
     }
-    return { ok: false, code: 'CANCELLED', message: `The call was cancelled; the request to ${r.where} was aborted`, retryable: false };
+    // The engine hands over plain JSON input: a failure here is a bug of the engine's, not the worker's.
+    return {
+      ok: false,
+      code: 'INTERNAL',
+      message: `The call to ${r.where} failed before it was sent: ${(error as Error)?.message ?? String(error)}`,
+    };
   }
 
   status(): ProviderStatus {
