@@ -51,6 +51,7 @@ const suites: Array<[string, Bench | null]> = [
   ['remote', await optional('./remote.js', 'benchRemote')],
   ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
   ['providers-mcp', await optional('./providers-mcp.js', 'benchProvidersMcp')],
+  ['providers-http', await optional('./providers-http.js', 'benchProvidersHttp')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {

@@ -233,3 +233,24 @@ export const DEFAULT_PROVIDER_LIMITS = Object.freeze({
   /** Tools one provider may offer; more are a load problem (the rest are not served). */
   max_tools: 1000,
 });
+
+/**
+ * HTTP tool workers (providers of kind `http`, src/providers/http.ts). A worker is outside the engine and
+ * untrusted: what it answers is bounded before it is read, and a bundle's files before they are parsed.
+ */
+export const HTTP_PROVIDER_LIMITS = Object.freeze({
+  /**
+   * Bytes of a worker's answer (the response envelope as sent). A larger one is cut off and the call
+   * fails `OUTPUT_LIMIT`; the engine then checks the output itself against the tool's `output_bytes`.
+   * A provider's `http.max_response_bytes` overrides it.
+   */
+  response_bytes: 64 * 1024 * 1024,
+  /** Bytes of `manifest.yaml`, `policies.yaml` and each schema file they name. */
+  bundle_file_bytes: 1024 * 1024,
+  /** Calls waiting for a concurrency slot of the bundle's policies; past it a call fails `BUSY` at once. */
+  queue_length: 256,
+  /** How long the start waits for each worker's `GET /healthz` (a worker down is reported, not fatal). */
+  health_timeout_ms: 2000,
+  /** Characters of a malformed answer quoted in the error, to show what came back. */
+  quoted_chars: 200,
+});

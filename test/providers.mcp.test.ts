@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -35,6 +35,8 @@ function projectWith(config: Record<string, unknown>): TempProject {
 
 beforeAll(() => {
   marks = mkdtempSync(join(tmpdir(), 'arium-mcp-marks-'));
+  // The server runs sandboxed, as a uid of its own when the tests run as root: it writes its marks here.
+  chmodSync(marks, 0o777);
 });
 afterAll(() => rmSync(marks, { recursive: true, force: true }));
 
@@ -47,7 +49,12 @@ describe('an MCP server over stdio', () => {
       grants: GRANTS,
       providers: {
         local: {
-          mcp: { command: process.execPath, args: [SERVER], env: { API_TOKEN: { $secret: 'api' }, MARKS: marks } },
+          mcp: {
+            command: process.execPath,
+            args: [SERVER],
+            env: { API_TOKEN: { $secret: 'api' }, MARKS: marks },
+            sandbox: { read: [], write: [marks] },
+          },
           permissions: ['net.fetch'],
           start: 'eager',
         },

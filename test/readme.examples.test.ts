@@ -84,7 +84,15 @@ const NOT_RUN: Array<[lang: string, first: RegExp, why: string]> = [
     /^# machine A \(10\.0\.0\.5\): a NATS server/,
     'two machines and a NATS server reachable between them; test/remote.*.test.ts run the same setup on loopback',
   ],
+  [
+    'sh',
+    /^# the HTTP worker example:/,
+    'a worker on a fixed port and the CLI; test/providers.http.test.ts runs this worker and bundle (checked equal to the README below)',
+  ],
 ];
+
+/** A block showing a file of examples/, named by its first line (`# examples/…`): it is that file, verbatim. */
+const exampleFileOf = (block: Block) => /^#\s*(examples\/\S+)$/.exec(block.first)?.[1];
 
 let project = 0;
 async function engineWith(files: Record<string, string>, options: Parameters<typeof createEngine>[0] = {}): Promise<Engine> {
@@ -406,6 +414,7 @@ describe('every code block of the README', () => {
       if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
       if (block.lang === 'sh' && (GATEWAY_EXAMPLE.test(block.first) || SHELL_EXAMPLE.test(block.first))) return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
+      if (block.lang === 'yaml' && exampleFileOf(block)) return false;
       return true;
     });
     expect(unknown.map((b) => `line ${b.line}: \`\`\`${b.lang} ${b.first}`)).toEqual([]);
@@ -425,10 +434,21 @@ describe('every code block of the README', () => {
       if (first.startsWith('{ "ok"')) return checkResults(block);
       const value = JSON.parse(block.code) as Record<string, unknown>;
       if ('runner' in value) return runDefinition(block, all);
+      const providers = Object.values((value.providers ?? {}) as Record<string, Record<string, unknown>>);
+      // The HTTP worker example's arium.json, which test/providers.http.test.ts runs.
+      if (providers.some((p) => 'http' in p))
+        return expect(value).toEqual(JSON.parse(readFileSync(join(ROOT, 'examples', 'http-worker', 'arium.json'), 'utf8')));
       if ('providers' in value) return checkProviders(block);
       if ('grants' in value || 'policy' in value || 'approvals' in value) return checkConfig(block);
       if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
+    },
+  );
+
+  it.each(all.filter((b) => b.lang === 'yaml').map((b) => [`line ${b.line} (${exampleFileOf(b)})`, b] as const))(
+    'the file shown at %s is the one in examples/',
+    (_name, block) => {
+      expect(block.code).toBe(readFileSync(join(ROOT, exampleFileOf(block) as string), 'utf8'));
     },
   );
 

@@ -47,7 +47,7 @@ export class ProviderHost {
     this.#log = (level, message) => log(level, scrub(message));
     deps = { ...deps, log: this.#log };
     for (const s of settings) {
-      const provider = s.kind.create(s.name, s.settings, deps);
+      const provider = s.kind.create(s.name, s.settings, { ...deps, permissions: s.permissions });
       this.#entries.set(s.name, {
         settings: s,
         provider,

@@ -151,12 +151,17 @@ export class McpProvider implements Provider {
     if (settings.transport === 'stdio') {
       const { StdioClientTransport, getDefaultEnvironment } = await import('@modelcontextprotocol/sdk/client/stdio.js');
       const { resolve } = await import('node:path');
-      const launch = stdioLaunch({
-        command: settings.command,
-        args: settings.args,
-        env: { ...getDefaultEnvironment(), ...Object.fromEntries([...settings.env].map(([k, v]) => [k, this.#value(v, `env ${k}`)])) },
-        cwd: resolve(this.#deps.projectDir, settings.cwd ?? '.'),
-      });
+      const launch = await stdioLaunch(
+        this.name,
+        settings,
+        {
+          command: settings.command,
+          args: settings.args,
+          env: { ...getDefaultEnvironment(), ...Object.fromEntries([...settings.env].map(([k, v]) => [k, this.#value(v, `env ${k}`)])) },
+          cwd: resolve(this.#deps.projectDir, settings.cwd ?? '.'),
+        },
+        this.#deps.permissions ?? [],
+      );
       this.#launched = launch.describe;
       const transport = new StdioClientTransport({ command: launch.command, args: launch.args, env: launch.env, cwd: launch.cwd, stderr: 'pipe' });
       this.#stderr = '';

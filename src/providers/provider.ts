@@ -82,6 +82,8 @@ export interface Provider {
 export interface ProviderDeps {
   /** The project folder (manifest paths and the like are relative to it). */
   projectDir: string;
+  /** The provider's declared permissions (`net.fetch` opens a sandboxed server's network). */
+  permissions?: readonly string[];
   /** A secret's value by name (from the project's `secrets`), or undefined when it has none. */
   secret(name: string): string | undefined;
   /** Where a provider reports what it does on its own (a restart, a dropped satellite), for the engine's log and events. */
