@@ -129,6 +129,11 @@ const ROUTES: Record<string, (prefix: string) => Promise<void>> = {
   'POST /v1/capabilities/{name}:run': async (p) => {
     expect(clean(await http('POST', `${p}/v1/capabilities/anything:run`, { input: {} })).status).toBeGreaterThanOrEqual(400);
   },
+  'GET /v1/providers': async (p) => {
+    const listed = clean(await http('GET', `${p}/v1/providers`));
+    expect(listed.status).toBe(200);
+    expect(listed.json()).toEqual({ providers: [] });
+  },
   'GET /v1/snapshots': async (p) => {
     expect(clean(await http('GET', `${p}/v1/snapshots`)).status).toBe(200);
   },

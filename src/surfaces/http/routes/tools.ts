@@ -128,7 +128,21 @@ export function toolRoutes(scope: FastifyInstance): void {
         response: { 200: { type: 'object', properties: { providers: { type: 'array' } } } },
       },
     },
-    async (request) => ({ providers: servedOf(request).engine.providers() }),
+    // What the profile's callers may use: a provider none of whose tools it offers is not shown, and no
+    // provider's `details` (its command line, pid, the host paths its sandbox shows), as /v1/tools shows
+    // no host paths; `arium doctor` and the library's engine.providers() have them.
+    async (request) => {
+      const { engine, visible } = servedOf(request);
+      const offered = engine.tools().filter((t) => visible(t.id));
+      return {
+        providers: engine.providers().flatMap(({ details: _details, ...provider }) => {
+          const mine = offered.filter((t) => t.id.startsWith(`${provider.name}.`)).length;
+          // One with no tools yet (starting, or failed) is shown where the profile offers every tool.
+          const everyTool = engine.config.surfaces?.http?.tools === undefined;
+          return mine > 0 || (provider.tools === 0 && everyTool) ? [{ ...provider, tools: mine }] : [];
+        }),
+      };
+    },
   );
 
   scope.get(
