@@ -70,7 +70,10 @@ export interface SatelliteOptions {
   heartbeat_ms?: number;
   /** How often it tells an engine a call is still running (default SATELLITE_LIMITS.keepalive_ms). */
   keepalive_ms?: number;
-  auth?: { user: string; pass: string } | { token: string };
+  /** Credentials for the server (an nkey as the seed's bytes). */
+  auth?: NatsAuth;
+  /** TLS files: the CA to verify the server with, and a client certificate and key for mutual TLS. */
+  tls?: { ca_file?: string; cert_file?: string; key_file?: string };
 }
 
 export interface Satellite {
@@ -110,8 +113,8 @@ export async function satellite(options: SatelliteOptions): Promise<Satellite> {
     {
       servers: typeof options.servers === 'string' ? options.servers.split(',') : [...options.servers],
       deployment: options.deployment ?? 'default',
-      auth: (options.auth as NatsAuth | undefined) ?? null,
-      tls: null,
+      auth: options.auth ?? null,
+      tls: options.tls ?? null,
     },
     'satellite',
   );
