@@ -152,6 +152,9 @@ function checkTools(tools: readonly SatelliteTool[]): ReadonlyMap<string, Satell
   return byName;
 }
 
+/** How long close() waits for the server to take what the satellite last sent before it disconnects anyway. */
+const CLOSE_MS = 2000;
+
 interface Settings {
   capacity: number;
   queue: number;
@@ -308,7 +311,10 @@ class NatsSatellite implements Satellite {
     clearInterval(this.#timer);
     this.#beat();
     await Promise.all([...this.#calls.values()].map((c) => c.done));
-    await this.#nc.drain().catch(() => {});
+    // A drain needs the server: without it (gone, or being reconnected to for ever) it would never end.
+    const drained = this.#nc.drain().catch(() => {});
+    const waited = await Promise.race([drained.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), CLOSE_MS).unref())]);
+    if (!waited) await this.#nc.close().catch(() => {});
   }
 }
 
