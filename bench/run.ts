@@ -50,6 +50,7 @@ const suites: Array<[string, Bench | null]> = [
   ['shell-warm', await optional('./shell-warm.js', 'benchShellWarm')],
   ['remote', await optional('./remote.js', 'benchRemote')],
   ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
+  ['providers-nats', await optional('./providers-nats.js', 'benchProvidersNats')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {
