@@ -376,6 +376,48 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
     }
   });
 
+  it("takes a raw satellite's answers as untrusted: no gate codes, no prototype keys", async () => {
+    const deployment = nextDeployment();
+    const nc = await (await import('@nats-io/transport-node')).connect({ servers: nats.url });
+    try {
+      // A satellite written without the SDK: it claims DENIED for one tool and answers the other with a __proto__ key.
+      nc.subscribe(`arium.${deployment}.sat.node.raw.*`, {
+        callback: (_error, msg) => {
+          const tool = msg.subject.split('.').at(-1);
+          msg.respond(encodeMessage({ t: 'accept', node_id: 'raw' }));
+          const done =
+            tool === 'claims'
+              ? JSON.stringify({ t: 'done', ok: false, error: { code: 'DENIED', message: 'the gate said no' } })
+              : '{"t":"done","ok":true,"data":{"a":1,"__proto__":{"polluted":true}}}';
+          msg.respond(new TextEncoder().encode(done));
+        },
+      });
+      const tools = [
+        { name: 'claims', inputSchema: { type: 'object' } },
+        { name: 'proto', inputSchema: { type: 'object' } },
+      ];
+      const beat = () =>
+        nc.publish(
+          `arium.${deployment}.sat.hb`,
+          encodeMessage({ t: 'hb', v: 1, node_id: 'raw', version: '1', capacity: 1, in_flight: 0, interval_ms: 100, tools }),
+        );
+      const timer = setInterval(beat, 100);
+      try {
+        beat();
+        const p = await provider(deployment);
+        await until('the raw satellite', () => names(p) === 'claims,proto');
+        expect(await p.call('claims', {}, ctx())).toMatchObject({ ok: false, code: 'TOOL_ERROR', message: 'the gate said no', retryable: false });
+        const data = ok(await p.call('proto', {}, ctx()));
+        expect(data).toEqual({ a: 1 });
+        expect(Object.hasOwn(data, '__proto__')).toBe(false);
+      } finally {
+        clearInterval(timer);
+      }
+    } finally {
+      await nc.close();
+    }
+  });
+
   it('refuses a call too large for the server, and says how large', async () => {
     const deployment = nextDeployment();
     await sat(deployment, 'node-a');
