@@ -141,10 +141,16 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
   it('targets a node by id, and says why when that node cannot take the call', async () => {
     const deployment = nextDeployment();
     await sat(deployment, 'node-a');
-    await sat(deployment, 'node-b', { tools: [{ name: 'other', inputSchema: { type: 'object' }, handler: () => 1 }] });
+    await sat(deployment, 'node-b', {
+      tools: [{ name: 'other', inputSchema: { type: 'object' }, handler: (input, c) => ({ keys: Object.keys(input), node: c.node_id }) }],
+    });
     const p = await provider(deployment);
     await until('both nodes', () => satellitesOf(p).length === 2);
     for (let i = 0; i < 5; i++) expect(ok(await p.call('echo', {}, ctx({ nodeId: 'node-a' }))).node).toBe('node-a');
+    // The listed schema offers node_id beside the tool's own fields; it routes, and the satellite never sees it.
+    expect(p.tools().find((t) => t.name === 'other')?.inputSchema).toMatchObject({ properties: { node_id: { type: 'string' } } });
+    expect(ok(await p.call('other', { a: 1, node_id: 'node-b' }, ctx()))).toEqual({ keys: ['a'], node: 'node-b' });
+    expect(await p.call('other', { node_id: 'node-a' }, ctx())).toMatchObject({ ok: false, code: 'INVALID_INPUT' });
     const gone = await p.call('echo', {}, ctx({ nodeId: 'node-z' }));
     expect(gone).toMatchObject({ ok: false, code: 'UNAVAILABLE', retryable: true, details: { node_id: 'node-z', nodes: ['node-a'] } });
     expect(gone.ok === false && gone.message).toMatch(/node-z.*is not live/);

@@ -32,6 +32,8 @@ export class SatelliteDirectory {
   readonly #log: (message: string) => void;
   #sweep: NodeJS.Timeout | null = null;
   #listed: ProviderTool[] = [];
+  /** Tools whose listed schema has the `node_id` the provider added: in their input it is routing, not data. */
+  readonly #routedByInput = new Set<string>();
   #signature = '';
   /** Node ids whose refused heartbeats were already logged (logged once, not every beat). */
   readonly #refused = new Set<string>();
@@ -76,6 +78,11 @@ export class SatelliteDirectory {
 
   tools(): ProviderTool[] {
     return this.#listed;
+  }
+
+  /** Whether `input.node_id` of a call of `tool` names its node (see withNodeId). */
+  routedByInput(tool: string): boolean {
+    return this.#routedByInput.has(tool);
   }
 
   /** The node serving a call it took, as last heard of (its keepalive interval). */
@@ -168,6 +175,7 @@ export class SatelliteDirectory {
       for (const tool of node.hb.tools) byName.set(tool.name, [...(byName.get(tool.name) ?? []), node]);
     }
     const listed: ProviderTool[] = [];
+    this.#routedByInput.clear();
     // What the engine's registry holds of each tool: a change of it (not of which nodes serve it) is a change.
     const held: unknown[] = [];
     for (const name of [...byName.keys()].sort()) {
@@ -176,8 +184,11 @@ export class SatelliteDirectory {
       // without node_id still fails AMBIGUOUS while the definitions differ.
       variants.sort((a, b) => b.nodes.length - a.nodes.length || (a.nodes[0] as string).localeCompare(b.nodes[0] as string));
       const chosen = variants[0] as Variant;
+      const routed = withNodeId(chosen.tool.inputSchema);
+      if (routed) this.#routedByInput.add(name);
       listed.push({
         ...chosen.tool,
+        inputSchema: routed ?? chosen.tool.inputSchema,
         annotations: {
           satellite: { nodes: chosen.nodes, version: chosen.version, ...(variants.length > 1 ? { variants: variants.length } : {}) },
         },
@@ -228,6 +239,31 @@ function variantsOf(nodes: readonly Node[], tool: string): Map<string, Variant> 
     else variants.set(key, { tool: { ...announced }, version: node.hb.version, nodes: [node.hb.node_id] });
   }
   return variants;
+}
+
+/** The input field naming the node a call goes to (seed 004's routing metadata), when the tool's own schema leaves it free. */
+export const NODE_FIELD = 'node_id';
+
+/**
+ * The schema the engine lists: the satellite's, with an optional `node_id` the provider takes out of the
+ * input before the call leaves. A schema that has a `node_id` of its own (or is not an object schema) is
+ * kept as it is: that tool is targeted only through the call's context.
+ */
+function withNodeId(schema: Record<string, unknown>): Record<string, unknown> | null {
+  const properties = schema.properties;
+  if (schema.type !== 'object' || (properties !== undefined && (typeof properties !== 'object' || properties === null))) return null;
+  if (properties && Object.hasOwn(properties, NODE_FIELD)) return null;
+  return {
+    ...schema,
+    properties: {
+      ...((properties as Record<string, unknown> | undefined) ?? {}),
+      [NODE_FIELD]: {
+        type: 'string',
+        pattern: NODE_ID.source,
+        description: 'the satellite node to run on; without it: the only node offering this tool, or any of those offering the same definition',
+      },
+    },
+  };
 }
 
 /** JSON with object keys sorted, so that equal definitions compare equal whatever their key order. */

@@ -14,7 +14,7 @@ import { type ErrorCode, isRetryable } from '../errors.js';
 import { ERROR_MESSAGE_CHARS, SATELLITE_LIMITS } from '../limits.js';
 import { type CredentialRefs, DEPLOYMENT, type RemoteConfig } from '../remote-config.js';
 import { encodeMessage, SATELLITE_CODES, SATELLITE_PROTOCOL, type SatelliteSubjects, satelliteSubjects } from '../satellite/wire.js';
-import { SatelliteDirectory } from './nats-satellites.js';
+import { NODE_FIELD, SatelliteDirectory } from './nats-satellites.js';
 import type {
   Provider,
   ProviderCallContext,
@@ -267,7 +267,14 @@ export class NatsProvider implements Provider {
     if (!nc || !directory || this.#state === 'closed') return Promise.resolve(unavailable(`Provider ${this.name} is not started`, {}));
     if (this.#state === 'restarting') return Promise.resolve(unavailable(`Provider ${this.name} has lost its NATS server: ${this.#error}`, {}));
     if (ctx.signal.aborted) return Promise.resolve(failure('CANCELLED', `The call of ${tool} was cancelled before it was sent`, {}));
-    const route = directory.route(tool, ctx.nodeId);
+    // The node comes from the call's context, or from the `node_id` the listed schema added to the input.
+    let nodeId = ctx.nodeId;
+    if (directory.routedByInput(tool) && typeof input === 'object' && input !== null && Object.hasOwn(input, NODE_FIELD)) {
+      const { [NODE_FIELD]: named, ...rest } = input as Record<string, unknown>;
+      if (typeof named === 'string') nodeId ??= named;
+      input = rest;
+    }
+    const route = directory.route(tool, nodeId);
     if ('failure' in route) return Promise.resolve(route.failure);
     const id = randomUUID();
     const message = {
