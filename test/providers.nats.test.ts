@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type NatsProvider, natsProviderKind, parseNatsSettings } from '../src/providers/nats.js';
 import type { ProviderCallContext, ProviderDeps, ProviderOutcome } from '../src/providers/provider.js';
@@ -250,6 +251,25 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
       details: { why: 'on purpose' },
     });
     expect(ok(await p.call('pysleep', { ms: 300 }, ctx()))).toEqual({ slept: 300, node: 'node-py' });
+  });
+
+  it('runs a Python satellite script until SIGTERM, when it leaves at once and exits cleanly', async () => {
+    const deployment = nextDeployment();
+    const script = new URL('../fixtures/satellites/py_tools.py', import.meta.url).pathname;
+    const child = spawn('python3', [script, nats.url, deployment, 'node-run'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, PYTHONPATH: new URL('../sdk/python', import.meta.url).pathname },
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const p = await provider(deployment, { heartbeat_timeout_ms: 60_000 });
+    await until('the python tools', () => names(p) === 'pyecho,pyfail,pysleep');
+    const running = p.call('pysleep', { ms: 500 }, ctx());
+    await until('the call running', () => inFlight(p) === 1);
+    child.kill('SIGTERM');
+    // It finishes the call it has, says it is leaving (its tools go long before the 60 s timeout), and exits 0.
+    expect(ok(await running)).toEqual({ slept: 500, node: 'node-run' });
+    await until('the tools withdrawn', () => names(p) === '');
+    expect(await exited).toBe(0);
   });
 
   it('ends a call UNAVAILABLE and retryable when a Python satellite is killed mid-call', async () => {

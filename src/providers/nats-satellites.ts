@@ -29,7 +29,7 @@ export class SatelliteDirectory {
   readonly #timeoutMs: number | null;
   readonly #changed: () => void;
   readonly #dropped: (node: string, why: string) => void;
-  readonly #log: (message: string) => void;
+  readonly #log: (level: 'info' | 'warn', message: string) => void;
   #sweep: NodeJS.Timeout | null = null;
   #listed: ProviderTool[] = [];
   /** Tools whose listed schema has the `node_id` the provider added: in their input it is routing, not data. */
@@ -41,7 +41,7 @@ export class SatelliteDirectory {
   constructor(
     subjects: SatelliteSubjects,
     timeoutMs: number | null,
-    events: { changed: () => void; dropped: (node: string, why: string) => void; log: (message: string) => void },
+    events: { changed: () => void; dropped: (node: string, why: string) => void; log: (level: 'info' | 'warn', message: string) => void },
   ) {
     this.#subjects = subjects;
     this.#timeoutMs = timeoutMs;
@@ -57,17 +57,19 @@ export class SatelliteDirectory {
       const id = typeof message.node_id === 'string' ? message.node_id.slice(0, 64) : '?';
       if (!this.#refused.has(id) && this.#refused.size < SATELLITE_LIMITS.max_nodes) {
         this.#refused.add(id);
-        this.#log(`ignoring the heartbeats of satellite ${id}: ${checked}`);
+        this.#log('warn', `ignoring the heartbeats of satellite ${id}: ${checked}`);
       }
       return;
     }
     const hb = checked;
     if (hb.leaving) {
-      this.#forget(hb.node_id, 'it said it is leaving');
+      // A satellite that leaves finishes the calls it has: only its tools go (its calls keep their watchdog).
+      this.#forget(hb.node_id, 'it said it is leaving', false);
       return;
     }
     if (!this.#nodes.has(hb.node_id) && this.#nodes.size >= SATELLITE_LIMITS.max_nodes) {
-      if (!this.#refused.has(hb.node_id)) this.#log(`ignoring satellite ${hb.node_id}: ${SATELLITE_LIMITS.max_nodes} satellites are live already`);
+      if (!this.#refused.has(hb.node_id))
+        this.#log('warn', `ignoring satellite ${hb.node_id}: ${SATELLITE_LIMITS.max_nodes} satellites are live already`);
       this.#refused.add(hb.node_id);
       return;
     }
@@ -154,9 +156,10 @@ export class SatelliteDirectory {
     this.#update();
   }
 
-  #forget(id: string, why: string): void {
+  #forget(id: string, why: string, lost = true): void {
     if (!this.#nodes.delete(id)) return;
-    this.#dropped(id, why);
+    if (lost) this.#dropped(id, why);
+    else this.#log('info', `satellite ${id} left`);
     this.#update();
   }
 

@@ -187,7 +187,7 @@ export class NatsProvider implements Provider {
     this.#directory = new SatelliteDirectory(subjects, this.#settings.heartbeat_timeout_ms, {
       changed: () => this.#toolsChanged(),
       dropped: (node, why) => this.#nodeDropped(node, why),
-      log: (message) => this.#deps.log('warn', `provider ${this.name}: ${message}`),
+      log: (level, message) => this.#deps.log(level, `provider ${this.name}: ${message}`),
     });
     // One wildcard subscription serves every call's inbox.
     this.#subs.push(nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#reply(msg) }));
