@@ -457,6 +457,34 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
   });
 });
 
+describe.skipIf(!hasNats)('nats provider across a restart of the NATS server', () => {
+  it('fails calls UNAVAILABLE while the server is gone, and offers the tools again when it is back', async () => {
+    const own = await startNats();
+    try {
+      const deployment = nextDeployment();
+      const s = await satellite({ servers: own.url, deployment, node_id: 'node-r', heartbeat_ms: 100, tools: echoTools.tools });
+      started.push(s);
+      const settings = natsProviderKind.parse({ servers: own.url, deployment, heartbeat_timeout_ms: 400 }, '/providers/sat/nats');
+      const p = natsProviderKind.create('sat', settings, deps) as NatsProvider;
+      started.push(p);
+      await p.start();
+      expect(names(p)).toBe('echo,sleep');
+      await own.stop();
+      await until('the provider restarting', () => p.status().state === 'restarting');
+      expect(await p.call('echo', {}, ctx())).toMatchObject({ ok: false, code: 'UNAVAILABLE', retryable: true });
+      await until('the tools withdrawn', () => names(p) === '');
+      await own.start();
+      await until('the provider ready again', () => p.status().state === 'ready');
+      await until('the tools back', () => names(p) === 'echo,sleep');
+      expect(ok(await p.call('echo', { text: 'back' }, ctx()))).toEqual({ text: 'back', node: 'node-r' });
+      expect(p.status().restarts).toBe(1);
+    } finally {
+      await Promise.allSettled(started.splice(0).map((x) => x.close()));
+      await own.stop();
+    }
+  });
+});
+
 describe.skipIf(!hasNats)('nats provider in an engine', () => {
   it('serves a satellite tool through the engine once the kind is registered', async (test) => {
     // The engine's registry of kinds (src/providers/kinds.ts) is wired where the providers are integrated.
