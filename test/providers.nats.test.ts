@@ -1,4 +1,7 @@
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type NatsProvider, natsProviderKind, parseNatsSettings } from '../src/providers/nats.js';
 import type { ProviderCallContext, ProviderDeps, ProviderOutcome } from '../src/providers/provider.js';
@@ -23,7 +26,7 @@ function ctx(extra: Partial<ProviderCallContext> = {}): ProviderCallContext {
 }
 
 async function provider(deployment: string, extra: Record<string, unknown> = {}): Promise<NatsProvider> {
-  const settings = natsProviderKind.parse({ servers: nats.url, deployment, heartbeat_timeout_ms: 600, ...extra }, '/providers/sat/nats');
+  const settings = natsProviderKind.parse({ servers: nats.url, deployment, heartbeat_timeout_ms: 1500, ...extra }, '/providers/sat/nats');
   const p = natsProviderKind.create('sat', settings, deps) as NatsProvider;
   started.push(p);
   await p.start();
@@ -38,7 +41,6 @@ async function sat(deployment: string, node_id: string, options: { tools?: Satel
     tools: options.tools ?? echoTools.tools,
     version: options.version ?? echoTools.version,
     heartbeat_ms: 100,
-    keepalive_ms: 100,
   });
   started.push(s);
   return s;
@@ -125,6 +127,25 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
     // Repeated heartbeats of an unchanged satellite are not changes.
     await new Promise((r) => setTimeout(r, 300));
     expect(changes).toBe(2);
+  });
+
+  it("shares the NATS server of the project's remote section when it names no servers", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'arium-nats-remote-'));
+    try {
+      writeFileSync(join(dir, 'arium.json'), JSON.stringify({ remote: { nats: nats.url, deployment: 'shared', runners: ['js-runner'] } }));
+      await sat('shared', 'node-s');
+      await sat('own', 'node-o', { tools: [{ name: 'mine', inputSchema: { type: 'object' }, handler: () => 1 }] });
+      const shared = natsProviderKind.create('sat', natsProviderKind.parse({}, '/p'), { ...deps, projectDir: dir }) as NatsProvider;
+      const own = natsProviderKind.create('sat', natsProviderKind.parse({ deployment: 'own' }, '/p'), { ...deps, projectDir: dir }) as NatsProvider;
+      started.push(shared, own);
+      await Promise.all([shared.start(), own.start()]);
+      expect([names(shared), names(own)]).toEqual(['echo,sleep', 'mine']);
+      expect(shared.status().details).toMatchObject({ deployment: 'shared' });
+      const none = natsProviderKind.create('sat', natsProviderKind.parse({}, '/p'), { ...deps, projectDir: tmpdir() });
+      await expect(none.start()).rejects.toThrow(/no servers given, and arium.json cannot be read/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('balances calls across satellites offering the same tool through its queue group, with concurrent callers', async () => {
@@ -261,7 +282,7 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
       env: { ...process.env, PYTHONPATH: new URL('../sdk/python', import.meta.url).pathname },
     });
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    const p = await provider(deployment, { heartbeat_timeout_ms: 60_000 });
+    const p = await provider(deployment, { heartbeat_timeout_ms: 60_000, accept_ms: 10_000 });
     await until('the python tools', () => names(p) === 'pyecho,pyfail,pysleep');
     const running = p.call('pysleep', { ms: 500 }, ctx());
     await until('the call running', () => inFlight(p) === 1);
@@ -396,7 +417,7 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
       expect(logged.join('\n')).toMatch(/ignoring the heartbeats of satellite forger: it announces 300 tools, past the limit of 256/);
       expect(logged.join('\n')).toMatch(/ignoring the heartbeats of satellite dots: tools\[0\]\.name must be 1 to 64/);
       // Without further heartbeats the forged satellite is forgotten after the provider's timeout.
-      await until('the forged satellite forgotten', () => names(p) === '', 3000);
+      await until('the forged satellite forgotten', () => names(p) === '', 5000);
     } finally {
       await nc.close();
     }

@@ -20,7 +20,7 @@ function bundle(): Promise<string> {
           `import { satellite } from ${JSON.stringify(join(ROOT, 'src/satellite/index.ts'))};`,
           `import * as mod from ${JSON.stringify(join(ROOT, 'fixtures/satellites/echo.mjs'))};`,
           'const [url, deployment, node_id] = process.argv.slice(2);',
-          'await satellite({ servers: url, deployment, node_id, tools: mod.tools, version: mod.version, heartbeat_ms: 100, keepalive_ms: 100 });',
+          'await satellite({ servers: url, deployment, node_id, tools: mod.tools, version: mod.version, heartbeat_ms: 100 });',
           "process.stdout.write('ready\\n');",
         ].join('\n'),
         resolveDir: ROOT,
@@ -88,7 +88,7 @@ from arium_satellite import Satellite
 async def main():
     url, deployment, node = sys.argv[1:4]
     s = Satellite(url, [py_tools.pyecho, py_tools.pysleep, py_tools.pyfail], deployment=deployment, node_id=node,
-                  heartbeat_ms=100, keepalive_ms=100, version="py-1")
+                  heartbeat_ms=100, version="py-1")
     await s.start()
     print("ready", flush=True)
     await s._nc.closed.wait()
