@@ -238,8 +238,7 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
     const p = await provider(deployment);
     await until('both nodes', () => satellitesOf(p).length === 2);
     const calls = Array.from({ length: 6 }, () => p.call('sleep', { ms: 1500 }, ctx()));
-    await until('calls on both nodes', () => inFlight(p) === 6);
-    await new Promise((r) => setTimeout(r, 200));
+    await until('the calls taken by the satellites', () => satellitesOf(p).reduce((n, x) => n + (x.in_flight as number), 0) === 6);
     await doomed.kill();
     const outcomes = await Promise.all(calls);
     const failed = outcomes.filter((o) => !o.ok);
@@ -284,11 +283,12 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const p = await provider(deployment, { heartbeat_timeout_ms: 60_000, accept_ms: 10_000 });
     await until('the python tools', () => names(p) === 'pyecho,pyfail,pysleep');
-    const running = p.call('pysleep', { ms: 500 }, ctx());
-    await until('the call running', () => inFlight(p) === 1);
+    const running = p.call('pysleep', { ms: 1000 }, ctx());
+    // Taken by the satellite (its heartbeat counts it), not only sent.
+    await until('the call running on the satellite', () => satellitesOf(p)[0]?.in_flight === 1);
     child.kill('SIGTERM');
     // It finishes the call it has, says it is leaving (its tools go long before the 60 s timeout), and exits 0.
-    expect(ok(await running)).toEqual({ slept: 500, node: 'node-run' });
+    expect(ok(await running)).toEqual({ slept: 1000, node: 'node-run' });
     await until('the tools withdrawn', () => names(p) === '');
     expect(await exited).toBe(0);
   });
@@ -300,8 +300,7 @@ describe.skipIf(!hasNats)('nats provider with satellites on a real nats-server',
     const p = await provider(deployment);
     await until('the python tools', () => names(p) === 'pyecho,pyfail,pysleep');
     const call = p.call('pysleep', { ms: 30_000 }, ctx({ timeoutMs: 60_000 }));
-    await until('the call running', () => inFlight(p) === 1);
-    await new Promise((r) => setTimeout(r, 200));
+    await until('the call taken by the satellite', () => satellitesOf(p)[0]?.in_flight === 1);
     await py.kill();
     expect(await call).toMatchObject({ ok: false, code: 'UNAVAILABLE', retryable: true, details: { node_id: 'node-py' } });
   });
