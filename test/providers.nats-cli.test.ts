@@ -27,6 +27,7 @@ describe('arium provide', () => {
   it.each([
     [[], /Name the module whose tools to serve/],
     [['x.mjs'], /Name the NATS server/],
+    [['tools.py', '--nats', 'nats://127.0.0.1:1'], /runs JavaScript modules; run a Python satellite with python3/],
     [['none.mjs', '--nats', 'nats://127.0.0.1:1'], /exports no tools: export const tools = \[/],
     [['bad.mjs', '--nats', 'nats://127.0.0.1:1'], /tools\[0\]\.name must be 1 to 64 letters/],
     [[FIXTURE, '--nats', 'nats://10.1.2.3:4222'], /refusing to use the NATS server at 10\.1\.2\.3.*without credentials/],

@@ -42,6 +42,11 @@ async function run(ctx: Context): Promise<number> {
   const url = str(ctx.parsed, 'nats') ?? ctx.io.env.ARIUM_NATS_URL;
   if (!url) throw new UsageError('Name the NATS server: --nats nats://host:4222 (or set ARIUM_NATS_URL)');
   const path = resolve(ctx.io.cwd, file);
+  if (path.endsWith('.py')) {
+    throw new UsageError(
+      `arium provide runs JavaScript modules; run a Python satellite with python3 and sdk/python/arium_satellite.py (README "NATS satellites")`,
+    );
+  }
   const mod = await load(path);
   // Loaded here: the NATS client costs every other command its import.
   const { satellite } = await import('../../../satellite/index.js');
