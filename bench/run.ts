@@ -52,6 +52,7 @@ const suites: Array<[string, Bench | null]> = [
   ['remote-deps', await optional('./remote-deps.js', 'benchRemoteDeps')],
   ['providers-mcp', await optional('./providers-mcp.js', 'benchProvidersMcp')],
   ['providers-http', await optional('./providers-http.js', 'benchProvidersHttp')],
+  ['providers-nats', await optional('./providers-nats.js', 'benchProvidersNats')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {

@@ -254,3 +254,29 @@ export const HTTP_PROVIDER_LIMITS = Object.freeze({
   /** Characters of a malformed answer quoted in the error, to show what came back. */
   quoted_chars: 200,
 });
+
+/**
+ * What the engine takes from NATS satellites (src/providers/nats.ts) and what the satellite SDKs do by
+ * default (src/satellite, sdk/python). A satellite is untrusted (THREAT_MODEL.md): its heartbeats and
+ * answers are bounded, and anything past a bound is dropped or refused, never cut and kept.
+ */
+export const SATELLITE_LIMITS = Object.freeze({
+  /** Live satellites one provider remembers; heartbeats of new node ids past it are dropped (and logged). */
+  max_nodes: 1024,
+  /** Tools one satellite may announce; a heartbeat with more is dropped as a whole (and logged). */
+  max_tools: 256,
+  /** Characters of a tool's description; a longer one drops the heartbeat (and is logged). */
+  description_chars: 4096,
+  /** How often the SDKs send a heartbeat (ms); a provider forgets a satellite after 3 of its own intervals without one. */
+  heartbeat_ms: 1000,
+  /** How often a satellite says a call it runs is still alive (ms); 3 missed and the call ends `UNAVAILABLE`. */
+  keepalive_ms: 500,
+  /** How long the satellite that took a call has to say so (ms), else the call ends `UNAVAILABLE`. */
+  accept_ms: 2000,
+  /** Log lines and progress notes one call may send; past it the call ends `OUTPUT_LIMIT`. */
+  call_notes: 10_000,
+  /** Calls one satellite runs at once by default; more wait for a slot. */
+  capacity: 16,
+  /** Calls that may wait for a slot on one satellite by default; past them it answers `BUSY` (retryable). */
+  queue: 256,
+});

@@ -4,9 +4,11 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort, natsServerPath } from '../bench/nats-server.js';
 import { DEFAULT_CATALOG } from '../runners/index.js';
 import { loadProjectConfig } from '../src/config.js';
 import { createEngine, type Engine } from '../src/index.js';
+import { natsProviderKind } from '../src/providers/nats.js';
 
 /**
  * Every fenced block of the README is run or checked here, by what it is: a tool definition is loaded
@@ -79,6 +81,12 @@ const NOT_RUN: Array<[lang: string, first: RegExp, why: string]> = [
     'installs from the network with a placeholder URL; test/package.install.test.ts installs the packed package instead',
   ],
   ['', /^src\/\s+the engine's core:/, 'a folder listing, not code'],
+  [
+    'typescript',
+    /^import \{ satellite \} from 'arium\/satellite'/,
+    'a satellite in a program: test/providers.nats.test.ts runs satellites made by this call',
+  ],
+  ['py', /^# a satellite in Python/, 'a Python satellite: test/providers.nats.test.ts runs fixtures/satellites/py_tools.py on this SDK'],
   [
     'sh',
     /^# machine A \(10\.0\.0\.5\): a NATS server/,
@@ -353,6 +361,32 @@ async function runGatewayExample(block: Block): Promise<void> {
   }
 }
 
+const SATELLITE_EXAMPLE = /^# NATS satellites: a server, a satellite/;
+
+/** The NATS satellites example: run by bash in this checkout (it uses dist/), on a free port, with the nats-server the tests use. */
+async function runSatelliteExample(block: Block): Promise<void> {
+  const server = natsServerPath();
+  if (!server) {
+    if (process.env.CI) throw new Error('CI must run the README satellites example, but nats-server is not installed');
+    console.log('readme.examples: the satellites example is not run: nats-server is not installed');
+    return;
+  }
+  const port = String(await freePort());
+  const code = block.code.replaceAll('4222', port).replace(/^nats-server /m, `${server} `);
+  const out = execFileSync('bash', ['-e', '-c', code], { cwd: ROOT, encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
+  expect(out).toContain("[ 'echo', 'sleep' ]");
+  expect(out).toContain("{ ok: true, data: { text: 'hi', node: 'box-1' } }");
+  expect(out).toContain("[ [ 'box-1', [ 'echo', 'sleep' ] ] ]");
+}
+
+/** arium.json's providers: each `nats` provider's settings as the kind parses them. */
+function checkNatsProviders(block: Block): void {
+  const providers = (JSON.parse(block.code) as { providers: Record<string, Record<string, unknown>> }).providers;
+  for (const [name, provider] of Object.entries(providers)) {
+    if ('nats' in provider) expect(() => natsProviderKind.parse(provider.nats, `/providers/${name}/nats`)).not.toThrow();
+  }
+}
+
 const SHELL_EXAMPLE = /^# shell\.run from the CLI/;
 
 /** The shell.run example: run by bash in a user's folder (npx finds this checkout's arium, offline). */
@@ -412,7 +446,8 @@ describe('every code block of the README', () => {
     const unknown = all.filter((block) => {
       if (NOT_RUN.some(([lang, first]) => lang === block.lang && first.test(block.first))) return false;
       if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
-      if (block.lang === 'sh' && (GATEWAY_EXAMPLE.test(block.first) || SHELL_EXAMPLE.test(block.first))) return false;
+      if (block.lang === 'sh' && (GATEWAY_EXAMPLE.test(block.first) || SHELL_EXAMPLE.test(block.first) || SATELLITE_EXAMPLE.test(block.first)))
+        return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
       if (block.lang === 'yaml' && exampleFileOf(block)) return false;
       return true;
@@ -438,6 +473,7 @@ describe('every code block of the README', () => {
       // The HTTP worker example's arium.json, which test/providers.http.test.ts runs.
       if (providers.some((p) => 'http' in p))
         return expect(value).toEqual(JSON.parse(readFileSync(join(ROOT, 'examples', 'http-worker', 'arium.json'), 'utf8')));
+      if (providers.some((p) => 'nats' in p)) return checkNatsProviders(block);
       if ('providers' in value) return checkProviders(block);
       if ('grants' in value || 'policy' in value || 'approvals' in value) return checkConfig(block);
       if ('mcpServers' in value) return checkMcpConfig(block);
@@ -456,6 +492,12 @@ describe('every code block of the README', () => {
     'the gateway example at %s runs against `arium serve`',
     { timeout: 60_000 },
     async (_name, block) => runGatewayExample(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'sh' && SATELLITE_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(
+    'the NATS satellites example at %s runs against a real nats-server',
+    { timeout: 90_000 },
+    async (_name, block) => runSatelliteExample(block),
   );
 
   it.each(all.filter((b) => b.lang === 'sh' && SHELL_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(

@@ -12,6 +12,7 @@ import { initSpec } from './commands/init.js';
 import { installSpec } from './commands/install.js';
 import { mcpSpec } from './commands/mcp.js';
 import { mcpConfigSpec } from './commands/mcp-config.js';
+import { provideSpec } from './commands/provide.js';
 import { schemaSpec } from './commands/schema.js';
 import { serveSpec } from './commands/serve.js';
 import { toolsSpec } from './commands/tools.js';
@@ -47,6 +48,7 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     exportSpec,
     workerSpec,
     workersSpec,
+    provideSpec,
   ].map((c) => [c.name, c]),
 );
 
