@@ -62,6 +62,8 @@ interface Item {
   /** Bytes of its files that are not links to blobs (bytecode, venv files, copies). */
   readonly extraBytes: number;
   lastUsed: number;
+  /** Which use came last when two fall in the same millisecond (a counter of the cache's uses). */
+  useOrder: number;
   refs: number;
 }
 
@@ -114,12 +116,20 @@ export class ToolCache {
     return this.#blobs.has(sha);
   }
 
+  /** Uses counted, so that the least recent of two uses in one millisecond is still known. */
+  #uses = 0;
+
+  #used(item: Item, at: number): void {
+    item.lastUsed = at;
+    item.useOrder = ++this.#uses;
+  }
+
   /** Marks the folders a call is about to use as used now (so that no sweep takes them meanwhile). */
   touch(dirs: readonly string[]): void {
     const now = Date.now();
     for (const dir of dirs) {
       const item = this.#items.get(this.#name(dir));
-      if (item) item.lastUsed = now;
+      if (item) this.#used(item, now);
     }
   }
 
@@ -129,7 +139,7 @@ export class ToolCache {
     const now = Date.now();
     for (const item of held) {
       item.refs++;
-      item.lastUsed = now;
+      this.#used(item, now);
     }
     let released = false;
     return () => {
@@ -138,7 +148,7 @@ export class ToolCache {
       const at = Date.now();
       for (const item of held) {
         item.refs--;
-        item.lastUsed = at;
+        this.#used(item, at);
       }
     };
   }
@@ -153,11 +163,13 @@ export class ToolCache {
     if (this.#bytes <= this.limits.maxBytes) return [];
     for (const [sha, blob] of this.#blobs) if (blob.refs === 0) this.#dropBlob(sha);
     const target = this.limits.maxBytes * 0.8;
-    const envs = [...this.#items.values()].filter((item) => item.name.startsWith('envs/')).sort((a, b) => b.lastUsed - a.lastUsed);
+    const envs = [...this.#items.values()]
+      .filter((item) => item.name.startsWith('envs/'))
+      .sort((a, b) => b.lastUsed - a.lastUsed || b.useOrder - a.useOrder);
     const kept = new Set(envs.slice(0, this.limits.keepEnvs).map((item) => item.name));
     const candidates = [...this.#items.values()]
       .filter((item) => item.refs === 0 && now - item.lastUsed >= this.limits.minIdleMs && !kept.has(item.name))
-      .sort((a, b) => a.lastUsed - b.lastUsed);
+      .sort((a, b) => a.lastUsed - b.lastUsed || a.useOrder - b.useOrder);
     const evicted: string[] = [];
     for (const item of candidates) {
       if (this.#bytes <= target) break;
@@ -271,7 +283,7 @@ export class ToolCache {
     if (this.#items.has(name)) return;
     const shas = [...new Set(entries.map(([, sha]) => sha))];
     const extraBytes = unlinkedBytes(dir);
-    const item: Item = { name, shas, extraBytes, lastUsed: Date.now(), refs: 0 };
+    const item: Item = { name, shas, extraBytes, lastUsed: Date.now(), useOrder: ++this.#uses, refs: 0 };
     writeFileSync(join(this.dir, 'index', indexFile(name)), JSON.stringify({ name, shas, extra_bytes: extraBytes }));
     this.#add(item);
   }
@@ -328,7 +340,7 @@ export class ToolCache {
           throw new Error('not an index entry');
         }
         if (!existsSync(join(this.dir, name)) || !shas.every((sha) => existsSync(join(this.dir, 'blobs', sha)))) throw new Error('incomplete');
-        this.#add({ name, shas, extraBytes: Number(parsed.extra_bytes) || 0, lastUsed: statSync(path).mtimeMs, refs: 0 });
+        this.#add({ name, shas, extraBytes: Number(parsed.extra_bytes) || 0, lastUsed: statSync(path).mtimeMs, useOrder: 0, refs: 0 });
         listed.add(name);
       } catch {
         rmSync(path, { force: true });
