@@ -15,6 +15,7 @@ import type {
   ProviderStatus,
   ProviderTool,
 } from '../src/providers/provider.js';
+import { callExported, exportTools } from '../src/surfaces/export.js';
 import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 import { definition, nextEvent, openEngine, recordEvents, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
@@ -358,6 +359,18 @@ describe('arium.json providers', () => {
 });
 
 describe('a provider tool on the surfaces', () => {
+  it('is exported for function calling with its upstream schema, and an exported call runs it', async () => {
+    const e = await open();
+    for (const vendor of ['openai', 'anthropic', 'gemini'] as const) {
+      const exported = exportTools(e.tools(), vendor);
+      const name = Object.entries(exported.names).find(([, id]) => id === 'up.echo')?.[0];
+      expect(name, vendor).toBeDefined();
+      expect(JSON.stringify(exported.tools)).toContain('"text"');
+      const ran = await callExported(e, exported, name as string, { text: `via ${vendor}` });
+      expect(ran).toMatchObject({ ok: true, data: { text: `via ${vendor}` }, meta: { tool: 'up.echo', runner: 'provider' } });
+    }
+  });
+
   it("a surface profile's tool patterns and grants apply to it as to any tool", async () => {
     const p = projectWith({
       providers: { up: { fake: {}, permissions: ['net.fetch'], start: 'eager' } },
