@@ -1,3 +1,10 @@
+/**
+ * The registry of served tools. One class on purpose: the folder scan, its watchers and the providers'
+ * tools all change one served set and announce one kind of change, and each reads the others' state
+ * (a scan relinks macros over provided tools; a provider's change asks for a scan); split, every part
+ * would reach into the others' fields. What does not need that state lives beside it: load.ts (one
+ * definition), changes.ts (the difference between two served sets), meta-schema.ts.
+ */
 import { readdir, realpath, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FSWatcher } from 'chokidar';
@@ -7,6 +14,7 @@ import { GrantSet } from '../permissions.js';
 import type { CodeProblem } from '../runner.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
+import { type ToolChanges, toolChanges, unchanged } from './changes.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
 
 /** chokidar, loaded by the first engine that watches: a host that never watches (the CLI) does not pay for it. */
@@ -144,30 +152,18 @@ export class Registry {
    */
   setProvided(provider: string, tools: readonly Tool[], problems: readonly RegistryProblem[]): void {
     if (this.#closed) return;
-    const before = this.#provided.get(provider) ?? new Map<string, Tool>();
     const next = new Map(tools.map((tool) => [tool.spec.id, tool] as const));
-    const added = [...next.keys()].filter((id) => !before.has(id));
-    const updated = [...next].filter(([id, tool]) => before.has(id) && before.get(id)?.hash !== tool.hash).map(([id]) => id);
-    const removed = [...before.keys()].filter((id) => !next.has(id));
+    const changes = toolChanges(this.#provided.get(provider) ?? new Map<string, Tool>(), next);
     const problemsChanged = JSON.stringify(problems) !== JSON.stringify(this.#providedProblems.get(provider) ?? []);
     this.#provided.set(provider, next);
     this.#providedProblems.set(
       provider,
       problems.map((p) => ({ ...p })),
     );
-    if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    if (unchanged(changes) && !problemsChanged) return;
     // Macros name tools by id: one whose step a provider now offers, or no longer offers, is linked again.
-    if (added.length + removed.length > 0 && this.#initialScanDone) void this.refresh().catch(() => {});
-    this.#options.onChange({
-      type: 'RegistryChangeEvent',
-      at: new Date().toISOString(),
-      run_id: null,
-      trace_id: null,
-      added: added.sort(),
-      updated: updated.sort(),
-      removed: removed.sort(),
-      problems: this.problems(),
-    });
+    if (changes.added.length + changes.removed.length > 0 && this.#initialScanDone) void this.refresh().catch(() => {});
+    this.#announce(changes);
   }
 
   /** Reads the tools folder now; resolves when the registry reflects it. */
@@ -494,21 +490,17 @@ export class Registry {
   }
 
   #publish(next: Map<string, Tool>, problems: RegistryProblem[]): void {
-    const added: string[] = [];
-    const updated: string[] = [];
-    const removed: string[] = [];
-    for (const [id, tool] of next) {
-      const old = this.#tools.get(id);
-      if (!old) added.push(id);
-      else if (old.hash !== tool.hash || old.source !== tool.source) updated.push(id);
-    }
-    for (const id of this.#tools.keys()) if (!next.has(id)) removed.push(id);
-    const retired = [...updated, ...removed].map((id) => this.#tools.get(id)).filter((tool): tool is Tool => tool !== undefined);
+    const changes = toolChanges(this.#tools, next);
+    const retired = [...changes.updated, ...changes.removed].map((id) => this.#tools.get(id)).filter((tool): tool is Tool => tool !== undefined);
     const problemsChanged = JSON.stringify(problems) !== JSON.stringify(this.#problems);
     this.#tools = next;
     this.#problems = problems;
-    if (added.length + updated.length + removed.length === 0 && !problemsChanged) return;
+    if (unchanged(changes) && !problemsChanged) return;
     if (retired.length > 0) this.#options.onRetired?.(retired);
+    this.#announce(changes);
+  }
+
+  #announce({ added, updated, removed }: ToolChanges): void {
     this.#options.onChange({
       type: 'RegistryChangeEvent',
       at: new Date().toISOString(),
