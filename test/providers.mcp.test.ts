@@ -271,6 +271,34 @@ describe('an MCP server that exits at start', () => {
   });
 });
 
+describe('a sandboxed MCP server that runs out of memory at start', () => {
+  it("is failed with the runtime's reason and the limit to raise, not the native stack that follows it", async () => {
+    const project = projectWith({
+      providers: {
+        local: {
+          // 800 MB: above what Node 24 reserves at start (about 600), so the server's own heap is what fills it.
+          mcp: {
+            command: process.execPath,
+            args: ['-e', 'const a = []; for (;;) a.push(new Array(1e6).fill(1.5))'],
+            sandbox: { limits: { memory_mb: 800 } },
+          },
+          start: 'eager',
+        },
+      },
+    });
+    const engine = await openEngine(project);
+    try {
+      const error = (await engine.status()).providers?.[0]?.error ?? '';
+      expect(error).toMatch(/the server ran out of memory \(.*out of memory.*\)/);
+      expect(error).toContain('its sandbox allows 800 MB of data memory per process: raise "sandbox": { "limits": { "memory_mb" } }');
+      expect(error).not.toMatch(/0x[0-9a-f]{6}/);
+    } finally {
+      await engine.close();
+      project.remove();
+    }
+  }, 30_000);
+});
+
 describe('an MCP server that prints a secret and exits', () => {
   it('its state, load problem and UNAVAILABLE answers show the secret scrubbed', async () => {
     const project = projectWith({

@@ -22,9 +22,12 @@ import type {
   ProviderStatus,
   ProviderTool,
 } from './provider.js';
+import { DEFAULT_SANDBOX_LIMITS } from './sandbox-settings.js';
 
 /** The most of a server's standard error kept to say why it stopped. */
 const STDERR_TAIL_BYTES = 4096;
+/** The line a runtime prints when it dies of memory: V8 (either of its messages), Python, a C program. */
+const OUT_OF_MEMORY = /^.*(?:out of memory|MemoryError|Cannot allocate memory).*$/im;
 
 export const mcpProviderKind: ProviderKind<McpSettings> = {
   key: 'mcp',
@@ -262,7 +265,19 @@ export class McpProvider implements Provider {
 
   #withStderr(message: string): string {
     const tail = this.#stderr.trim();
-    return tail ? `${message} (its last output: ${tail.slice(-500)})` : message;
+    if (!tail) return message;
+    // A runtime that dies of memory prints its reason first and a native stack after it: the tail alone
+    // would show only the stack.
+    const starved = OUT_OF_MEMORY.exec(tail);
+    const settings = this.#settings;
+    if (starved) {
+      const limit =
+        settings.transport === 'stdio' && settings.sandbox !== false
+          ? `; its sandbox allows ${settings.sandbox.limits?.memory_mb ?? DEFAULT_SANDBOX_LIMITS.memory_mb} MB of data memory per process: raise "sandbox": { "limits": { "memory_mb" } } (a Node 24 server needs about 600 MB before it runs any code)`
+          : '';
+      return `${message}: the server ran out of memory (${starved[0].trim()})${limit}`;
+    }
+    return `${message} (its last output: ${tail.slice(-500)})`;
   }
 
   /** The live connection, waiting for a start under way (or the restart pending) within the call's signal. */

@@ -10,6 +10,8 @@ export interface SandboxLimits {
   /**
    * The server's data memory per process (RLIMIT_DATA). Not RLIMIT_AS as for system.exec: Node reserves
    * gigabytes of address space for WebAssembly (its own fetch parses HTTP in wasm), which RLIMIT_AS refuses.
+   * RLIMIT_DATA still counts what V8 reserves at start: Node 24 does not start under about 600 MB
+   * (`Failed to reserve virtual memory for CodeRange`), Node 20 under about 48 MB.
    */
   memory_mb: number;
   /** Processes and threads the server's uid may have at once (RLIMIT_NPROC): a fork bomb stops here. Node's own threads count (about ten). */
@@ -23,7 +25,7 @@ export interface SandboxLimits {
 }
 
 export const DEFAULT_SANDBOX_LIMITS: Readonly<SandboxLimits> = Object.freeze({
-  memory_mb: 1024,
+  memory_mb: 2048,
   processes: 64,
   file_bytes: 64 * 1024 * 1024,
   open_files: 1024,
