@@ -51,7 +51,7 @@ describe('a pack whose files differ from its lock entry', () => {
           ),
         }),
       );
-      expect((await engine.call('textkit.upper', { text: 'x' })).error?.code).toBe('UNKNOWN_TOOL');
+      expect(await engine.call('textkit.upper', { text: 'x' })).toMatchObject({ ok: false, error: { code: 'UNKNOWN_TOOL' } });
     } finally {
       await engine.close();
     }
