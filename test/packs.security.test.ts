@@ -157,28 +157,42 @@ describe('hostile tarballs', () => {
   });
 });
 
+/** A copy of textkit named `name`, asking for vfs.read:/<name>/** (and without its skill, which all would share). */
+function namedPack(name: string): string {
+  const dir = textkit();
+  writeFileSync(join(dir, 'arium-pack.yaml'), `name: ${name}\nversion: 1.0.0\npermissions: [exec.js, "vfs.read:/${name}/**"]\n`);
+  const def = JSON.parse(readFileSync(join(dir, 'tools', 'upper.json'), 'utf8'));
+  writeFileSync(join(dir, 'tools', 'upper.json'), JSON.stringify({ ...def, id: `${name}.upper` }));
+  rmSync(join(dir, 'skills'), { recursive: true });
+  return dir;
+}
+
 describe('concurrent arium add', () => {
+  it('of several packs in one process (a host or daemon adding at once) records every pack and every grant', async () => {
+    const names = ['one', 'two', 'three', 'four', 'five', 'six'];
+    const runs = await Promise.all(names.map((name) => cli(['add', namedPack(name), ...P, '--yes'])));
+    expect(runs.flatMap((r) => r.err.split('\n').filter((l) => l.startsWith('arium')))).toEqual([]);
+    await expectAll(names);
+  });
+
   it('of several packs in separate processes records every pack and every grant', async () => {
     const names = ['alpha', 'beta', 'gamma', 'delta'];
-    const sources = names.map((name) => {
-      const dir = textkit();
-      writeFileSync(join(dir, 'arium-pack.yaml'), `name: ${name}\nversion: 1.0.0\npermissions: [exec.js, "vfs.read:/${name}/**"]\n`);
-      const def = JSON.parse(readFileSync(join(dir, 'tools', 'upper.json'), 'utf8'));
-      writeFileSync(join(dir, 'tools', 'upper.json'), JSON.stringify({ ...def, id: `${name}.upper` }));
-      rmSync(join(dir, 'skills'), { recursive: true });
-      return dir;
-    });
+    const sources = names.map(namedPack);
     const env = { ...process.env, ARIUM_NO_DAEMON: '1', NO_COLOR: '1' };
     const runs = await Promise.allSettled(
       sources.map((dir) => promisify(execFile)(process.execPath, [BIN, 'add', dir, ...P, '--yes'], { cwd: ws.root, env })),
     );
     expect(runs.map((r) => r.status)).toEqual(names.map(() => 'fulfilled'));
-    const lock = JSON.parse(readFileSync(join(project, 'arium-lock.json'), 'utf8'));
-    expect(Object.keys(lock.packs).sort()).toEqual([...names].sort());
-    const grants: string[] = JSON.parse(readFileSync(join(project, 'arium.json'), 'utf8')).grants;
-    for (const name of names) expect(grants).toContain(`vfs.read:/${name}/**`);
-    const tools = parseJson(await cli(['tools', ...P, '--json']));
-    expect(tools.problems).toEqual([]);
-    expect(tools.tools.map((t: Json) => t.id)).toEqual(expect.arrayContaining(names.map((n) => `${n}.upper`)));
+    await expectAll(names);
   });
 });
+
+async function expectAll(names: string[]): Promise<void> {
+  const lock = JSON.parse(readFileSync(join(project, 'arium-lock.json'), 'utf8'));
+  expect(Object.keys(lock.packs).sort()).toEqual([...names].sort());
+  const grants: string[] = JSON.parse(readFileSync(join(project, 'arium.json'), 'utf8')).grants;
+  for (const name of names) expect(grants).toContain(`vfs.read:/${name}/**`);
+  const tools = parseJson(await cli(['tools', ...P, '--json']));
+  expect(tools.problems).toEqual([]);
+  expect(tools.tools.map((t: Json) => t.id)).toEqual(expect.arrayContaining(names.map((n) => `${n}.upper`)));
+}
