@@ -16,7 +16,7 @@ import { createEngine } from '../src/index.js';
 import { PACK_LIMITS } from '../src/limits.js';
 import { type Json, parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
-const FIXTURES = fileURLToPath(new URL('../fixtures/packs/', import.meta.url));
+const FIXTURES = fileURLToPath(new URL('../examples/packs/', import.meta.url));
 const BIN = fileURLToPath(new URL('../bin/arium.js', import.meta.url));
 const P = ['--workspace', 'ws', '--project', 'p'];
 

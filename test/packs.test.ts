@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Json, parseJson, runCli, tempWorkspace } from './cli.helpers.js';
 
-const FIXTURES = fileURLToPath(new URL('../fixtures/packs/', import.meta.url));
+const FIXTURES = fileURLToPath(new URL('../examples/packs/', import.meta.url));
 const P = ['--workspace', 'ws', '--project', 'p'];
 
 let ws: ReturnType<typeof tempWorkspace>;
@@ -99,7 +99,9 @@ describe('arium add', () => {
     const run = await cli(['add', source('example_domain'), ...P, '--yes']);
     expect(run.code, run.err).toBe(0);
     expect(run.out).toContain('added example_domain 0.1');
-    expect(run.out).toContain('firecrawl.crawl: its HTTP worker (http://tool-firecrawl:8080/run) is not installed by a pack');
+    expect(run.out).toContain(
+      'firecrawl.crawl: its HTTP worker (http://tool-firecrawl:8080/run) is not started by a pack; serve it with an arium.json "providers" entry of kind "http" whose "manifest" is "packs/example_domain/manifest.yaml"',
+    );
     expect(run.out).toContain('policies.yaml concurrency: not mapped');
     expect(lock().packs.example_domain.grants).toEqual(['exec.js', 'net.fetch']);
     const call = parseJson(await cli(['call', 'example_domain.word-count', '{"text":"one two three"}', ...P, '--json']));

@@ -43,7 +43,7 @@ export async function fromDomainBundle(dir: string): Promise<{ manifest: PackMan
     const transport = tool.transport;
     if (transport && transport.type === 'http') {
       notes.push(
-        `${tool.tool_id}: its HTTP worker (${String(transport.base_url ?? '')}${String(transport.endpoint ?? '')}) is not installed by a pack; serve it with an arium.json "providers" entry of kind "http"`,
+        `${tool.tool_id}: its HTTP worker (${String(transport.base_url ?? '')}${String(transport.endpoint ?? '')}) is not started by a pack; serve it with an arium.json "providers" entry of kind "http" whose "manifest" is "packs/${String(bundle.domain_id).toLowerCase()}/manifest.yaml" (README, HTTP tool workers)`,
       );
     }
   });

@@ -14,8 +14,6 @@ export type PackErrorCode =
   | 'DECLINED'
   /** No such pack is installed. */
   | 'NOT_INSTALLED'
-  /** A pack's files on disk differ from its lock entry. */
-  | 'TAMPERED'
   /** Dependencies of the pack could not be installed. */
   | 'DEPENDENCIES';
 
