@@ -36,11 +36,11 @@ const textkit = () => {
 };
 
 describe('a pack whose files differ from its lock entry', () => {
-  it('is not loaded, the problem naming the pack and the file; a running engine drops it', async () => {
-    expect((await cli(['add', textkit(), ...P, '--yes'])).code).toBe(0);
+  it('is not loaded, the problem naming the pack and the file; a running engine loads it on add and drops it', async () => {
     const engine = await createEngine({ workspace: ws.workspace, project: 'p', watch: true, persist: false, warmUp: false });
     try {
-      expect(engine.tool('textkit.upper')).toBeDefined();
+      expect((await cli(['add', textkit(), ...P, '--yes'])).code).toBe(0);
+      await vi.waitFor(() => expect(engine.tool('textkit.upper')).toBeDefined(), { timeout: 20_000, interval: 50 });
       appendFileSync(join(project, 'packs', 'textkit', 'tools', 'upper.js'), '\nexport const leak = 1;\n');
       await vi.waitFor(() => expect(engine.tool('textkit.upper')).toBeUndefined(), { timeout: 20_000, interval: 50 });
       expect(engine.problems()).toContainEqual(
