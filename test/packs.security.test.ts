@@ -115,6 +115,11 @@ describe('hostile tarballs', () => {
       /entry "package\/tools\/hard\.js" is a hard link/,
     ],
     ['a device', { header: { name: 'package/dev', size: 0, type: 'character-device' } }, /entry "package\/dev" is a character-device/],
+    [
+      'a path given twice',
+      { header: { name: 'package/tools/upper.js', size: 4, type: 'file' }, body: 'evil' },
+      /entry "package\/tools\/upper\.js" is given twice/,
+    ],
   ])('refuses %s and writes nothing', async (_, entry, message) => {
     const path = await tarball('hostile.tgz', [entry]);
     const run = await cli(['add', path, ...P, '--yes', '--json']);

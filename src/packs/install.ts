@@ -82,7 +82,7 @@ async function install(source: PackSource, options: PackOperationOptions, updati
     if (existsSync(join(stage, 'requirements.txt'))) {
       throw new PackError(
         'DEPENDENCIES',
-        `pack "${name}" pins Python packages (requirements.txt): a pack's Python tools run in the project's environment, so move those pins into the project's requirements.txt and remove the pack's`,
+        `pack "${name}" pins Python packages (requirements.txt), which a pack cannot install: its Python tools run with the project's interpreter and the standard library only; remove requirements.txt from the pack, or ship those tools in a project of their own`,
       );
     }
     const skills = skillNames(stage);

@@ -102,8 +102,19 @@ async function unpackTarball(file: string, to: string): Promise<void> {
       throw new PackError('LIMIT', `${file} unpacks to more than ${PACK_LIMITS.max_unpacked_bytes} bytes (PACK_LIMITS.max_unpacked_bytes)`);
     }
     await mkdir(dirname(target), { recursive: true });
-    // wx: a second entry of the same name does not replace the first one's content unseen.
-    await writeFile(target, entry.data ?? new Uint8Array(), { flag: 'wx', mode: 0o644 });
+    try {
+      // wx: a second entry of the same name does not replace the first one's content unseen.
+      await writeFile(target, entry.data ?? new Uint8Array(), { flag: 'wx', mode: 0o644 });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'EEXIST' || code === 'EISDIR' || code === 'ENOTDIR') {
+        throw new PackError(
+          'ARCHIVE',
+          `${file}: entry "${names[i]}" is given twice, or as both a file and a folder; rebuild the tarball with each path once`,
+        );
+      }
+      throw error;
+    }
   }
 }
 

@@ -430,7 +430,8 @@ export class Registry {
       for (const [tool, code] of found) {
         if (code)
           problems.push({
-            file: `tools/${code.file}`,
+            // The tool's own tools folder: tools/ of the project, or packs/<name>/tools.
+            file: `${tool.source.slice(0, tool.source.lastIndexOf('/'))}/${code.file}`,
             id: tool.spec.id,
             at: `${code.line}:${code.column}`,
             message: code.kind === 'import' ? `import problem: ${code.message}` : `syntax error: ${code.message}`,
