@@ -280,3 +280,20 @@ export const SATELLITE_LIMITS = Object.freeze({
   /** Calls that may wait for a slot on one satellite by default; past them it answers `BUSY` (retryable). */
   queue: 256,
 });
+
+/**
+ * What `arium add` takes from a pack (src/packs/). A pack comes from someone else: a tarball or folder
+ * past a bound is refused whole, never cut and installed.
+ */
+export const PACK_LIMITS = Object.freeze({
+  /** Bytes of a pack tarball as read from disk (gzip-compressed or not). */
+  max_archive_bytes: 32 * 1024 * 1024,
+  /** Bytes of all a pack's files once unpacked (or copied from a folder): a small gzip bomb stops here. */
+  max_unpacked_bytes: 64 * 1024 * 1024,
+  /** Files and folders in one pack. */
+  max_entries: 4096,
+  /** Bytes of a pack manifest (arium-pack.yaml / .json, or a domain bundle's manifest.yaml and policies.yaml). */
+  max_manifest_bytes: 256 * 1024,
+  /** How long `arium add` waits for another `arium add`, `remove` or `update` of the same project (ms). */
+  lock_wait_ms: 30_000,
+});

@@ -388,6 +388,22 @@ function checkNatsProviders(block: Block): void {
 }
 
 const SHELL_EXAMPLE = /^# shell\.run from the CLI/;
+const PACKS_EXAMPLE = /^# tool packs from the CLI/;
+
+/** The tool packs example: run by bash in a user's folder holding the demo project and examples/packs. */
+async function runPacksExample(block: Block): Promise<void> {
+  const dir = userFolder('packs-cli');
+  cpSync(join(ROOT, 'examples', 'packs'), join(dir, 'examples', 'packs'), { recursive: true });
+  const env = { PATH: process.env.PATH ?? '', HOME: dir, npm_config_offline: 'true', ARIUM_NO_DAEMON: '1' };
+  const out = execFileSync('bash', ['-e', '-c', block.code], { cwd: dir, env, encoding: 'utf8' });
+  expect(out).toContain('added textkit 1.0.0');
+  expect(out).toContain('"text": "HI"');
+  expect(out).toContain('updated textkit 1.0.0 → 1.0.0');
+  expect(out).toContain('packed mytools 1.0.0');
+  expect(out).toContain('removed textkit 1.0.0');
+  expect(out).toContain('added example_domain 0.1');
+  expect(existsSync(join(dir, 'mytools-1.0.0.tgz'))).toBe(true);
+}
 
 /** The shell.run example: run by bash in a user's folder (npx finds this checkout's arium, offline). */
 async function runShellExample(block: Block): Promise<void> {
@@ -446,7 +462,13 @@ describe('every code block of the README', () => {
     const unknown = all.filter((block) => {
       if (NOT_RUN.some(([lang, first]) => lang === block.lang && first.test(block.first))) return false;
       if ((block.lang === 'js' || block.lang === 'python') && fileOf(block)) return false;
-      if (block.lang === 'sh' && (GATEWAY_EXAMPLE.test(block.first) || SHELL_EXAMPLE.test(block.first) || SATELLITE_EXAMPLE.test(block.first)))
+      if (
+        block.lang === 'sh' &&
+        (GATEWAY_EXAMPLE.test(block.first) ||
+          SHELL_EXAMPLE.test(block.first) ||
+          SATELLITE_EXAMPLE.test(block.first) ||
+          PACKS_EXAMPLE.test(block.first))
+      )
         return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
       if (block.lang === 'yaml' && exampleFileOf(block)) return false;
@@ -498,6 +520,12 @@ describe('every code block of the README', () => {
     'the NATS satellites example at %s runs against a real nats-server',
     { timeout: 90_000 },
     async (_name, block) => runSatelliteExample(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'sh' && PACKS_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(
+    'the tool packs example at %s runs through the CLI',
+    { timeout: 120_000 },
+    async (_name, block) => runPacksExample(block),
   );
 
   it.each(all.filter((b) => b.lang === 'sh' && SHELL_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(

@@ -6,16 +6,19 @@
  * definition), changes.ts (the difference between two served sets), meta-schema.ts.
  */
 import { readdir, realpath, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, sep } from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
+import { loadablePacks, PACKS_FOLDER } from '../packs/load.js';
+import { LOCK_FILE } from '../packs/lock.js';
 import { GrantSet } from '../permissions.js';
 import type { CodeProblem } from '../runner.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
 import { type ToolChanges, toolChanges, unchanged } from './changes.js';
 import { type LoadOutcome, loadDefinition } from './load.js';
+import { namespaceProblem } from './pack-namespace.js';
 
 /** chokidar, loaded by the first engine that watches: a host that never watches (the CLI) does not pay for it. */
 let chokidar: Promise<typeof import('chokidar')> | null = null;
@@ -116,6 +119,10 @@ export class Registry {
   /** Versions already reported as refused (by hash), so a rescan does not report one twice. */
   readonly #refusedReported = new Set<string>();
   #initialScanDone = false;
+  /** The folders of packs/ as the last scan found them: each is a namespace no other definition may use. */
+  #packNames = new Set<string>();
+  /** Watches packs/ and arium-lock.json, from `watch()` on. */
+  #packsWatcher: FSWatcher | null = null;
 
   constructor(options: RegistryOptions) {
     this.#options = options;
@@ -208,7 +215,31 @@ export class Registry {
     project.on('error', changed);
     this.#projectWatcher = project;
     await new Promise<void>((resolve) => project.once('ready', () => resolve()));
+    await this.#watchPacks();
     await this.#watchToolsDir();
+  }
+
+  /** Watches packs/ (every file of every pack, since each is hashed at load) and arium-lock.json. */
+  async #watchPacks(): Promise<void> {
+    const { watch } = await loadChokidar();
+    if (this.#closed) return;
+    const { projectDir } = this.#options;
+    const packsDir = join(projectDir, PACKS_FOLDER);
+    const lockFile = join(projectDir, LOCK_FILE);
+    const packs = watch(projectDir, {
+      ignoreInitial: true,
+      depth: 12,
+      ignored: (path: string) => {
+        if (path === projectDir || path === lockFile || path === packsDir) return false;
+        if (!path.startsWith(packsDir + sep)) return true;
+        // Dependencies installed into a pack are not its content.
+        return /[/\\](\.arium|node_modules)([/\\]|$)/.test(path.slice(packsDir.length));
+      },
+    });
+    const changed = () => this.#schedule(true);
+    for (const event of ['add', 'change', 'unlink', 'addDir', 'unlinkDir', 'error'] as const) packs.on(event, changed);
+    this.#packsWatcher = packs;
+    await new Promise<void>((resolve) => packs.once('ready', () => resolve()));
   }
 
   /** Keeps the tools watcher on the folder the last scan resolved (none when there is no folder). */
@@ -278,8 +309,9 @@ export class Registry {
     if (this.#settle) clearTimeout(this.#settle);
     await this.#scanning;
     await this.#watcherMoves;
-    await Promise.all([this.#watcher?.close(), this.#projectWatcher?.close()]);
+    await Promise.all([this.#watcher?.close(), this.#projectWatcher?.close(), this.#packsWatcher?.close()]);
     this.#watcher = null;
+    this.#packsWatcher = null;
     this.#projectWatcher = null;
   }
 
@@ -287,31 +319,34 @@ export class Registry {
     const { projectDir, limits } = this.#options;
     const problems: RegistryProblem[] = [];
     const seen = new Set<string>();
-    let names: string[] = [];
     const toolsDir = await this.#resolveToolsDir(problems);
     this.#toolsDir = toolsDir;
-    if (toolsDir) {
+    const folders: { dir: string; pack?: string }[] = toolsDir ? [{ dir: toolsDir }] : [];
+    const packs = await loadablePacks(projectDir);
+    problems.push(...packs.problems);
+    this.#packNames = new Set(packs.names);
+    for (const pack of packs.packs) folders.push({ dir: pack.toolsDir, pack: pack.name });
+    // Definition files of every folder, each folder's in name order (the project's tools first).
+    const files: { file: string; dir: string; pack?: string }[] = [];
+    for (const folder of folders) {
+      const shown = folder.pack ? `packs/${folder.pack}/tools` : 'tools';
       try {
-        const entries = await readdir(toolsDir, { withFileTypes: true });
-        names = entries
-          .filter((e) => e.name.endsWith('.json') && !e.name.startsWith('.'))
-          .map((e) => {
-            if (!e.isFile()) problems.push({ file: `tools/${e.name}`, message: 'a tool definition must be a regular file, not a link or folder' });
-            return e;
-          })
-          .filter((e) => e.isFile())
-          .map((e) => e.name)
-          .sort();
+        const entries = await readdir(folder.dir, { withFileTypes: true });
+        for (const e of entries.filter((e) => e.name.endsWith('.json') && !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+          if (!e.isFile()) problems.push({ file: `${shown}/${e.name}`, message: 'a tool definition must be a regular file, not a link or folder' });
+          else files.push({ file: join(folder.dir, e.name), dir: folder.dir, ...(folder.pack ? { pack: folder.pack } : {}) });
+        }
       } catch (error) {
-        problems.push({ file: 'tools/', message: `the tools folder could not be read: ${(error as Error).message}` });
+        // A pack without a tools folder serves no tools (it may hold only skills).
+        if (!folder.pack || (error as NodeJS.ErrnoException).code !== 'ENOENT') {
+          problems.push({ file: `${shown}/`, message: `the tools folder could not be read: ${(error as Error).message}` });
+        }
       }
     }
     const force = this.#forceReload;
     this.#forceReload = false;
-    const ctx = { projectDir, toolsDir: toolsDir ?? projectDir, limits, reserved: this.builtinIds, catalog: this.#options.catalog };
     await Promise.all(
-      names.map(async (name) => {
-        const file = join(toolsDir as string, name);
+      files.map(async ({ file, dir }) => {
         seen.add(file);
         let fingerprint: string;
         try {
@@ -323,6 +358,7 @@ export class Registry {
         }
         const previous = this.#files.get(file);
         if (previous && previous.fingerprint === fingerprint && !force) return;
+        const ctx = { projectDir, toolsDir: dir, limits, reserved: this.builtinIds, catalog: this.#options.catalog };
         const outcome = await loadDefinition(file, ctx);
         this.#files.set(file, { fingerprint, outcome, lastGood: outcome.tool ?? previous?.lastGood ?? null });
       }),
@@ -331,8 +367,8 @@ export class Registry {
 
     // Every file's tool (or the last version of it that loaded), in name order, by id.
     const candidates = new Map<string, Tool[]>();
-    for (const name of names) {
-      const state = this.#files.get(join(toolsDir as string, name));
+    for (const { file, pack } of files) {
+      const state = this.#files.get(file);
       if (!state) continue;
       let tool = state.outcome.tool;
       if (state.outcome.problem) {
@@ -345,6 +381,11 @@ export class Registry {
         tool = state.lastGood ?? undefined;
       }
       if (!tool) continue;
+      const problem = namespaceProblem(tool, pack, this.#packNames);
+      if (problem) {
+        problems.push(problem);
+        continue;
+      }
       const list = candidates.get(tool.spec.id);
       if (list) list.push(tool);
       else candidates.set(tool.spec.id, [tool]);
@@ -389,7 +430,8 @@ export class Registry {
       for (const [tool, code] of found) {
         if (code)
           problems.push({
-            file: `tools/${code.file}`,
+            // The tool's own tools folder: tools/ of the project, or packs/<name>/tools.
+            file: `${tool.source.slice(0, tool.source.lastIndexOf('/'))}/${code.file}`,
             id: tool.spec.id,
             at: `${code.line}:${code.column}`,
             message: code.kind === 'import' ? `import problem: ${code.message}` : `syntax error: ${code.message}`,

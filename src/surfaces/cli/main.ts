@@ -1,4 +1,5 @@
 import { EngineConfigError, ProjectLockedError, StateCorruptError, ToolFailure } from '../../index.js';
+import { PackError } from '../../packs/errors.js';
 import { bool, closest, GLOBAL_FLAGS, type Parsed, parseArgs, UsageError } from './args.js';
 import { type CommandSpec, commandHelp, EXIT_CODES_HELP, flagsHelp, HostError } from './command.js';
 import { approvalsSpec, approveSpec, denySpec } from './commands/approvals.js';
@@ -12,6 +13,7 @@ import { initSpec } from './commands/init.js';
 import { installSpec } from './commands/install.js';
 import { mcpSpec } from './commands/mcp.js';
 import { mcpConfigSpec } from './commands/mcp-config.js';
+import { addSpec, packSpec, packsSpec, removeSpec, updateSpec } from './commands/packs.js';
 import { provideSpec } from './commands/provide.js';
 import { schemaSpec } from './commands/schema.js';
 import { serveSpec } from './commands/serve.js';
@@ -49,6 +51,11 @@ const COMMANDS: ReadonlyMap<string, CommandSpec> = new Map(
     workerSpec,
     workersSpec,
     provideSpec,
+    addSpec,
+    removeSpec,
+    packsSpec,
+    updateSpec,
+    packSpec,
   ].map((c) => [c.name, c]),
 );
 
@@ -167,10 +174,22 @@ function report(ctx: Context, command: CommandSpec, error: unknown): number {
     return EXIT.toolFailed;
   }
   const known =
-    error instanceof EngineConfigError || error instanceof StateCorruptError || error instanceof ProjectLockedError || error instanceof HostError;
+    error instanceof EngineConfigError ||
+    error instanceof StateCorruptError ||
+    error instanceof ProjectLockedError ||
+    error instanceof HostError ||
+    error instanceof PackError;
   const code = known ? (error as Error).name : 'INTERNAL';
   if (ctx.json)
-    ctx.emit({ ok: false, error: { code, message, ...(error instanceof EngineConfigError && error.field ? { field: error.field } : {}) } });
+    ctx.emit({
+      ok: false,
+      error: {
+        code,
+        message,
+        ...(error instanceof EngineConfigError && error.field ? { field: error.field } : {}),
+        ...(error instanceof PackError ? { reason: error.code } : {}),
+      },
+    });
   // An unexpected error is a bug in arium: its stack is what a bug report needs.
   const detail = known ? message : `internal error: ${message}\n${ctx.c.dim(String((error as Error)?.stack ?? ''))}`;
   ctx.io.stderr.write(`arium ${command.name}: ${detail}\n`);
