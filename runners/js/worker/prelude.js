@@ -334,20 +334,24 @@
      * only, and `then` is absent so that `await tools.fs` is not taken for a promise.
      */
     const refused = () => false;
+    // The traps' object has no prototype: a program's changes to Object.prototype add no trap to it.
     const node = (path) =>
-      new CProxy(() => {}, {
-        __proto__: null,
-        get: (_, key) => (typeof key !== 'string' || key === 'then' ? undefined : node(path === '' ? key : `${path}\u0000${key}`)),
-        apply: (_, __, args) => callTool(path, args.length > 0 ? args[0] : undefined),
-        set: refused,
-        defineProperty: refused,
-        deleteProperty: refused,
-        setPrototypeOf: refused,
-        preventExtensions: refused,
-        construct: () => {
-          throw new CTypeError('A tool is called as a function: await tools.fs.read({ path })');
-        },
-      });
+      new CProxy(
+        () => {},
+        /** @type {ProxyHandler<() => void>} */ ({
+          __proto__: null,
+          get: (_, key) => (typeof key !== 'string' || key === 'then' ? undefined : node(path === '' ? key : `${path}\u0000${key}`)),
+          apply: (_, __, args) => callTool(path, args.length > 0 ? args[0] : undefined),
+          set: refused,
+          defineProperty: refused,
+          deleteProperty: refused,
+          setPrototypeOf: refused,
+          preventExtensions: refused,
+          construct: () => {
+            throw new CTypeError('A tool is called as a function: await tools.fs.read({ path })');
+          },
+        }),
+      );
     const tools = node('');
 
     guardMemory((reason) => finish(3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
