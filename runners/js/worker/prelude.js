@@ -255,7 +255,8 @@
       new CPromise((resolve, reject) => {
         if (closed) return reject({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' });
         if (call(mapSize, pending) >= MAX_PENDING) {
-          return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} VFS operations are pending; await some first` });
+          const what = op === 'tool' ? 'tool calls' : 'VFS operations';
+          return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} ${what} are pending; await some first` });
         }
         const bytes = prepare(op, args);
         if (typeof bytes === 'string') return reject({ code: 'INVALID_INPUT', message: bytes });
@@ -380,10 +381,10 @@
       else finish(1, name, message, stack);
     };
 
-    async function run(fn, input, ctx, outputBytes) {
+    async function run(fn, args, outputBytes) {
       let value;
       try {
-        value = await apply(fn, undefined, [input, ctx]);
+        value = await apply(fn, undefined, args);
       } catch (thrown) {
         fail(thrown);
         return;
@@ -416,8 +417,8 @@
         limits: freeze({ timeout_ms: info.timeoutMs, memory_mb: info.memoryMb, output_bytes: info.outputBytes }),
       });
       // A code-mode program is a function of `tools` alone: it gets no ctx, so no VFS of its own.
-      if (info.program) run(fn, tools, undefined, info.outputBytes);
-      else run(fn, callInput, ctx, info.outputBytes);
+      if (info.program) run(fn, [tools], info.outputBytes);
+      else run(fn, [callInput, ctx], info.outputBytes);
     }
     // The generated module "arium:start" takes this and deletes it before any tool code is evaluated
     // (it is imported first), so tool code never sees it.
