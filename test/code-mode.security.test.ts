@@ -65,7 +65,7 @@ describe('a hostile program', () => {
       try { found.viaConstructor = tools.constructor === undefined ? 'none' : typeof tools.constructor('return this')(); } catch (error) { found.viaConstructor = 'threw ' + error.name; }
       try { found.fnProcess = typeof Function('return typeof process')(); } catch (error) { found.fnProcess = 'threw'; }
       found.proto = Object.getPrototypeOf(tools) === Function.prototype;
-      found.then = typeof tools.then;
+      found.thenable = typeof tools.then;
       return found;`;
     expect(data(await e.call('code.run', { code }))).toEqual({
       process: 'undefined',
@@ -75,7 +75,7 @@ describe('a hostile program', () => {
       viaConstructor: expect.stringMatching(/^(object|threw|none)/),
       fnProcess: 'string',
       proto: true,
-      then: 'undefined',
+      thenable: 'undefined',
     });
   });
 
