@@ -40,8 +40,9 @@ export interface CallOptions {
    */
   timeout_ms?: number;
   /**
-   * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
-   * list). An explicit id is not checked against it: a surface checks the ids it offers itself.
+   * Which tools a capability may resolve to, and a code.run program may call, besides the grants (a
+   * surface passes its profile's tool list). An explicit id is not checked against it: a surface checks
+   * the ids it offers itself.
    */
   offered?: (toolId: string) => boolean;
   /**
