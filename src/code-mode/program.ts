@@ -1,12 +1,26 @@
-import type { ErrorInfo } from '../errors.js';
-import { ToolFailure } from '../errors.js';
+import { type ErrorCode, type ErrorInfo, type Stage, ToolFailure } from '../errors.js';
 import { CODE_MODE_LIMITS } from '../limits.js';
 import type { ToolCaller } from '../runner.js';
 import { suggest } from '../suggest.js';
 import { jsPath, toolId } from './names.js';
 
-/** What a program's tool call comes to: the tool's output, or its error (plain JSON, as in a result). */
-export type ProgramAnswer = { ok: true; value: unknown } | { ok: false; error: ErrorInfo };
+/** A failed tool call as the program gets it: its result's error without the tool's own stack. */
+export interface ProgramError {
+  code: ErrorCode;
+  message: string;
+  stage: Stage;
+  retryable: boolean;
+  tool: string;
+  details?: Record<string, unknown>;
+}
+
+/** What a program's tool call comes to: the tool's output, or its error. */
+export type ProgramAnswer = { ok: true; value: unknown } | { ok: false; error: ProgramError };
+
+function programError(error: ErrorInfo, message = error.message): ProgramError {
+  const { code, stage, retryable, tool, details } = error;
+  return { code, message, stage, retryable, tool, ...(details !== undefined ? { details } : {}) };
+}
 
 /** The bounds of one program's tool calls (CODE_MODE_LIMITS by default). */
 export interface ProgramBounds {
@@ -70,9 +84,9 @@ export class ProgramCalls {
       const result = await this.#caller.call(id, value, this.#atomic);
       if (result.ok) return { ok: true, value: result.data };
       if (result.error.code === 'UNKNOWN_TOOL') {
-        return { ok: false, error: { ...result.error, message: `${shown} names no tool (no tool has the id "${id}").${this.#hint(id)}` } };
+        return { ok: false, error: programError(result.error, `${shown} names no tool (no tool has the id "${id}").${this.#hint(id)}`) };
       }
-      return { ok: false, error: result.error };
+      return { ok: false, error: programError(result.error) };
     } finally {
       // The place goes straight to the next call waiting, so that no new one takes it in between.
       const next = this.#waiting.shift();
@@ -98,6 +112,6 @@ export class ProgramCalls {
   }
 
   #refused(code: 'UNKNOWN_TOOL' | 'INVALID_INPUT', message: string): ProgramAnswer {
-    return { ok: false, error: { type: 'ToolError', tool: 'code.run', stage: 'validation', code, message, retryable: false } };
+    return { ok: false, error: { code, message, stage: 'validation', retryable: false, tool: 'code.run' } };
   }
 }
