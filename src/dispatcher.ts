@@ -407,6 +407,7 @@ export class Dispatcher {
       intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
       ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
       ...(opts.onProgress ? { onProgress: this.#progressTeller(opts.onProgress) } : {}),
+      ...(parent ? { underSlot: true } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
       calls: (scope) => this.#calls(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }, opts.offered),
     };

@@ -61,7 +61,15 @@ export interface Execution {
   steps?: (scope: RunScope) => StepCaller;
   /** Makes the tool caller of a run, for a runner with the `calls` capability (code mode). */
   calls?: (scope: RunScope) => ToolCaller;
+  /**
+   * The call runs under the concurrency slot of the call that made it (a code.run program's call that
+   * commits on its own), as a macro's step does: taking a slot of its own could wait forever on slots
+   * that programs waiting for their calls hold.
+   */
+  underSlot?: boolean;
 }
+
+const NO_SLOT = () => {};
 
 /** What the steps of a composite call share with it: its transaction, grants, signal and deadline. */
 export interface RunScope {
@@ -132,7 +140,8 @@ export class Executor {
         // no other call can commit under it: unless another call holds the gate, and must commit first.
         // A tool of such a runner that waits (shell.run, system.exec) takes the asynchronous path, with a deadline.
         const waits = call.runner.asyncTools?.has(tool.spec.id) === true;
-        const slot = call.runner.runSync && !waits && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
+        const slot =
+          call.runner.runSync && !waits && (alone || !this.#gate.held) ? (call.underSlot ? NO_SLOT : this.#d.limiter.tryAcquire(tool.spec.id)) : null;
         outcome = slot ? this.#attemptSync(call, runLimits, slot, canLose) : await this.#attempt(call, runLimits, alone, canLose, waits);
       } finally {
         release?.();
@@ -148,7 +157,7 @@ export class Executor {
    */
   async #attempt(call: Execution, limits: CallLimits, alone: boolean, canLose: boolean, waits: boolean): Promise<Outcome | null> {
     const { tool, runner, signal } = call;
-    const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, signal));
+    const release = call.underSlot ? NO_SLOT : (this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, signal)));
     // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
     // only runners that can be interrupted, and tools that wait, get a live one.
     const controller = runner.interruptible || waits ? new AbortController() : null;

@@ -315,6 +315,25 @@ describe('bounds', () => {
 });
 
 describe('concurrent programs', () => {
+  it('run their calls under their own slots: programs that fill the engine’s slots do not wait on each other', async () => {
+    // A barrier both programs' calls must reach together: each program holds one of the two slots.
+    let arrived = 0;
+    const met = deferred();
+    const { engine: e } = await open(
+      {
+        'test.meet': async () => {
+          if (++arrived === 2) met.resolve();
+          await met.promise;
+          return { arrived };
+        },
+      },
+      { policy: { concurrency: 2, tool_concurrency: 2, queue_length: 8 } },
+    );
+    const code = `await tools.fs.write({ path: '/p' + Math.random() + '.txt', content: 'x' }); return (await tools.test.meet({})).arrived;`;
+    const results = await Promise.all([1, 2].map(() => e.call('code.run', { code }, { timeout_ms: 10_000 })));
+    expect(results.map(data)).toEqual([2, 2]);
+  });
+
   it('of several callers each keep their own grants, trace and writes', async () => {
     const { engine: e } = await open();
     const callers = Array.from({ length: 6 }, (_, i) => i);
