@@ -307,7 +307,9 @@ export class Dispatcher {
         { details: { tool: tool.spec.id } },
       );
     }
-    c.input = withSecrets(c.input, tool, this.#grantsFor(c.options.grants), this.#d.secrets, (permission, operation, reason) =>
+    // A step or a program's call reads only the secrets its parent's caller may read.
+    const grants = c.parent ? c.parent.grants : this.#grantsFor(c.options.grants);
+    c.input = withSecrets(c.input, tool, grants, this.#d.secrets, (permission, operation, reason) =>
       this.#security(runId, c.meta.trace_id, tool.spec.id, permission, operation, reason),
     );
     c.stage = 'validation';

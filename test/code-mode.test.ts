@@ -142,6 +142,23 @@ describe('grants', () => {
     expect(data(await e.call('code.run', { code }))).toBe('ran');
   });
 
+  it('are the caller’s for secrets too: a program cannot pass a secret its caller may not read', async () => {
+    const seen: unknown[] = [];
+    const { engine: e } = await open(
+      { 'use.token': (ctx) => seen.push((ctx.input as { token: unknown }).token) },
+      {
+        permissions: { 'use.token': ['exec.js', 'secret.read'] },
+        secrets: { github: 'ghp_0123456789abcdef', other: 'other-value' },
+        grants: [...ALL, 'secret.read'],
+      },
+    );
+    const code = `try { await tools.use.token({ token: { $secret: 'github' } }); return 'passed'; } catch (error) { return error.code; }`;
+    expect(data(await e.call('code.run', { code }, { grants: ['exec.js', 'secret.read:other'] }))).toBe('DENIED');
+    expect(seen).toEqual([]);
+    expect(data(await e.call('code.run', { code }, { grants: ['exec.js', 'secret.read:github'] }))).toBe('passed');
+    expect(seen).toEqual(['ghp_0123456789abcdef']);
+  });
+
   it('need exec.js for code.run itself', async () => {
     const { engine: e } = await open();
     expect(failed(await e.call('code.run', { code: 'return 1' }, { grants: ['vfs.read'] })).code).toBe('DENIED');
