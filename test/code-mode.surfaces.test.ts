@@ -62,6 +62,8 @@ describe('code.run on the surfaces', () => {
     try {
       const listed = (await client.listTools()).tools.find((t) => t.name === 'code.run');
       expect(listed?.inputSchema).toMatchObject({ type: 'object', required: ['code'] });
+      // A client may skip asking for a read-only tool: code.run, which may call any tool, claims nothing.
+      expect(listed?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true, openWorldHint: true });
       const result = (await client.callTool({ name: 'code.run', arguments: { code: PROGRAM } })) as CallToolResult;
       expect(result.isError).toBeFalsy();
       expect(result.structuredContent).toMatchObject({
