@@ -98,7 +98,7 @@ describe('a program', () => {
     const [code_, message] = data(await e.call('code.run', { code })) as [string, string];
     expect(code_).toBe('UNKNOWN_TOOL');
     expect(message).toContain('tools.demo.wordFrq names no tool');
-    expect(message).toContain('Did you mean tools.demo.wordFreq?');
+    expect(message).toContain('Did you mean tools.demo.wordFreq (demo.word-freq)?');
     const bad = `try { await tools.fs.Read({}); } catch (error) { return [error.code, error.message]; }`;
     expect(data(await e.call('code.run', { code: bad }))).toEqual(['UNKNOWN_TOOL', expect.stringContaining('Did you mean tools.fs.read')]);
   });

@@ -104,11 +104,11 @@ export class ProgramCalls {
     await new Promise<void>((resolve) => this.#waiting.push(resolve));
   }
 
-  /** " Did you mean tools.a.b?", among the tools the program may call; empty when none is close. */
+  /** " Did you mean tools.a.bC (a.b-c)?", among the tools the program may call; empty when none is close. */
   #hint(id: string): string {
     this.#callable ??= this.#caller.callable().map((tool) => tool.spec.id);
     const close = suggest(id, this.#callable);
-    return close.length > 0 ? ` Did you mean ${close.map((c) => `tools.${jsPath(c).join('.')}`).join(' or ')}?` : '';
+    return close.length > 0 ? ` Did you mean ${close.map((c) => `tools.${jsPath(c).join('.')} (${c})`).join(' or ')}?` : '';
   }
 
   #refused(code: 'UNKNOWN_TOOL' | 'INVALID_INPUT', message: string): ProgramAnswer {
