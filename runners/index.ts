@@ -5,11 +5,12 @@ import { ENGINE_CONFIG_KEYS } from '../src/config.js';
 import type { RunnerDefinition } from '../src/runner.js';
 import { RunnerCatalog } from '../src/runner-catalog.js';
 import { builtinRunner } from './builtin/definition.js';
+import { codeRunner } from './code/definition.js';
 import { jsRunner } from './js/definition.js';
 import { macroRunner } from './macro/definition.js';
 import { pyRunner } from './python/definition.js';
 
-export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner]);
+export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner, codeRunner]);
 
 /** A catalog of the default runners and `extra` (which replace a default of the same name). */
 export function runnerCatalog(extra: readonly RunnerDefinition[] = []): RunnerCatalog {

@@ -3,17 +3,18 @@ import { randomUUID } from 'node:crypto';
 import type { ApprovalAnswer, ApprovalDecision, ApprovalGate, PendingApproval } from './approvals/gate.js';
 import type { MatchedRule } from './approvals/rules.js';
 import { isCapabilityRequest, routeCapability } from './capabilities.js';
+import { callableTools } from './code-mode/callable.js';
 import type { Limiter } from './concurrency.js';
 import { toErrorInfo } from './error-info.js';
 import { type Stage, ToolFailure } from './errors.js';
 import type { EventBus } from './events.js';
-import { type Execution, Executor, OUTSIDE_EFFECTS, type Outcome, type RunScope } from './execution.js';
+import { actsOutside, type Execution, Executor, OUTSIDE_EFFECTS, type Outcome, type RunScope } from './execution.js';
 import { type CallLimits, MACRO_LIMITS, type Policy } from './limits.js';
 import { copyInput, forEvent } from './payload.js';
 import { type GrantSet, PermissionSyntaxError } from './permissions.js';
 import type { Registry } from './registry/registry.js';
 import type { LogLine, Progress, ResultMeta, ToolResult } from './result.js';
-import type { Runner, StepCaller } from './runner.js';
+import type { Runner, StepCaller, ToolCaller } from './runner.js';
 import { hasSecretReference, withSecrets } from './secrets/references.js';
 import type { Scrubber } from './secrets/scrub.js';
 import type { ResolvedSecret } from './secrets/sources.js';
@@ -39,8 +40,9 @@ export interface CallOptions {
    */
   timeout_ms?: number;
   /**
-   * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
-   * list). An explicit id is not checked against it: a surface checks the ids it offers itself.
+   * Which tools a capability may resolve to, and a code.run program may call, besides the grants (a
+   * surface passes its profile's tool list). An explicit id is not checked against it: a surface checks
+   * the ids it offers itself.
    */
   offered?: (toolId: string) => boolean;
   /**
@@ -86,17 +88,25 @@ export interface DispatcherDeps {
 }
 
 /**
- * A call made as a step of a composite call (a macro): it runs in that call's transaction with its
- * grants, trace and deadline, and its events name the composite call's run.
+ * A call made by another call: a step of a macro, or a call of a code-mode program. It has its parent's
+ * grants and trace, and its events name the parent's run.
  */
-interface StepParent extends RunScope {
+interface StepParent {
   runId: string;
   traceId: string;
   /** The composite calls this one runs under, outermost first. */
   chain: readonly string[];
+  grants: GrantSet;
+  /**
+   * The parent's run, when this call runs in its transaction (a macro's step, an atomic program's
+   * call); null for a call that commits on its own (a program that is not atomic).
+   */
+  scope: RunScope | null;
 }
 
 const TRACE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** The code-mode tool: its calls' inner calls are made through `#calls`. */
+const CODE_RUN = 'code.run';
 function toolLabel(id: unknown): string {
   if (isCapabilityRequest(id)) return `capability:${toolLabel(id.capability)}`;
   return typeof id === 'string' ? (id.length > 200 ? `${id.slice(0, 200)}…` : id) : `(${typeof id})`;
@@ -297,7 +307,9 @@ export class Dispatcher {
         { details: { tool: tool.spec.id } },
       );
     }
-    c.input = withSecrets(c.input, tool, this.#grantsFor(c.options.grants), this.#d.secrets, (permission, operation, reason) =>
+    // A step or a program's call reads only the secrets its parent's caller may read.
+    const grants = c.parent ? c.parent.grants : this.#grantsFor(c.options.grants);
+    c.input = withSecrets(c.input, tool, grants, this.#d.secrets, (permission, operation, reason) =>
       this.#security(runId, c.meta.trace_id, tool.spec.id, permission, operation, reason),
     );
     c.stage = 'validation';
@@ -331,12 +343,14 @@ export class Dispatcher {
   /** Whether an approvals rule matches the call (kept in the record); a step cannot wait for one. */
   #needsApproval(c: Resolved): boolean {
     const rule = this.#d.approvals.needs(c.tool.spec.id, c.input);
-    if (rule && c.parent) {
+    if (rule && c.parent?.scope) {
       // A step runs inside its macro's transaction and slot: waiting for a person there would hold both.
+      const parent = c.parent.chain.at(-1) === CODE_RUN ? 'an atomic code.run program' : 'a macro';
+      const instead = parent === 'a macro' ? `call ${c.tool.spec.id} directly` : 'run the program with atomic: false, or call the tool directly';
       throw new ToolFailure(
         'permission',
         'APPROVAL_DENIED',
-        `${c.tool.spec.id} needs approval (approvals.rules[${rule.index}]), and a step of a macro cannot wait for it: call ${c.tool.spec.id} directly`,
+        `${c.tool.spec.id} needs approval (approvals.rules[${rule.index}]), and a call inside ${parent} cannot wait for it: ${instead}`,
         { details: { rule } },
       );
     }
@@ -395,10 +409,12 @@ export class Dispatcher {
       intrusion: (operation, reason) => this.#security(runId, meta.trace_id, toolId, null, operation, reason),
       ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
       ...(opts.onProgress ? { onProgress: this.#progressTeller(opts.onProgress) } : {}),
+      ...(parent ? { underSlot: true } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
+      calls: (scope) => this.#calls(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }, opts.offered),
     };
     // Returned, not awaited here: an async stage would cost every call one more promise.
-    return parent ? this.#executor.runStep(execution, parent) : this.#executor.run(execution);
+    return parent?.scope ? this.#executor.runStep(execution, parent.scope) : this.#executor.run(execution);
   }
 
   /** The run's outcome kept in the record (its time taken first); the project's secret values taken out of the output and the logs. */
@@ -483,7 +499,7 @@ export class Dispatcher {
    * deeper than MACRO_LIMITS.max_depth (a tool reloaded under a running call; the registry refuses such
    * chains) fails naming the chain.
    */
-  #steps(scope: RunScope, self: Omit<StepParent, keyof RunScope>): StepCaller {
+  #steps(scope: RunScope, self: Omit<StepParent, 'grants' | 'scope'>): StepCaller {
     return async (step) => {
       if (self.chain.length >= MACRO_LIMITS.max_depth && this.#d.registry.get(step.tool)?.spec.steps !== undefined) {
         throw new ToolFailure(
@@ -495,8 +511,39 @@ export class Dispatcher {
       }
       const left = Math.max(1, Math.floor(scope.deadline - performance.now()));
       const options: CallOptions = { timeout_ms: left, signal: scope.signal, caller: `macro:${self.chain.at(-1)}` };
-      return this.call(step.tool, step.input, options, { ...scope, ...self });
+      return this.call(step.tool, step.input, options, { ...self, grants: scope.grants, scope });
     };
+  }
+
+  /**
+   * The tool caller of a code-mode run (code.run): each call is a full call with the run's grants and
+   * trace and what is left of its time, in the run's transaction when atomic, else committed on its
+   * own. code.run is not callable from a program (one level: no recursion to bound), nor is a tool the
+   * run's surface does not offer.
+   */
+  #calls(scope: RunScope, self: Omit<StepParent, 'grants' | 'scope'>, offered: CallOptions['offered']): ToolCaller {
+    const reachable = (id: string) => id !== CODE_RUN && (offered === undefined || offered(id));
+    return {
+      callable: () => callableTools(this.#d.registry.list(), scope.grants, reachable),
+      call: (id, input, atomic) => {
+        if (!reachable(id) && this.#d.registry.get(id)) {
+          const why = id === CODE_RUN ? 'a program cannot run another program' : 'the surface this program was called from does not offer it';
+          return Promise.resolve(this.#refused(id, input, self, `${id} cannot be called from a code.run program: ${why}`));
+        }
+        const target = this.#d.registry.get(id);
+        if (target && actsOutside(target)) scope.effects.outside = true;
+        const left = Math.max(1, Math.floor(scope.deadline - performance.now()));
+        const options: CallOptions = { timeout_ms: left, signal: scope.signal, caller: CODE_RUN };
+        return this.call(id, input, options, { ...self, grants: scope.grants, scope: atomic ? scope : null });
+      },
+    };
+  }
+
+  /** A call refused before it starts, reported as any failed call is (announced, with its error event). */
+  #refused(id: string, input: unknown, self: Omit<StepParent, 'grants' | 'scope'>, message: string): ToolResult {
+    const c = this.#open(id, input, { caller: CODE_RUN }, { ...self, grants: this.#d.grants, scope: null });
+    c.stage = 'permission';
+    return this.#fail(c, new ToolFailure('permission', 'DENIED', message, { details: { tool: id } }));
   }
 
   #lookup(id: unknown): Tool {

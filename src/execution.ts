@@ -4,7 +4,7 @@ import type { CallLimits, Policy } from './limits.js';
 import { checkOutput } from './payload.js';
 import type { GrantSet, PermissionName } from './permissions.js';
 import type { LogLine, Progress, ResultMeta } from './result.js';
-import type { RunContext, Runner, StepCaller } from './runner.js';
+import type { RunContext, Runner, StepCaller, ToolCaller } from './runner.js';
 import type { Tool } from './tool.js';
 import { type DenialReporter, ToolVfs } from './tool-vfs.js';
 import { summarize } from './validation.js';
@@ -19,6 +19,15 @@ const CALL_ENDED = Object.freeze(new ToolFailure('execution', 'CANCELLED', 'The 
  * such a call is never run again after losing a race.
  */
 export const OUTSIDE_EFFECTS: ReadonlySet<PermissionName> = new Set<PermissionName>(['sys.exec', 'net.fetch']);
+
+/**
+ * Whether a call of `tool` may act outside the VFS: it declares one of OUTSIDE_EFFECTS, or a provider
+ * serves it (its upstream is outside by definition). A composite call one of whose inner calls does is
+ * not run again on a CONFLICT either.
+ */
+export function actsOutside(tool: Tool): boolean {
+  return tool.spec.runner === 'provider' || tool.declared.some((p) => OUTSIDE_EFFECTS.has(p.name));
+}
 /** The longest pause, in ms, before running a call again after it lost a race (the pause is random below it). */
 const MAX_BACKOFF_MS = 100;
 
@@ -50,7 +59,17 @@ export interface Execution {
   onProgress?: (progress: Progress) => void;
   /** Makes the step caller of a run, for a runner with the `steps` capability (a macro). */
   steps?: (scope: RunScope) => StepCaller;
+  /** Makes the tool caller of a run, for a runner with the `calls` capability (code mode). */
+  calls?: (scope: RunScope) => ToolCaller;
+  /**
+   * The call runs under the concurrency slot of the call that made it (a code.run program's call that
+   * commits on its own), as a macro's step does: taking a slot of its own could wait forever on slots
+   * that programs waiting for their calls hold.
+   */
+  underSlot?: boolean;
 }
+
+const NO_SLOT = () => {};
 
 /** What the steps of a composite call share with it: its transaction, grants, signal and deadline. */
 export interface RunScope {
@@ -62,6 +81,11 @@ export interface RunScope {
   deadline: number;
   /** The composite call's VFS change summary: each step's changes are added to it as the step succeeds. */
   changes: ToolVfs['changes'];
+  /**
+   * Set once an inner call of this run (at any depth) may have acted outside the VFS (`actsOutside`):
+   * the run is then never thrown away and run again after a CONFLICT, since that would act twice.
+   */
+  effects: { outside: boolean };
 }
 
 export interface ExecutorDeps {
@@ -116,7 +140,8 @@ export class Executor {
         // no other call can commit under it: unless another call holds the gate, and must commit first.
         // A tool of such a runner that waits (shell.run, system.exec) takes the asynchronous path, with a deadline.
         const waits = call.runner.asyncTools?.has(tool.spec.id) === true;
-        const slot = call.runner.runSync && !waits && (alone || !this.#gate.held) ? this.#d.limiter.tryAcquire(tool.spec.id) : null;
+        const slot =
+          call.runner.runSync && !waits && (alone || !this.#gate.held) ? (call.underSlot ? NO_SLOT : this.#d.limiter.tryAcquire(tool.spec.id)) : null;
         outcome = slot ? this.#attemptSync(call, runLimits, slot, canLose) : await this.#attempt(call, runLimits, alone, canLose, waits);
       } finally {
         release?.();
@@ -132,11 +157,11 @@ export class Executor {
    */
   async #attempt(call: Execution, limits: CallLimits, alone: boolean, canLose: boolean, waits: boolean): Promise<Outcome | null> {
     const { tool, runner, signal } = call;
-    const release = this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, signal));
+    const release = call.underSlot ? NO_SLOT : (this.#d.limiter.tryAcquire(tool.spec.id) ?? (await this.#d.limiter.acquire(tool.spec.id, signal)));
     // An AbortController (and the DOMException its abort makes) costs more than a whole builtin call:
     // only runners that can be interrupted, and tools that wait, get a live one.
     const controller = runner.interruptible || waits ? new AbortController() : null;
-    const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED);
+    const { ctx, vfs, logs, effects } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED);
     let output: unknown;
     try {
       if (signal?.aborted) throw new ToolFailure('execution', 'CANCELLED', 'The call was cancelled before it started');
@@ -155,7 +180,7 @@ export class Executor {
       const outputBytes = this.#check(tool, output, limits);
       // A call running alone must commit before anyone else; the others wait for it here.
       if (!alone && this.#gate.held && vfs.transaction.ops.length > 0) await this.#gate.passed(signal);
-      return this.#commit(vfs, canLose, signal, call.meta.run_id) ? { output, outputBytes, vfs } : null;
+      return this.#commit(vfs, canLose && !effects.outside, signal, call.meta.run_id) ? { output, outputBytes, vfs } : null;
     } finally {
       this.#d.state.end(vfs.transaction);
     }
@@ -176,10 +201,28 @@ export class Executor {
     }
   }
 
-  #context(call: Execution, limits: CallLimits, signal: AbortSignal, within?: Transaction): { ctx: RunContext; vfs: ToolVfs; logs: LogBuffer } {
+  #context(
+    call: Execution,
+    limits: CallLimits,
+    signal: AbortSignal,
+    within?: RunScope,
+  ): { ctx: RunContext; vfs: ToolVfs; logs: LogBuffer; effects: RunScope['effects'] } {
     const logs = new LogBuffer(this.#d.policy.log_bytes, call.onLog);
-    const vfs = new ToolVfs(within ?? this.#d.state.begin(), call.tool.declared, call.grants, call.denied);
-    const composite = call.steps && call.runner.capabilities?.includes('steps');
+    const vfs = new ToolVfs(within?.transaction ?? this.#d.state.begin(), call.tool.declared, call.grants, call.denied);
+    const capabilities = call.runner.capabilities;
+    const composite = call.steps && capabilities?.includes('steps');
+    const calling = call.calls && capabilities?.includes('calls');
+    // One flag for a whole tree of composite calls: an outside effect anywhere in it keeps the
+    // outermost run from running again.
+    const effects = within?.effects ?? { outside: false };
+    const scope = (): RunScope => ({
+      transaction: vfs.transaction,
+      grants: call.grants,
+      signal,
+      deadline: performance.now() + limits.timeout_ms,
+      changes: vfs.changes,
+      effects,
+    });
     const ctx: RunContext = {
       tool: call.tool,
       input: call.input,
@@ -194,17 +237,10 @@ export class Executor {
       ...(call.onProgress ? { progress: call.onProgress } : {}),
       intrusion: call.intrusion,
       meta: call.meta,
-      steps: composite
-        ? call.steps?.({
-            transaction: vfs.transaction,
-            grants: call.grants,
-            signal,
-            deadline: performance.now() + limits.timeout_ms,
-            changes: vfs.changes,
-          })
-        : null,
+      steps: composite ? call.steps?.(scope()) : null,
+      calls: calling ? call.calls?.(scope()) : null,
     };
-    return { ctx, vfs, logs };
+    return { ctx, vfs, logs, effects };
   }
 
   /** The end of a run, whatever became of it: its logs into `meta`, and its view of the VFS closed. */
@@ -226,7 +262,9 @@ export class Executor {
     // A builtin that waits (shell.run, system.exec) gets a deadline as an interruptible runner's call does.
     const waits = runner.asyncTools?.has(tool.spec.id) === true;
     const controller = runner.interruptible || waits ? new AbortController() : null;
-    const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED, scope.transaction);
+    const { ctx, vfs, logs } = this.#context(call, limits, controller?.signal ?? NEVER_ABORTED, scope);
+    // Marked before the run: an effect outside may have happened even when the step then fails.
+    if (actsOutside(tool)) scope.effects.outside = true;
     // A step that outlives its composite call (a runner that cannot be stopped) must not write into a
     // transaction that has ended.
     const seal = () => vfs.seal();

@@ -9,6 +9,7 @@ import type { Gateway, GatewayOptions } from './surfaces/http/gateway.js';
 
 export type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approvals/gate.js';
 export type { ApprovalCondition, ApprovalRule, ApprovalsConfig, MatchedRule } from './approvals/rules.js';
+export { jsPath, toolId } from './code-mode/names.js';
 export type { ProjectConfig } from './config.js';
 export type { ConnectOptions, ProjectClient } from './daemon/connect.js';
 export { connect } from './daemon/connect.js';

@@ -136,6 +136,22 @@ export const DEFAULT_APPROVALS = Object.freeze({
 export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
 
 /**
+ * Code mode (`code.run`): what one program may do besides its call's own limits (`timeout_ms` and
+ * `memory_mb` bound the whole program, its inner calls included).
+ */
+export const CODE_MODE_LIMITS = Object.freeze({
+  /** Tool calls one program may make in all; the next one ends the program with TOOL_ERROR (`details.limit: "max_calls"`). */
+  max_calls: 1000,
+  /**
+   * Tool calls of one program running at once; more wait their turn, in order. At most 256 may be
+   * pending (running or waiting) in the sandbox, past which a call is refused with `BUSY`.
+   */
+  max_concurrent: 8,
+  /** Characters of a program's code (the schema's `maxLength`). */
+  max_code_chars: 256 * 1024,
+});
+
+/**
  * The HTTP gateway (`arium serve`, `createGateway`): how long a client may take to send a request, and
  * how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
  */

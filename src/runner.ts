@@ -44,6 +44,24 @@ export interface RunContext {
    * call's grants, events) that runs in this call's transaction: it lands only when this call commits.
    */
   readonly steps?: StepCaller | null;
+  /**
+   * Calls other tools from inside this call, for a runner that declares the `calls` capability (code
+   * mode); absent otherwise. See `ToolCaller`.
+   */
+  readonly calls?: ToolCaller | null;
+}
+
+/**
+ * What a code-mode call may call: each call is a full call through the dispatcher with this call's
+ * grants and trace, its events naming this call's run as their parent, within what is left of this
+ * call's time. `atomic`: the call runs in this call's transaction (as a macro's step: it lands only
+ * when this call commits, and may not wait for approval); otherwise it commits on its own.
+ */
+export interface ToolCaller {
+  /** The tools this call may reach: those its caller's grants cover and its surface offers. */
+  callable(): Tool[];
+  /** Resolves with the inner call's own result (a failure is `ok: false`, never a rejection). */
+  call(id: string, input: unknown, atomic: boolean): Promise<ToolResult>;
 }
 
 /** One step a composite call asks for: its index in the call's steps, the tool, and the input built for it. */
@@ -122,7 +140,10 @@ export interface Runner {
   ready?(tool: Tool): Promise<void>;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
-  /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them `ctx.steps`. */
+  /**
+   * What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them
+   * `ctx.steps`, `calls` gives them `ctx.calls`.
+   */
   readonly capabilities?: readonly RunnerCapability[];
   /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
   tools?(): Tool[];
@@ -132,9 +153,10 @@ export interface Runner {
 
 /**
  * A power a runner asks for by name: `history`, the durable state with its snapshots; `steps`, calling
- * other tools inside its call's transaction.
+ * other tools inside its call's transaction; `calls`, calling other tools in its transaction or each
+ * on its own (code mode).
  */
-export type RunnerCapability = 'history' | 'steps';
+export type RunnerCapability = 'history' | 'steps' | 'calls';
 
 /** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
 export interface Check {

@@ -28,7 +28,12 @@ interface Seen {
   body: Record<string, unknown>;
 }
 
-const requests: { openai: Seen[]; anthropic: Seen[]; gemini: Seen[] } = { openai: [], anthropic: [], gemini: [] };
+const requests: { openai: Seen[]; anthropic: Seen[]; gemini: Seen[]; codeMode: Seen[] } = { openai: [], anthropic: [], gemini: [], codeMode: [] };
+
+/** A request of the code-mode loop: its one tool is code.run. */
+function isCodeMode(body: { tools?: Array<{ function?: { name?: string } }> }): boolean {
+  return body.tools?.length === 1 && body.tools[0]?.function?.name === 'code__run';
+}
 /** Every request the scripted models refused, with why. */
 const refused: Array<{ vendor: string; breaks: RequestBreak[] }> = [];
 let server: Server;
@@ -67,6 +72,34 @@ function openaiTurn(body: { messages: Array<{ role: string; content?: string | n
     created: 1,
     model: 'scripted',
     choices: [{ index: 0, message, finish_reason: finish, logprobs: null }],
+    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+  };
+}
+
+/** Code mode: one code.run call whose program does the whole task, then the answer from its result. */
+function codeModeTurn(body: { messages: Array<{ role: string; content?: string | null }> }): Record<string, unknown> {
+  const results = body.messages.filter((m) => m.role === 'tool');
+  let message: Record<string, unknown>;
+  if (results.length === 0) {
+    const code = [
+      "await tools.fs.write({ path: '/code-poem.txt', content: 'written by a program' });",
+      "const { content } = await tools.fs.read({ path: '/code-poem.txt' });",
+      "let missing = 'found';",
+      "try { await tools.fs.read({ path: '/missing.txt' }); } catch (error) { missing = error.code; }",
+      'return { content, missing };',
+    ].join('\n');
+    const call = { id: 'call_code', type: 'function', function: { name: 'code__run', arguments: JSON.stringify({ code, atomic: true }) } };
+    message = { role: 'assistant', content: null, tool_calls: [call] };
+  } else {
+    const out = JSON.parse(results[0]?.content ?? '{}') as { content?: string; missing?: string };
+    message = { role: 'assistant', content: `The program read: ${out.content} (${out.missing})` };
+  }
+  return {
+    id: `chatcmpl-code-${results.length}`,
+    object: 'chat.completion',
+    created: 1,
+    model: 'scripted',
+    choices: [{ index: 0, message, finish_reason: message.tool_calls ? 'tool_calls' : 'stop', logprobs: null }],
     usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
   };
 }
@@ -158,6 +191,9 @@ beforeAll(async () => {
       if (vendor === 'gemini') {
         requests.gemini.push({ body });
         reply = geminiTurn(body);
+      } else if (req.url === '/v1/chat/completions' && isCodeMode(body)) {
+        requests.codeMode.push({ body });
+        reply = codeModeTurn(body);
       } else if (req.url === '/v1/chat/completions') {
         requests.openai.push({ body });
         reply = openaiTurn(body);
@@ -228,6 +264,23 @@ describe('examples/agent-loop against a scripted model', () => {
     expect(fed.map((m) => m.tool_call_id)).toEqual(['call_1', 'call_2']);
     expect(JSON.parse(fed[0]?.content ?? '')).toMatchObject({ path: '/poem.txt', created: true });
     expect(JSON.parse(fed[1]?.content ?? '')).toMatchObject({ error: { code: 'NOT_FOUND', stage: 'execution' } });
+  });
+
+  it('code mode: the model writes one program that calls the tools, and reads its result', async () => {
+    requests.codeMode.length = 0;
+    const { runAgent } = await import('../examples/agent-loop/code-mode.mjs');
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'offline', maxRetries: 0 });
+    const { answer, steps } = await runAgent({ prompt: 'write a poem and read it back', engine, client });
+    expect(answer).toBe('The program read: written by a program (NOT_FOUND)');
+    expect(steps).toBe(2);
+    expect(engine.vfs.read('/code-poem.txt').toString()).toBe('written by a program');
+    const first = (requests.codeMode[0] as Seen).body as { messages: Array<{ role: string; content: string }>; tools: unknown[] };
+    expect(first.tools).toHaveLength(1);
+    // The prompt names each tool by its path in a program, the project's own included.
+    const system = first.messages[0]?.content ?? '';
+    expect(system).toContain('tools.fs.write(input)');
+    expect(system).toContain('tools.notes.find(input)');
+    expect(system).not.toContain('tools.code.run');
   });
 
   it('anthropic: the same loop with tool_use / tool_result blocks; an unknown tool comes back as an error result', async () => {

@@ -33,7 +33,9 @@ describe('public API', () => {
         'exportTools',
         'installProject',
         'isRetryable',
+        'jsPath',
         'resolveCall',
+        'toolId',
         'vendorName',
       ].sort(),
     );

@@ -625,6 +625,26 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await expectText(cutStatus, 'live: receiving events', 20_000);
   });
 
+  it('shows a code.run program with its calls below it, as a tree by parent_run_id', async () => {
+    const page = await open('/#activity');
+    await expectText(page.getByTestId('stream-status'), 'live: receiving events');
+    const code = `await tools.fs.write({ path: '/tree/a.txt', content: 'a' }); return (await tools.fs.read({ path: '/tree/a.txt' })).content;`;
+    const result = await engine().call('code.run', { code });
+    expect(result.ok).toBe(true);
+    const outer = result.meta.run_id;
+    const program = page.locator(`.act-row[data-run="${outer}"]`);
+    await program.waitFor();
+    const programIndex = Number(await program.getAttribute('data-index'));
+    // The two calls follow the program, in the order it made them, marked as inner calls.
+    const next = page.locator(`.act-row[data-index="${programIndex + 1}"]`);
+    const after = page.locator(`.act-row[data-index="${programIndex + 2}"]`);
+    await expectText(next, '↳ fs.write');
+    await expectText(after, '↳ fs.read');
+    await next.click();
+    await expectText(page.getByTestId('call-detail'), outer);
+    await page.screenshot({ path: join(OUT, 'activity-code-run-tree.png') });
+  });
+
   it('says when a waiting call times out, and why Approve is disabled until “Answer as” is filled', async () => {
     engine().vfs.write('/gate/wait.txt', 'w');
     const waiting = engine().call('fs.delete', { path: '/gate/wait.txt' }, { caller: 'browser-test' });

@@ -137,6 +137,10 @@ describe('real traffic with both sandboxes', () => {
       engine.call('p.js', { big: [1, 2, 3], fail: true }),
       engine.call('p.py', { big: [1, 2, 3], fail: true }),
       ...Array.from({ length: 6 }, (_, i) => engine.call(i % 2 ? 'p.js' : 'p.py', { big: [i] })),
+      // A code-mode program: its tool calls cross as vfs messages with op "tool", answered or failed.
+      engine.call('code.run', {
+        code: "const r = await tools.p.js({ big: [9] }); try { await tools.fs.read({ path: '/none' }); } catch {} return r.text;",
+      }),
     ]);
     const expected = { text: 'alpha', bytes: 100_000, listed: 2, size: 5, exists: false, missing: 'NOT_FOUND' };
     expect(results[0]).toMatchObject({ ok: true, data: expected });
@@ -144,6 +148,7 @@ describe('real traffic with both sandboxes', () => {
     expect(results[2]).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
     expect(results[3]).toMatchObject({ ok: false, error: { code: 'TOOL_ERROR' } });
     expect(results.slice(4).every((r) => r.ok)).toBe(true);
+    expect(results.at(-1)).toMatchObject({ ok: true, data: 'alpha' });
     expect(log.violations).toEqual([]);
     for (const key of [
       'js.toWorker call',

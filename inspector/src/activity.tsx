@@ -3,7 +3,7 @@ import { api, type DiffFile, type DiffResult, query } from './api';
 import { Dialog } from './dialog';
 import { DiffView } from './diff-view';
 import type { StreamStatus } from './sse';
-import { type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
+import { asTree, type EngineEvent, events, findEvent, type Row, type RowStatus, useStore } from './store';
 import { ErrorBox } from './tools';
 import { ValueView } from './value-view';
 import { useActiveRow, useVirtualList } from './virtual';
@@ -53,15 +53,8 @@ export function ActivityView({ status }: { status: StreamStatus }) {
     if (detailRef.current) detailRef.current.scrollTop = 0;
   }, [selected]);
 
-  // Newest first; recomputed when events arrive or the filters change.
-  const rows = useMemo(() => {
-    const out: Row[] = [];
-    for (let i = events.rows.length - 1; i >= 0; i--) {
-      const row = events.rows[i] as Row;
-      if (matches(row, filters)) out.push(row);
-    }
-    return out;
-  }, [version, filters]);
+  // Newest first, inner calls below the call that made them; recomputed when events arrive or the filters change.
+  const rows = useMemo(() => asTree(events.rows.filter((row) => matches(row, filters))), [version, filters]);
   const toolNames = useMemo(() => [...new Set(events.rows.map((r) => r.tool).filter(Boolean))].sort(), [version]);
   const stages = useMemo(() => [...new Set(events.rows.map((r) => r.stage).filter((s): s is string => s !== null))].sort(), [version]);
   const list = useVirtualList(scrollRef, rows.length, ROW_HEIGHT);
@@ -184,7 +177,10 @@ export function ActivityView({ status }: { status: StreamStatus }) {
                   data-index={item.index}
                 >
                   <StatusBadge status={row.status} />
-                  <span class="act-tool">{row.tool}</span>
+                  <span class="act-tool" style={row.depth > 0 ? { paddingLeft: `${Math.min(row.depth, 6) * 14}px` } : undefined}>
+                    {row.depth > 0 ? '↳ ' : ''}
+                    {row.tool}
+                  </span>
                   <span class="act-summary muted">{summary(row)}</span>
                   <span class="act-time muted">{time(row.at)}</span>
                 </div>
@@ -309,6 +305,14 @@ function CallDetail({ row, onDiff }: { row: Row; onDiff(runId: string): void }) 
           <>
             <dt>Caller</dt>
             <dd>{invocation.caller}</dd>
+          </>
+        ) : null}
+        {row.parent_run_id ? (
+          <>
+            <dt>Parent run</dt>
+            <dd>
+              <code>{row.parent_run_id}</code>
+            </dd>
           </>
         ) : null}
         <dt>Started</dt>

@@ -21,6 +21,8 @@ export interface EngineEvent {
   at?: string;
   run_id?: string | null;
   trace_id?: string | null;
+  /** The run of the call that made this one (a macro's step, a code.run program's call). */
+  parent_run_id?: string;
   tool?: string;
   input?: unknown;
   output?: unknown;
@@ -53,6 +55,10 @@ export interface Row {
   status: RowStatus;
   tool: string;
   run_id: string | null;
+  /** The run of the call that made this one, when it is a macro's step or a program's call. */
+  parent_run_id: string | null;
+  /** How many calls up the chain of parents is (0 for a call of its own); the list indents by it. */
+  depth: number;
   at: string;
   events: EngineEvent[];
   /** The call was denied or tried to leave its sandbox (it may still have a result). */
@@ -101,12 +107,16 @@ export class EventStore {
     const runId = typeof event.run_id === 'string' ? event.run_id : null;
     let row = runId ? this.#byRun.get(runId) : undefined;
     if (!row) {
+      const parentRunId = typeof event.parent_run_id === 'string' ? event.parent_run_id : null;
+      const parent = parentRunId ? this.#byRun.get(parentRunId) : undefined;
       row = {
         key: runId ?? `e${this.#seq}`,
         seq: this.#seq++,
         status: 'running',
         tool: event.tool ?? '',
         run_id: runId,
+        parent_run_id: parentRunId,
+        depth: parent ? parent.depth + 1 : 0,
         at: event.at ?? '',
         events: [],
         security: false,
@@ -178,6 +188,30 @@ export function useStore(store: EventStore): number {
   const [version, setVersion] = useState(store.version);
   useEffect(() => store.subscribe(() => setVersion(store.version)), [store]);
   return version;
+}
+
+/**
+ * Rows newest first, each call's inner calls (a macro's steps, a program's calls) right below it in the
+ * order they were made, so that a program and its calls read as a tree.
+ */
+export function asTree(rows: readonly Row[]): Row[] {
+  const shown = new Set(rows.map((row) => row.run_id).filter((id): id is string => id !== null));
+  const children = new Map<string, Row[]>();
+  const top: Row[] = [];
+  for (const row of rows) {
+    if (row.parent_run_id && shown.has(row.parent_run_id)) {
+      const list = children.get(row.parent_run_id);
+      if (list) list.push(row);
+      else children.set(row.parent_run_id, [row]);
+    } else top.push(row);
+  }
+  const out: Row[] = [];
+  const visit = (row: Row) => {
+    out.push(row);
+    for (const child of children.get(row.run_id ?? '') ?? []) visit(child);
+  };
+  for (let i = top.length - 1; i >= 0; i--) visit(top[i] as Row);
+  return out;
 }
 
 export function findEvent(row: Row, type: string): EngineEvent | undefined {

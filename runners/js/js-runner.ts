@@ -6,7 +6,7 @@ import type { Shipment } from '../remote/shipment.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { type BundleOutcome, Bundler } from './bundle.js';
 import { installAdvice, isolatedVmDir, packageDir, permissionFlag, workerPath } from './locate.js';
-import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
+import { IsolatedVmUnloadable, SandboxProcess, type ToolCallServer } from './sandbox-process.js';
 import { jsSyntaxProblem } from './syntax.js';
 
 export interface JsRunnerOptions {
@@ -68,6 +68,21 @@ export class JsRunner implements Runner {
     const builtMs = this.#bundler.takeBuildTime(ctx.tool);
     ctx.meta.bundle = { bytes: ref.bytes, ...(builtMs !== undefined ? { built_ms: builtMs } : {}) };
     return sandbox.call(ctx, { entry: ref.entry, root: ref.root });
+  }
+
+  /**
+   * Runs a code-mode program (code.run) in the sandbox, contained as a tool is: `program` is the body
+   * of an async function of `tools`, TypeScript or JavaScript; each tool call it makes is served by
+   * `tools`. `ctx` is the code.run call's.
+   */
+  async program(ctx: RunContext, program: string, tools: ToolCallServer): Promise<unknown> {
+    const sandbox = this.#sandbox(ctx.tool);
+    try {
+      await sandbox.ready;
+    } catch (error) {
+      throw this.#unavailable(error);
+    }
+    return sandbox.program(ctx, program, tools);
   }
 
   /**

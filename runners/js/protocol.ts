@@ -32,6 +32,11 @@ export type ToWorker =
       info: { tool: string; runId: string; traceId: string };
       /** Send each log line as a `log` message when it is written, not with `done` (the caller follows them). */
       stream_logs?: true;
+      /**
+       * A code-mode program (code.run) to run instead of the module `tool` names: the body of an async
+       * function of `tools`. Its tool calls come back as `vfs` messages with `op: 'tool'`.
+       */
+      program?: string;
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
@@ -49,7 +54,8 @@ export type FromWorker =
    * `binary: 1`: args[1] of a write is base64 of the bytes to write. `blob: n`: args[1] is null and the
    * n bytes to write are the next blob on the bulk pipe (fd 4 in the worker), in the order sent.
    */
-  | { t: 'vfs'; id: number; rid: number; op: VfsOp; args: unknown[]; binary?: 1; blob?: number }
+  /** `op: 'tool'`: a code-mode program's tool call; `args` is [path, input], the path's parts under `tools` joined by U+0000, the input as JSON text. */
+  | { t: 'vfs'; id: number; rid: number; op: VfsOp | 'tool'; args: unknown[]; binary?: 1; blob?: number }
   | { t: 'done'; id: number; ok: true; data: unknown; logs: LogLine[]; dropped: number }
   | { t: 'done'; id: number; ok: false; error: WireError & { stack?: string }; logs: LogLine[]; dropped: number }
   | { t: 'log'; id: number; level: LogLine['level']; message: string }

@@ -7,7 +7,7 @@ import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import { observe } from '../shared/protocol.js';
 import { SupervisedCalls, serveVfs, tail, type VfsAnswer } from '../shared/supervision.js';
-import { uncaughtVfsCode } from '../shared/vfs-ops.js';
+import { uncaughtVfsCode, type WireError } from '../shared/vfs-ops.js';
 import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
 
 /**
@@ -66,6 +66,21 @@ export class IsolatedVmUnloadable extends Error {
   override readonly name = 'IsolatedVmUnloadable';
 }
 
+/**
+ * Serves one tool call of a code-mode program: `path` is the property path under `tools` (parts joined
+ * by U+0000), `input` the input as JSON text. Resolves with the answer the program gets (a failed call
+ * is an answer too); rejects with a ToolFailure that ends the whole program (a bound it went past).
+ */
+export type ToolCallServer = (path: string, input: string) => Promise<{ ok: true; value: unknown } | { ok: false; error: WireError }>;
+
+/** What a call of a code-mode program adds to its entry: how its tool calls are served. */
+interface ProgramEntry {
+  tools?: ToolCallServer;
+}
+
+/** The module reference a program's call carries: it names no file, the worker builds the program's module. */
+const PROGRAM_REF: ToolRef = Object.freeze({ entry: '', root: '' });
+
 export class SandboxProcess {
   readonly ready: Promise<WorkerInfo>;
   /** Called once when the process is gone (crashed, stopped, or drained). */
@@ -73,7 +88,7 @@ export class SandboxProcess {
   /** Called when the worker asks to be replaced (a catastrophic V8 error in one of its isolates). */
   onDrain: (() => void) | null = null;
   readonly #child: ChildProcess;
-  readonly #calls: SupervisedCalls = new SupervisedCalls({
+  readonly #calls: SupervisedCalls<ProgramEntry> = new SupervisedCalls<ProgramEntry>({
     graceMs: STOP_GRACE_MS,
     kill: () => this.#child.kill('SIGKILL'),
     stop: (id) => this.#send({ t: 'abort', id, code: 'CANCELLED', message: 'The call was stopped by the engine' }),
@@ -193,6 +208,25 @@ export class SandboxProcess {
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
         ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
+      });
+    });
+  }
+
+  /**
+   * Runs a code-mode program (code.run) as the call `ctx` describes: `program` is the body of an async
+   * function of `tools`, and each tool it calls is served by `tools`.
+   */
+  program(ctx: RunContext, program: string, tools: ToolCallServer): Promise<unknown> {
+    return this.#calls.open(ctx, { tools }, (id) => {
+      this.#send({
+        t: 'call',
+        id,
+        tool: PROGRAM_REF,
+        input: null,
+        limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
+        info: { tool: ctx.tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
+        ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
+        program,
       });
     });
   }
@@ -350,6 +384,10 @@ export class SandboxProcess {
 
   /** A `ctx.vfs` request from a running tool, served on the call's own permission-checked VFS. */
   #vfs(message: Extract<FromWorker, { t: 'vfs' }>, blob?: Buffer): void {
+    if (message.op === 'tool') {
+      this.#tool(message);
+      return;
+    }
     const args = message.args;
     if (Array.isArray(args) && message.op === 'write') {
       if (message.binary === 1 && typeof args[1] === 'string') args[1] = new Uint8Array(Buffer.from(args[1], 'base64'));
@@ -360,6 +398,35 @@ export class SandboxProcess {
     );
     if (answer instanceof Promise) void answer.then((settled) => this.#reply(message, settled));
     else this.#reply(message, answer);
+  }
+
+  /** A tool call of a program, served by the program's own server; only a program's call has one. */
+  #tool(message: Extract<FromWorker, { t: 'vfs' }>): void {
+    const { id, rid } = message;
+    const entry = this.#calls.get(id);
+    if (!entry || entry.settled) return;
+    const [path, input] = Array.isArray(message.args) ? message.args : [];
+    if (!entry.tools || typeof path !== 'string' || typeof input !== 'string') {
+      this.#send({ t: 'reply', id, rid, ok: false, error: { code: 'INVALID_INPUT', message: 'Only a code.run program calls tools' } });
+      return;
+    }
+    entry.tools(path, input).then(
+      (answer) => {
+        if (entry.settled) return;
+        if (answer.ok) this.#answer({ t: 'reply', id, rid, ok: true, value: answer.value }, 0);
+        else this.#send({ t: 'reply', id, rid, ok: false, error: answer.error });
+      },
+      (error: unknown) => {
+        if (entry.settled) return;
+        const failure =
+          error instanceof ToolFailure
+            ? error
+            : new ToolFailure('execution', 'INTERNAL', 'A tool call of the program failed in the engine', { cause: error });
+        // The program went past a bound: it ends here, whatever it would do with an error.
+        this.#calls.settle(id, failure);
+        this.#send({ t: 'abort', id, code: failure.code, message: failure.message });
+      },
+    );
   }
 
   #reply(message: Extract<FromWorker, { t: 'vfs' }>, answer: VfsAnswer): void {

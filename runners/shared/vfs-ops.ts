@@ -1,4 +1,4 @@
-import { type ErrorCode, ToolFailure } from '../../src/errors.js';
+import { type ErrorCode, type Stage, ToolFailure } from '../../src/errors.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
 import { asText } from '../../src/vfs/text-diff.js';
 
@@ -17,6 +17,10 @@ export interface WireError {
   code: ErrorCode;
   message: string;
   details?: Record<string, unknown>;
+  /** A code-mode program's failed tool call also says where it failed, whether to retry, and which tool. */
+  stage?: Stage;
+  retryable?: boolean;
+  tool?: string;
 }
 
 const OPS: ReadonlySet<string> = new Set(VFS_OPS);

@@ -96,6 +96,11 @@ export class CallRun {
     return this.#msg.id;
   }
 
+  /** A code-mode program (code.run), which may call tools through the host: not a tool's module. */
+  get #program() {
+    return typeof this.#msg.program === 'string';
+  }
+
   get slot() {
     return this.#lease?.slot ?? null;
   }
@@ -106,7 +111,7 @@ export class CallRun {
     let graph;
     let generated;
     try {
-      graph = await loader.graph(msg.tool.entry, msg.tool.root);
+      graph = this.#program ? await loader.program(msg.program) : await loader.graph(msg.tool.entry, msg.tool.root);
       generated = loader.generated();
     } catch (error) {
       if (this.#ended) return;
@@ -142,14 +147,15 @@ export class CallRun {
     const { slot, context } = this.#lease;
     slot.call = this;
     slot.serial = context.serial;
-    pool.hint(msg.limits.memory_mb, graph, generated);
+    // A program is new each time: no warm context is worth linking for it.
+    if (!this.#program) pool.hint(msg.limits.memory_mb, graph, generated);
     let main;
     try {
       // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
       const { info, limits } = msg;
       context.entry.applySync(
         undefined,
-        [0, msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes],
+        [0, msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes, this.#program],
         { arguments: { copy: true } },
       );
       if (context.linked && context.linked.graph !== graph) {
@@ -246,9 +252,9 @@ export class CallRun {
       else this.#logs.push({ level, message: text });
     } else if (op === 'dropped') {
       if (Number.isSafeInteger(a) && a > 0) this.#dropped += a;
-    } else if (op === 'vfs' && Number.isSafeInteger(rid) && VFS_OPS.has(a) && Array.isArray(b)) {
+    } else if (op === 'vfs' && Number.isSafeInteger(rid) && (VFS_OPS.has(a) || (a === 'tool' && this.#program)) && Array.isArray(b)) {
       if (this.#queue.length >= MAX_QUEUED) {
-        this.#deliver(rid, false, { code: 'BUSY', message: 'Too many VFS operations are pending' });
+        this.#deliver(rid, false, { code: 'BUSY', message: `Too many ${a === 'tool' ? 'tool calls' : 'VFS operations'} are pending` });
         return;
       }
       const content = a === 'write' ? b[1] : undefined;

@@ -8,7 +8,8 @@
 
 function plan(graph, generated) {
   const items = [];
-  for (const mod of graph.modules.values()) items.push({ key: mod.key, source: mod.source, name: mod.name, cachedData: mod.cachedData });
+  for (const mod of graph.modules.values())
+    items.push({ key: mod.key, source: mod.source, name: mod.name, cachedData: mod.cachedData, lineOffset: mod.lineOffset });
   items.push({ key: 'arium:main', ...generated.main });
   items.push({ key: 'arium:start', ...generated.start });
   return items;
@@ -17,6 +18,8 @@ function plan(graph, generated) {
 function options(item) {
   const out = { filename: item.name };
   if (item.cachedData) out.cachedData = item.cachedData;
+  // A code-mode program's module starts with a line of its own (loader.mjs `program`).
+  if (item.lineOffset) out.lineOffset = item.lineOffset;
   return out;
 }
 

@@ -40,6 +40,9 @@ function transpileWith(ts, text, name) {
  * (so it is evaluated before any tool code), then the tool; its body runs once the tool's module has
  * finished evaluating, top-level await included, and hands the tool's exports to the prelude.
  */
+/** How a code-mode program's module is named in its errors and stack frames. */
+export const PROGRAM_NAME = 'program.ts';
+
 export const GENERATED = Object.freeze({
   main: "import { start } from 'arium:start';\nimport * as tool from 'arium:entry';\nstart(tool);\n",
   start: 'const start = globalThis.__ariumStart;\ndelete globalThis.__ariumStart;\nexport { start };\n',
@@ -107,6 +110,35 @@ export class ModuleLoader {
     if (old && old !== graph) this.#release(old);
     this.#graphs.set(entry, graph);
     return graph;
+  }
+
+  /**
+   * The graph of a code-mode program (code.run): the body of an async function of `tools`, in
+   * TypeScript or JavaScript, made into one module that imports nothing. The function's head is a line
+   * of its own, which the module's line offset takes back, so that stacks give the program's own lines
+   * (TypeScript's output keeps a program's lines, except those of types it removes).
+   */
+  async program(code) {
+    const name = PROGRAM_NAME;
+    const wrapped = `export default async function program(tools) {\n${code}\n}\n`;
+    const source = wrapped.length > ASYNC_COMPILE_CHARS ? await this.#transpileElsewhere(wrapped, name) : this.#transpile(wrapped, name);
+    let compiled;
+    try {
+      compiled = this.#compiler.compileModuleSync(source, { filename: name, lineOffset: -1, produceCachedData: true });
+    } catch (error) {
+      throw new LoadError(`${error?.name ?? 'SyntaxError'} in the program: ${error?.message ?? String(error)}`);
+    }
+    const imports = compiled.dependencySpecifiers;
+    const cachedData = compiled.cachedData ?? null;
+    compiled.release();
+    if (imports.length > 0) {
+      throw new LoadError(
+        `The program imports "${imports[0]}": a program imports nothing; it calls tools through \`tools\` (await tools.fs.read({ path }))`,
+        `import ${imports[0]}`,
+      );
+    }
+    const modules = new Map([[PROGRAM_NAME, { key: PROGRAM_NAME, name, source, cachedData, deps: new Map(), lineOffset: -1 }]]);
+    return { root: '', entryKey: PROGRAM_NAME, modules, files: [], bytes: source.length };
   }
 
   forget(entry) {

@@ -35,6 +35,7 @@
   const CPromise = Promise;
   const promiseThen = Promise.prototype.then;
   const CError = Error;
+  const CProxy = Proxy;
   const CTypeError = TypeError;
   const RangeErrorProto = RangeError.prototype;
   const strSlice = String.prototype.slice;
@@ -254,7 +255,8 @@
       new CPromise((resolve, reject) => {
         if (closed) return reject({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' });
         if (call(mapSize, pending) >= MAX_PENDING) {
-          return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} VFS operations are pending; await some first` });
+          const what = op === 'tool' ? 'tool calls' : 'VFS operations';
+          return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} ${what} are pending; await some first` });
         }
         const bytes = prepare(op, args);
         if (typeof bytes === 'string') return reject({ code: 'INVALID_INPUT', message: bytes });
@@ -286,6 +288,73 @@
       move: (from, to, options) => request('move', [from, to, options]),
     });
 
+    /**
+     * The Error a program sees when a tool it called fails: the failed call's `code`, `stage`,
+     * `retryable`, `tool` and `details`, as the engine reported them. Not one of `hostCodes`: a program
+     * that lets it escape fails as its own error (TOOL_ERROR), with this message.
+     */
+    const toolFailure = (payload) => {
+      const own = (key) => (payload !== null && typeof payload === 'object' && hasOwn(payload, key) ? payload[key] : undefined);
+      const message = own('message');
+      const error = new CError(typeof message === 'string' ? message : 'The tool call failed');
+      defineProp(error, 'name', { __proto__: null, value: 'ToolError', writable: true, enumerable: false, configurable: true });
+      const code = own('code');
+      defineProp(error, 'code', data(typeof code === 'string' ? code : 'INTERNAL'));
+      // One by one, not a loop over an array: a program may have replaced Array.prototype[Symbol.iterator].
+      const copy = (key) => {
+        const value = own(key);
+        if (value !== undefined) defineProp(error, key, data(value));
+      };
+      copy('stage');
+      copy('retryable');
+      copy('tool');
+      copy('details');
+      return error;
+    };
+    const rethrowTool = (payload) => {
+      throw toolFailure(payload);
+    };
+    const refuse = (code, message) => new CPromise((_, reject) => reject(toolFailure({ code, message })));
+
+    /** One tool call of a program: its path ("fs\u0000read") and input go to the host as text. */
+    const callTool = (path, input) => {
+      let text;
+      try {
+        text = input === undefined ? '{}' : jsonStringify(input);
+      } catch (error) {
+        const [, message] = describe(error);
+        return refuse('INVALID_INPUT', `The input cannot be made JSON (${message}); pass plain JSON`);
+      }
+      if (typeof text !== 'string') return refuse('INVALID_INPUT', 'The input must be a JSON value (an object for most tools)');
+      return call(promiseThen, ask('tool', [path, text]), undefined, rethrowTool);
+    };
+
+    /**
+     * `tools` and every property path below it (`tools.fs.read`): a function whose call calls the tool
+     * the path names. The host maps the path to a tool id and answers whether it exists. It is read
+     * only, and `then` is absent so that `await tools.fs` is not taken for a promise.
+     */
+    const refused = () => false;
+    // The traps' object has no prototype: a program's changes to Object.prototype add no trap to it.
+    const node = (path) =>
+      new CProxy(
+        () => {},
+        /** @type {ProxyHandler<() => void>} */ ({
+          __proto__: null,
+          get: (_, key) => (typeof key !== 'string' || key === 'then' ? undefined : node(path === '' ? key : `${path}\u0000${key}`)),
+          apply: (_, __, args) => callTool(path, args.length > 0 ? args[0] : undefined),
+          set: refused,
+          defineProperty: refused,
+          deleteProperty: refused,
+          setPrototypeOf: refused,
+          preventExtensions: refused,
+          construct: () => {
+            throw new CTypeError('A tool is called as a function: await tools.fs.read({ path })');
+          },
+        }),
+      );
+    const tools = node('');
+
     guardMemory((reason) => finish(3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
 
     const succeed = (value, outputBytes) => {
@@ -312,10 +381,10 @@
       else finish(1, name, message, stack);
     };
 
-    async function run(fn, input, ctx, outputBytes) {
+    async function run(fn, args, outputBytes) {
       let value;
       try {
-        value = await apply(fn, undefined, [input, ctx]);
+        value = await apply(fn, undefined, args);
       } catch (thrown) {
         fail(thrown);
         return;
@@ -347,7 +416,9 @@
         traceId: info.traceId,
         limits: freeze({ timeout_ms: info.timeoutMs, memory_mb: info.memoryMb, output_bytes: info.outputBytes }),
       });
-      run(fn, callInput, ctx, info.outputBytes);
+      // A code-mode program is a function of `tools` alone: it gets no ctx, so no VFS of its own.
+      if (info.program) run(fn, [tools], info.outputBytes);
+      else run(fn, [callInput, ctx], info.outputBytes);
     }
     // The generated module "arium:start" takes this and deletes it before any tool code is evaluated
     // (it is imported first), so tool code never sees it.
@@ -365,16 +436,16 @@
 
     /**
      * The worker's single entry into this context. 0: the call's input and facts (tool, runId, traceId,
-     * timeout_ms, memory_mb, output_bytes), given before any tool code runs; the facts come as
-     * primitives and their objects are made here, on the isolate's thread when the tool starts, as
+     * timeout_ms, memory_mb, output_bytes, whether it runs a code-mode program), given before any tool
+     * code runs; the facts come as primitives and their objects are made here, on the isolate's thread when the tool starts, as
      * copying objects into a fresh context costs the worker's thread more. 1: the answer to a VFS
      * request. 2: where the call is (0 not started, 1 running, 2 done).
      */
-    return (kind, a, b, c, d, e, f, g) => {
+    return (kind, a, b, c, d, e, f, g, h) => {
       if (kind === 0) {
         if (callInfo === null) {
           callInput = a;
-          callInfo = { __proto__: null, tool: b, runId: c, traceId: d, timeoutMs: e, memoryMb: f, outputBytes: g };
+          callInfo = { __proto__: null, tool: b, runId: c, traceId: d, timeoutMs: e, memoryMb: f, outputBytes: g, program: h === true };
         }
       } else if (kind === 1) {
         deliver(a, b, c);

@@ -199,7 +199,8 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         caller: caller(),
         onLog,
         ...(onProgress ? { onProgress } : {}),
-        ...(capability ? { offered: visible } : {}),
+        // A capability resolves among the tools offered here, and a code.run program may call only those.
+        offered: visible,
         onApproval,
         ...(grants ? { grants } : {}),
       });

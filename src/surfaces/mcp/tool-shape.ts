@@ -9,8 +9,9 @@ import type { RuleBreak } from '../vendor-rules.js';
 /** The annotations MCP clients show: derived from what the tool declares, never from the client. */
 export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
   // A macro declares no permissions: what it may do is what its steps' tools may do, which can change
-  // as they reload. A client may trust a read-only hint to skip asking, so a macro claims nothing.
-  if (tool.steps !== undefined) {
+  // as they reload. A client may trust a read-only hint to skip asking, so a macro claims nothing; nor
+  // does code.run (runner "code"), whose program may call any tool its caller may.
+  if (tool.steps !== undefined || tool.runner === 'code') {
     return { title: tool.name ?? tool.id, readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true };
   }
   const permissions = tool.permissions ?? [];

@@ -179,7 +179,8 @@ export function toolRoutes(scope: FastifyInstance): void {
         const traceId = (request.body as RunBody).trace_id ?? header(request.headers['x-trace-id']);
         return send(reply, 404, errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId }));
       }
-      return run(request, reply, id);
+      // A code.run program may call only the tools offered here.
+      return run(request, reply, id, { offered: servedOf(request).visible });
     },
   );
 
