@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { ApprovalAnswer, ApprovalDecision, ApprovalGate, PendingApproval } from './approvals/gate.js';
 import type { MatchedRule } from './approvals/rules.js';
 import { isCapabilityRequest, routeCapability } from './capabilities.js';
+import type { CallerTools, ToolCatalog } from './code-mode/catalog.js';
 import type { Limiter } from './concurrency.js';
 import { toErrorInfo } from './error-info.js';
 import { type Stage, ToolFailure } from './errors.js';
@@ -40,7 +41,9 @@ export interface CallOptions {
   timeout_ms?: number;
   /**
    * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
-   * list). An explicit id is not checked against it: a surface checks the ids it offers itself.
+   * list), and the only ones the code-mode builtins (tools.search, tools.describe, tools.call,
+   * code.types) show and reach for this call. An explicit id is not checked against it: a surface
+   * checks the ids it offers itself.
    */
   offered?: (toolId: string) => boolean;
   /**
@@ -83,6 +86,8 @@ export interface DispatcherDeps {
    * UNKNOWN_TOOL (a provider's tool while the provider is down: UNAVAILABLE); null otherwise.
    */
   unknown?: (id: string) => ToolFailure | null;
+  /** The tools by registry version, for the code-mode builtins' `ctx.catalog`. */
+  catalog?: ToolCatalog;
 }
 
 /**
@@ -396,6 +401,7 @@ export class Dispatcher {
       ...(opts.onLog ? { onLog: this.#logTeller(opts.onLog) } : {}),
       ...(opts.onProgress ? { onProgress: this.#progressTeller(opts.onProgress) } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
+      ...(this.#d.catalog ? { catalog: this.#catalogOf(c) } : {}),
     };
     // Returned, not awaited here: an async stage would cost every call one more promise.
     return parent ? this.#executor.runStep(execution, parent) : this.#executor.run(execution);
@@ -497,6 +503,14 @@ export class Dispatcher {
       const options: CallOptions = { timeout_ms: left, signal: scope.signal, caller: `macro:${self.chain.at(-1)}` };
       return this.call(step.tool, step.input, options, { ...scope, ...self });
     };
+  }
+
+  /** What `ctx.catalog` gives the call's tool: the tools its caller may call, with the grants it passed the gate with. */
+  #catalogOf(c: Resolved): () => CallerTools {
+    const catalog = this.#d.catalog as ToolCatalog;
+    const grants = c.grants;
+    const offered = typeof c.options.offered === 'function' ? c.options.offered : undefined;
+    return () => catalog.forCaller(grants, offered);
   }
 
   #lookup(id: unknown): Tool {

@@ -1,3 +1,4 @@
+import type { CallerTools } from './code-mode/catalog.js';
 import { CommitGate, type Limiter } from './concurrency.js';
 import { ToolFailure } from './errors.js';
 import type { CallLimits, Policy } from './limits.js';
@@ -50,6 +51,8 @@ export interface Execution {
   onProgress?: (progress: Progress) => void;
   /** Makes the step caller of a run, for a runner with the `steps` capability (a macro). */
   steps?: (scope: RunScope) => StepCaller;
+  /** The tools the caller may call, for a runner with the `catalog` capability. */
+  catalog?: () => CallerTools;
 }
 
 /** What the steps of a composite call share with it: its transaction, grants, signal and deadline. */
@@ -203,6 +206,7 @@ export class Executor {
             changes: vfs.changes,
           })
         : null,
+      catalog: call.catalog && call.runner.capabilities?.includes('catalog') ? call.catalog : null,
     };
     return { ctx, vfs, logs };
   }

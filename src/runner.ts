@@ -1,3 +1,4 @@
+import type { CallerTools } from './code-mode/catalog.js';
 import type { CallLimits } from './limits.js';
 import type { LogLine, ToolResult } from './result.js';
 import type { Tool } from './tool.js';
@@ -44,6 +45,12 @@ export interface RunContext {
    * call's grants, events) that runs in this call's transaction: it lands only when this call commits.
    */
   readonly steps?: StepCaller | null;
+  /**
+   * The tools this call's caller may call (its grants, and the tools its surface offers), for a runner
+   * that declares the `catalog` capability (the builtin runner, for tools.search, tools.describe,
+   * tools.call and code.types); absent otherwise. Made when asked for, so a call that does not ask pays nothing.
+   */
+  readonly catalog?: (() => CallerTools) | null;
 }
 
 /** One step a composite call asks for: its index in the call's steps, the tool, and the input built for it. */
@@ -122,7 +129,10 @@ export interface Runner {
   ready?(tool: Tool): Promise<void>;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
-  /** What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them `ctx.steps`. */
+  /**
+   * What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them
+   * `ctx.steps`, `catalog` gives them `ctx.catalog`.
+   */
   readonly capabilities?: readonly RunnerCapability[];
   /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
   tools?(): Tool[];
@@ -132,9 +142,9 @@ export interface Runner {
 
 /**
  * A power a runner asks for by name: `history`, the durable state with its snapshots; `steps`, calling
- * other tools inside its call's transaction.
+ * other tools inside its call's transaction; `catalog`, the tools its caller may call.
  */
-export type RunnerCapability = 'history' | 'steps';
+export type RunnerCapability = 'history' | 'steps' | 'catalog';
 
 /** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
 export interface Check {
