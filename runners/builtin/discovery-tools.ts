@@ -17,7 +17,8 @@ import { type Builtin, defineBuiltin, objectSchema } from './define.js';
 const ID = { type: 'string', minLength: 1, maxLength: 256, description: 'A tool id, e.g. fs.read' };
 
 function callerTools(ctx: RunContext): CallerTools {
-  if (!ctx.catalog) throw new ToolFailure('execution', 'MISCONFIGURED', `${ctx.tool.spec.id} needs the catalog capability, which its runner was not given`);
+  if (!ctx.catalog)
+    throw new ToolFailure('execution', 'MISCONFIGURED', `${ctx.tool.spec.id} needs the catalog capability, which its runner was not given`);
   return ctx.catalog();
 }
 

@@ -74,7 +74,8 @@ class PathNode {
 
 function objectOf(node: PathNode, depth: number): string {
   const members: string[] = [];
-  if (node.tool) members.push(`${docComment(node.tool.description, `\`${node.tool.id}\``)}(input: ${node.tool.input}): Promise<${node.tool.output}>;`);
+  if (node.tool)
+    members.push(`${docComment(node.tool.description, `\`${node.tool.id}\``)}(input: ${node.tool.input}): Promise<${node.tool.output}>;`);
   for (const [name, child] of node.children) {
     if (child.children.size === 0 && child.tool) {
       const tool = child.tool;
@@ -139,7 +140,9 @@ function propertyKey(key: string): string {
 
 /** A string as a TypeScript string literal (JSON's, with the line separators JSON leaves raw escaped too). */
 function stringLiteral(text: string): string {
-  return JSON.stringify(text).replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+  return JSON.stringify(text)
+    .replace(/\u2028/g, '\\u2028')
+    .replace(/\u2029/g, '\\u2029');
 }
 
 function primitiveOf(value: unknown): string {
@@ -294,7 +297,8 @@ class SchemaTypes {
     const target = resolvePointer(this.#doc, pointer);
     if (target === undefined) return unknownBecause(`$ref ${ref} names nothing in this schema`);
     // `type A = A | string` is an error in TypeScript: an alias may name itself only inside an object or array.
-    if (alias !== null && this.#reaches(pointer, alias, new Set())) return unknownBecause(`$ref ${ref} refers to itself without an object or array between`);
+    if (alias !== null && this.#reaches(pointer, alias, new Set()))
+      return unknownBecause(`$ref ${ref} refers to itself without an object or array between`);
     let name = this.#named.get(pointer);
     if (name === undefined) {
       name = `${this.#prefix}_${this.#named.size + 1}`;
