@@ -220,7 +220,8 @@ class SchemaTypes {
     let kinds: unknown[] | null = null;
     if (typeof schema.type === 'string') kinds = [schema.type];
     else if (Array.isArray(schema.type)) kinds = schema.type;
-    else if (isSchema(schema.properties) || schema.additionalProperties !== undefined || Array.isArray(schema.required)) kinds = ['object'];
+    // `required` alone names no type: `oneOf: [{ required: ["a"] }, …]` only constrains the object around it.
+    else if (isSchema(schema.properties) || schema.additionalProperties !== undefined) kinds = ['object'];
     else if (schema.items !== undefined || Array.isArray(schema.prefixItems)) kinds = ['array'];
     if (kinds === null) return null;
     return union(kinds.map((kind) => this.#kind(kind, schema, depth)));
