@@ -252,3 +252,15 @@ describe('ToolCatalog', () => {
     expect(lists).toBe(2);
   });
 });
+
+describe('what MCP clients are told of the discovery tools', () => {
+  it('tools.call claims no read-only hint: it runs whatever tool it is given', async () => {
+    const { mcpTool } = await import('../src/surfaces/mcp/tool-shape.js');
+    project = tempProject();
+    engine = await openEngine(project);
+    const call = engine.tool('tools.call');
+    expect(call && mcpTool(call)?.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true });
+    const search = engine.tool('tools.search');
+    expect(search && mcpTool(search)?.annotations).toMatchObject({ readOnlyHint: true });
+  });
+});
