@@ -209,3 +209,17 @@ describe('discovery "search" in the function-calling export', () => {
     expect(() => exportTools(engine.tools(), 'openai', { discovery: 'some' as 'all' })).toThrow(/"discovery" must be "all" or "search"/);
   });
 });
+
+describe('arium tools --discovery', () => {
+  it('exports the discovery tools only, and refuses a mode that is none', async () => {
+    const { parseJson, runCli } = await import('./cli.helpers.js');
+    const args = ['tools', '--workspace', project.workspace, '--project', 'narrow', '--format', 'anthropic'];
+    const exported = parseJson(await runCli(project.workspace, [...args, '--discovery', 'search']));
+    expect(exported.tools.map((t: { name: string }) => t.name).sort()).toEqual(['tools__call', 'tools__describe', 'tools__search']);
+    const all = parseJson(await runCli(project.workspace, args));
+    expect(all.tools.length).toBeGreaterThan(3);
+    const bad = await runCli(project.workspace, [...args, '--discovery', 'lazy']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.err).toContain('Option --discovery takes all or search (got "lazy")');
+  });
+});
