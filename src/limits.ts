@@ -136,7 +136,7 @@ export const DEFAULT_APPROVALS = Object.freeze({
 export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
 
 /**
- * Tool discovery and code mode (`tools.search`, `tools.describe`, `code.types`; src/code-mode/). Each
+ * Tool discovery (`tools.search`, `tools.describe`, `code.types`; src/code-mode/). Each
  * bounds what one call hands back; a call over one fails saying which, never a silent cut.
  * - `search_default` / `search_max`: the tools `tools.search` returns unless `limit` says, and the most
  *   it may say.
@@ -149,7 +149,7 @@ export const MACRO_LIMITS = Object.freeze({ max_steps: 32, max_depth: 8 });
  *   so one huge enum cannot take the whole budget.
  * - `schema_depth`: nesting past this becomes `unknown` with a comment.
  */
-export const CODE_MODE_LIMITS = Object.freeze({
+export const DISCOVERY_LIMITS = Object.freeze({
   search_default: 5,
   search_max: 50,
   query_chars: 1000,

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILTINS } from '../runners/builtin/index.js';
 import { type TypedTool, typeDeclarations } from '../src/code-mode/types.js';
 import { ToolFailure } from '../src/errors.js';
-import { CODE_MODE_LIMITS } from '../src/limits.js';
+import { DISCOVERY_LIMITS } from '../src/limits.js';
 
 const DEMO_TOOLS = join(import.meta.dirname, '..', 'workspace', 'demo', 'tools');
 
@@ -194,6 +194,6 @@ void main;`;
     }
     expect(thrown).toBeInstanceOf(ToolFailure);
     expect(thrown).toMatchObject({ code: 'OUTPUT_LIMIT', details: { bytes: whole, limit_bytes: whole - 1 } });
-    expect(CODE_MODE_LIMITS.types_bytes).toBeGreaterThan(whole);
+    expect(DISCOVERY_LIMITS.types_bytes).toBeGreaterThan(whole);
   });
 });

@@ -2,7 +2,7 @@ import type { CallerTools } from '../../src/code-mode/catalog.js';
 import { jsPath } from '../../src/code-mode/names.js';
 import { typeDeclarations } from '../../src/code-mode/types.js';
 import { ToolFailure } from '../../src/errors.js';
-import { CODE_MODE_LIMITS } from '../../src/limits.js';
+import { DISCOVERY_LIMITS } from '../../src/limits.js';
 import type { RunContext } from '../../src/runner.js';
 import { suggest } from '../../src/suggest.js';
 import type { Tool } from '../../src/tool.js';
@@ -54,12 +54,12 @@ export const toolsSearch = defineBuiltin(
       'Finds the tools you may call by what they do: ranks them by id, name, description and input property names, and returns the best ones with their input and output schemas. Call one with tools.call.',
     schema: objectSchema(
       {
-        query: { type: 'string', minLength: 1, maxLength: CODE_MODE_LIMITS.query_chars, description: 'Words about the task, or a tool id' },
+        query: { type: 'string', minLength: 1, maxLength: DISCOVERY_LIMITS.query_chars, description: 'Words about the task, or a tool id' },
         limit: {
           type: 'integer',
           minimum: 1,
-          maximum: CODE_MODE_LIMITS.search_max,
-          default: CODE_MODE_LIMITS.search_default,
+          maximum: DISCOVERY_LIMITS.search_max,
+          default: DISCOVERY_LIMITS.search_default,
           description: 'How many tools to return at most',
         },
       },
@@ -69,7 +69,7 @@ export const toolsSearch = defineBuiltin(
   },
   (input, ctx) => {
     const tools = callerTools(ctx);
-    const limit = (input.limit as number | undefined) ?? CODE_MODE_LIMITS.search_default;
+    const limit = (input.limit as number | undefined) ?? DISCOVERY_LIMITS.search_default;
     const hits = tools.search(input.query as string, limit);
     return { tools: hits.map((hit) => ({ ...definitionOf(hit.tool), score: Number.isFinite(hit.score) ? hit.score : null })) };
   },
@@ -81,7 +81,7 @@ export const toolsDescribe = defineBuiltin(
     name: 'Describe tools',
     description: 'Returns the full definitions (input and output schemas, permissions, examples) of the tools with the given ids.',
     schema: objectSchema(
-      { ids: { type: 'array', minItems: 1, maxItems: CODE_MODE_LIMITS.describe_max, uniqueItems: true, items: ID, description: 'Tool ids' } },
+      { ids: { type: 'array', minItems: 1, maxItems: DISCOVERY_LIMITS.describe_max, uniqueItems: true, items: ID, description: 'Tool ids' } },
       ['ids'],
     ),
     permissions: [],

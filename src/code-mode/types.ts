@@ -1,5 +1,5 @@
 import { ToolFailure } from '../errors.js';
-import { CODE_MODE_LIMITS } from '../limits.js';
+import { DISCOVERY_LIMITS } from '../limits.js';
 import { jsPath } from './names.js';
 
 /**
@@ -27,7 +27,7 @@ type Schema = Record<string, unknown>;
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
 /** The declarations text of `tools`; throws OUTPUT_LIMIT past `maxBytes`. */
-export function typeDeclarations(tools: readonly TypedTool[], maxBytes: number = CODE_MODE_LIMITS.types_bytes): string {
+export function typeDeclarations(tools: readonly TypedTool[], maxBytes: number = DISCOVERY_LIMITS.types_bytes): string {
   const sorted = [...tools].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const aliases: string[] = [];
   const root = new PathNode();
@@ -60,7 +60,7 @@ export function typeDeclarations(tools: readonly TypedTool[], maxBytes: number =
     throw new ToolFailure(
       'execution',
       'OUTPUT_LIMIT',
-      `The declarations of the ${tools.length} callable tools are ${bytes} bytes, over the limit of ${maxBytes} (CODE_MODE_LIMITS.types_bytes): offer fewer tools to this surface (its profile's "tools"), or look tools up with tools.search and tools.describe`,
+      `The declarations of the ${tools.length} callable tools are ${bytes} bytes, over the limit of ${maxBytes} (DISCOVERY_LIMITS.types_bytes): offer fewer tools to this surface (its profile's "tools"), or look tools up with tools.search and tools.describe`,
       { details: { bytes, limit_bytes: maxBytes, tools: tools.length } },
     );
   }
@@ -187,7 +187,7 @@ class SchemaTypes {
     if (schema === true || (isSchema(schema) && Object.keys(schema).length === 0)) return 'unknown';
     if (schema === false) return 'never';
     if (!isSchema(schema)) return unknownBecause('not a schema');
-    if (depth > CODE_MODE_LIMITS.schema_depth) return unknownBecause(`nested deeper than ${CODE_MODE_LIMITS.schema_depth}`);
+    if (depth > DISCOVERY_LIMITS.schema_depth) return unknownBecause(`nested deeper than ${DISCOVERY_LIMITS.schema_depth}`);
     const parts: string[] = [];
     if (typeof schema.$ref === 'string') parts.push(this.#ref(schema.$ref, alias));
     if ('const' in schema) parts.push(literal(schema.const));
@@ -248,8 +248,8 @@ class SchemaTypes {
   }
 
   #enum(members: unknown[]): string {
-    if (members.length > CODE_MODE_LIMITS.enum_members) {
-      return `${union(members.map(primitiveOf))} /* one of ${members.length} values: too many to list (CODE_MODE_LIMITS.enum_members) */`;
+    if (members.length > DISCOVERY_LIMITS.enum_members) {
+      return `${union(members.map(primitiveOf))} /* one of ${members.length} values: too many to list (DISCOVERY_LIMITS.enum_members) */`;
     }
     return union(members.map((m) => literal(m)));
   }
@@ -324,7 +324,7 @@ class SchemaTypes {
     if (found) return found;
     found = [];
     const walk = (node: unknown, depth: number) => {
-      if (!isSchema(node) || depth > CODE_MODE_LIMITS.schema_depth) return;
+      if (!isSchema(node) || depth > DISCOVERY_LIMITS.schema_depth) return;
       if (typeof node.$ref === 'string' && (node.$ref === '#' || node.$ref.startsWith('#/'))) found?.push(node.$ref.slice(1));
       for (const key of ['oneOf', 'anyOf', 'allOf']) {
         const members = node[key];
