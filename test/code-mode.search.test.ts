@@ -264,3 +264,21 @@ describe('what MCP clients are told of the discovery tools', () => {
     expect(search && mcpTool(search)?.annotations).toMatchObject({ readOnlyHint: true });
   });
 });
+
+describe('tools.call and the VFS, approvals', () => {
+  it('commits what the called tool writes with its own call, and refuses a tool that needs approval', async () => {
+    project = tempProject();
+    engine = await openEngine(project, { approvals: { rules: [{ tool: 'fs.delete' }] } });
+    const wrote = await engine.call('tools.call', { id: 'fs.write', input: { path: '/made.txt', content: 'by tools.call' } });
+    expect(wrote.ok).toBe(true);
+    expect(engine.vfs.read('/made.txt').toString()).toBe('by tools.call');
+    const deleted = await engine.call('tools.call', { id: 'fs.delete', input: { path: '/made.txt' } });
+    expect(deleted.ok).toBe(false);
+    if (!deleted.ok) expect(deleted.error.code).toBe('APPROVAL_DENIED');
+    expect(engine.vfs.exists('/made.txt')).toBe(true);
+    // A caller granted only vfs.read cannot write through it.
+    const refused = await engine.call('tools.call', { id: 'fs.write', input: { path: '/no.txt', content: 'x' } }, { grants: ['vfs.read'] });
+    expect(refused.ok).toBe(false);
+    expect(engine.vfs.exists('/no.txt')).toBe(false);
+  });
+});
