@@ -54,6 +54,7 @@ const suites: Array<[string, Bench | null]> = [
   ['providers-http', await optional('./providers-http.js', 'benchProvidersHttp')],
   ['providers-nats', await optional('./providers-nats.js', 'benchProvidersNats')],
   ['code-mode', await optional('./code-mode.js', 'benchCodeMode')],
+  ['discovery', await optional('./discovery.js', 'benchDiscovery')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {

@@ -8,7 +8,7 @@ import { PROVIDERS_SCHEMA, type ProviderConfigEntry } from './providers/config.j
 import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import { SECRETS_SCHEMA } from './secrets/sources.js';
-import type { SurfaceProfile } from './surfaces/mcp/profile.js';
+import { DISCOVERY_MODES, type SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
 
 /**
@@ -36,7 +36,7 @@ export interface ProjectConfig {
   strict?: boolean;
   /** `refuse`: a definition changed to ask for more permissions waits for a restart (default `allow`). */
   permission_widening?: 'allow' | 'refuse';
-  /** What each agent surface offers its clients: tools (id patterns) and grants. */
+  /** What each agent surface offers its clients: tools (id patterns), grants, and how they are listed (discovery). */
   surfaces?: { mcp?: SurfaceProfile; http?: SurfaceProfile };
   /** Which calls wait for a person's approval before they run, and for how long (README, Approvals). */
   approvals?: ApprovalsConfig;
@@ -59,6 +59,11 @@ const SURFACE_PROFILE_SCHEMA = {
       description: 'tool ids or patterns with * (default every tool)',
     },
     grants: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, description: "narrows the engine's grants" },
+    discovery: {
+      enum: DISCOVERY_MODES,
+      description:
+        'all (default): list every offered tool; search: list only tools.search, tools.describe, tools.call (and code.run), through which the offered tools are found and called',
+    },
   },
 } as const;
 

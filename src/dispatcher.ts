@@ -4,6 +4,7 @@ import type { ApprovalAnswer, ApprovalDecision, ApprovalGate, PendingApproval } 
 import type { MatchedRule } from './approvals/rules.js';
 import { isCapabilityRequest, routeCapability } from './capabilities.js';
 import { callableTools } from './code-mode/callable.js';
+import type { CallerTools, ToolCatalog } from './code-mode/catalog.js';
 import type { Limiter } from './concurrency.js';
 import { toErrorInfo } from './error-info.js';
 import { type Stage, ToolFailure } from './errors.js';
@@ -40,9 +41,10 @@ export interface CallOptions {
    */
   timeout_ms?: number;
   /**
-   * Which tools a capability may resolve to, and a code.run program may call, besides the grants (a
-   * surface passes its profile's tool list). An explicit id is not checked against it: a surface checks
-   * the ids it offers itself.
+   * Which tools a capability may resolve to, besides the grants (a surface passes its profile's tool
+   * list), and the only ones a code.run program may call and the code-mode builtins (tools.search,
+   * tools.describe, tools.call, code.types) show and reach for this call. An explicit id is not checked
+   * against it: a surface checks the ids it offers itself.
    */
   offered?: (toolId: string) => boolean;
   /**
@@ -85,6 +87,8 @@ export interface DispatcherDeps {
    * UNKNOWN_TOOL (a provider's tool while the provider is down: UNAVAILABLE); null otherwise.
    */
   unknown?: (id: string) => ToolFailure | null;
+  /** The tools by registry version, for the code-mode builtins' `ctx.catalog`. */
+  catalog?: ToolCatalog;
 }
 
 /**
@@ -412,6 +416,7 @@ export class Dispatcher {
       ...(parent ? { underSlot: true } : {}),
       steps: (scope) => this.#steps(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }),
       calls: (scope) => this.#calls(scope, { runId, traceId: meta.trace_id, chain: [...(parent?.chain ?? []), toolId] }, opts.offered),
+      ...(this.#d.catalog ? { catalog: this.#catalogOf(c) } : {}),
     };
     // Returned, not awaited here: an async stage would cost every call one more promise.
     return parent?.scope ? this.#executor.runStep(execution, parent.scope) : this.#executor.run(execution);
@@ -544,6 +549,14 @@ export class Dispatcher {
     const c = this.#open(id, input, { caller: CODE_RUN }, { ...self, grants: this.#d.grants, scope: null });
     c.stage = 'permission';
     return this.#fail(c, new ToolFailure('permission', 'DENIED', message, { details: { tool: id } }));
+  }
+
+  /** What `ctx.catalog` gives the call's tool: the tools its caller may call, with the grants it passed the gate with. */
+  #catalogOf(c: Resolved): () => CallerTools {
+    const catalog = this.#d.catalog as ToolCatalog;
+    const grants = c.grants;
+    const offered = typeof c.options.offered === 'function' ? c.options.offered : undefined;
+    return () => catalog.forCaller(grants, offered);
   }
 
   #lookup(id: unknown): Tool {

@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';
 import { ApprovalRuleError, ApprovalRules } from './approvals/rules.js';
 import { AuditLog } from './audit.js';
+import { ToolCatalog } from './code-mode/catalog.js';
 import { Limiter } from './concurrency.js';
 import { auditSettings, loadProjectConfig, type ProjectConfig, ProjectConfigError } from './config.js';
 import { heldByDaemon } from './daemon/holder.js';
@@ -329,6 +330,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         )
       : null;
   if (providers) runners.set(providers.runner.name, providers.runner);
+  // The tools as tools.search and code.types see them: taken again, and indexed again, after each change.
+  const toolCatalog = new ToolCatalog(() => registryRef?.list() ?? []);
   const registry = new Registry({
     ...(providers ? { providers: providers.names } : {}),
     projectDir: realProject,
@@ -343,6 +346,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       for (const tool of tools) runners.get(tool.spec.runner)?.forget?.(tool);
     },
     onChange: (event) => {
+      toolCatalog.changed();
       bus.publish(event);
       if (!warmUp) return;
       for (const id of [...event.added, ...event.updated]) {
@@ -374,6 +378,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     approvals: approvalGate,
     secrets,
     scrubber,
+    catalog: toolCatalog,
     ...(providers ? { unknown: (id: string) => providers.unknownTool(id) } : {}),
   });
 

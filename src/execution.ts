@@ -1,3 +1,4 @@
+import type { CallerTools } from './code-mode/catalog.js';
 import { CommitGate, type Limiter } from './concurrency.js';
 import { ToolFailure } from './errors.js';
 import type { CallLimits, Policy } from './limits.js';
@@ -67,6 +68,8 @@ export interface Execution {
    * that programs waiting for their calls hold.
    */
   underSlot?: boolean;
+  /** The tools the caller may call, for a runner with the `catalog` capability. */
+  catalog?: () => CallerTools;
 }
 
 const NO_SLOT = () => {};
@@ -239,6 +242,7 @@ export class Executor {
       meta: call.meta,
       steps: composite ? call.steps?.(scope()) : null,
       calls: calling ? call.calls?.(scope()) : null,
+      catalog: call.catalog && call.runner.capabilities?.includes('catalog') ? call.catalog : null,
     };
     return { ctx, vfs, logs, effects };
   }

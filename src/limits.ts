@@ -152,6 +152,30 @@ export const CODE_MODE_LIMITS = Object.freeze({
 });
 
 /**
+ * Tool discovery (`tools.search`, `tools.describe`, `code.types`; src/code-mode/). Each
+ * bounds what one call hands back; a call over one fails saying which, never a silent cut.
+ * - `search_default` / `search_max`: the tools `tools.search` returns unless `limit` says, and the most
+ *   it may say.
+ * - `query_chars`: the longest query.
+ * - `describe_max`: the most ids one `tools.describe` names.
+ * - `types_bytes`: the longest declarations text `code.types` (and the `code/types` MCP resource)
+ *   returns (UTF-8 bytes): past it, OUTPUT_LIMIT naming the size, so narrow the surface's tools or
+ *   look tools up with tools.search instead.
+ * - `enum_members`: an enum longer than this is typed as its members' primitive types, with a comment,
+ *   so one huge enum cannot take the whole budget.
+ * - `schema_depth`: nesting past this becomes `unknown` with a comment.
+ */
+export const DISCOVERY_LIMITS = Object.freeze({
+  search_default: 5,
+  search_max: 50,
+  query_chars: 1000,
+  describe_max: 50,
+  types_bytes: 1024 * 1024,
+  enum_members: 256,
+  schema_depth: 32,
+});
+
+/**
  * The HTTP gateway (`arium serve`, `createGateway`): how long a client may take to send a request, and
  * how many MCP sessions and subscriptions it may hold. `createGateway({ limits })` overrides them.
  */

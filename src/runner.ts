@@ -1,3 +1,4 @@
+import type { CallerTools } from './code-mode/catalog.js';
 import type { CallLimits } from './limits.js';
 import type { LogLine, ToolResult } from './result.js';
 import type { Tool } from './tool.js';
@@ -49,6 +50,12 @@ export interface RunContext {
    * mode); absent otherwise. See `ToolCaller`.
    */
   readonly calls?: ToolCaller | null;
+  /**
+   * The tools this call's caller may call (its grants, and the tools its surface offers), for a runner
+   * that declares the `catalog` capability (the builtin runner, for tools.search, tools.describe,
+   * tools.call and code.types); absent otherwise. Made when asked for, so a call that does not ask pays nothing.
+   */
+  readonly catalog?: (() => CallerTools) | null;
 }
 
 /**
@@ -142,7 +149,7 @@ export interface Runner {
   forget?(tool: Tool): void;
   /**
    * What the runner needs beyond `ctx.vfs`: `history` gives its calls `ctx.history`, `steps` gives them
-   * `ctx.steps`, `calls` gives them `ctx.calls`.
+   * `ctx.steps`, `calls` gives them `ctx.calls`, `catalog` gives them `ctx.catalog`.
    */
   readonly capabilities?: readonly RunnerCapability[];
   /** Tools the runner brings itself, with no definition file (the builtins); their ids are reserved. */
@@ -154,9 +161,9 @@ export interface Runner {
 /**
  * A power a runner asks for by name: `history`, the durable state with its snapshots; `steps`, calling
  * other tools inside its call's transaction; `calls`, calling other tools in its transaction or each
- * on its own (code mode).
+ * on its own (code mode); `catalog`, the tools its caller may call.
  */
-export type RunnerCapability = 'history' | 'steps' | 'calls';
+export type RunnerCapability = 'history' | 'steps' | 'calls' | 'catalog';
 
 /** One answer of a machine probe (`arium doctor`): a real command run, not a guess. */
 export interface Check {

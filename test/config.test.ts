@@ -53,6 +53,12 @@ describe('arium.json', () => {
     ['a malformed grant of a surface', { surfaces: { mcp: { grants: ['vfs.teleport'] } } }, 'Unknown permission', 'arium.json surfaces.mcp.grants'],
     ['an unknown surface', { surfaces: { grpc: {} } }, 'is not an allowed property', 'arium.json surfaces.grpc'],
     [
+      'an unknown discovery mode',
+      { surfaces: { http: { discovery: 'lazy' } } },
+      '/surfaces/http/discovery: must be one of "all", "search"',
+      'arium.json surfaces.http.discovery',
+    ],
+    [
       'a key given twice',
       '{\n  "grants": ["vfs.read"],\n  "persist": false,\n  "grants": ["vfs.read", "vfs.write", "sys.exec"]\n}',
       'arium.json:4:3: the key "grants" appears twice in the top-level object (first at 2:3)',

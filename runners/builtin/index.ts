@@ -2,6 +2,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import type { Builtin } from './define.js';
+import { DISCOVERY_BUILTINS } from './discovery-tools.js';
 import { ExecService } from './exec/service.js';
 import { type ExecSettings, execSettings } from './exec/settings.js';
 import { systemExec } from './exec/tool.js';
@@ -11,7 +12,7 @@ import { BuiltinHost } from './host.js';
 import { shellRun } from './shell-tool.js';
 import { VFS_BUILTINS } from './vfs-tools.js';
 
-export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, systemExec, ...VFS_BUILTINS, shellRun];
+export const BUILTINS: readonly Builtin[] = [...FS_BUILTINS, systemHash, systemExec, ...VFS_BUILTINS, shellRun, ...DISCOVERY_BUILTINS];
 
 /**
  * Runs the engine's own tools in-process: VFS primitives and hashing, synchronously; `shell.run`, whose
@@ -23,8 +24,9 @@ export class BuiltinRunner implements Runner {
   // The builtins that wait (asyncTools) get a deadline from the executor all the same; the others run
   // through runSync, where it arms none.
   readonly interruptible = false;
-  // Snapshots, diff and restore work on the durable state itself, not on one call's view of it.
-  readonly capabilities = ['history'] as const;
+  // Snapshots, diff and restore work on the durable state itself, not on one call's view of it;
+  // tools.call runs its tool as a step of its own call; discovery shows the caller's callable tools.
+  readonly capabilities = ['history', 'steps', 'catalog'] as const;
   readonly asyncTools: ReadonlySet<string>;
   readonly #handlers = new Map<string, Builtin['handler']>();
   readonly #host: BuiltinHost;

@@ -2,17 +2,19 @@ import type { GrantSet } from '../permissions.js';
 import type { Tool } from '../tool.js';
 
 /**
- * The tools a code-mode program may call: those the permission gate would let its caller call (every
- * declared permission granted, as `Dispatcher`'s permit stage checks it) and, when the caller's surface
- * offers only some tools, one of those. The dispatcher still checks each call: this is what a program
- * is shown, not what it is allowed.
+ * The tools a caller may call: each one its surface offers (the profile's `tools` patterns) and whose
+ * declared permissions its grants allow, by the same test as the dispatcher's permit stage
+ * (`GrantSet.missing`). What a code-mode program is given, and all that `tools.search`,
+ * `tools.describe`, `tools.call` and `code.types` ever show or reach: a tool the gate would refuse
+ * this caller is not shown to it. Order is the order of `tools`.
  */
 export function callableTools(tools: Iterable<Tool>, grants: GrantSet, offered?: (id: string) => boolean): Tool[] {
-  const callable: Tool[] = [];
-  for (const tool of tools) {
-    if (grants.missing(tool.declared) !== null) continue;
-    if (offered && !offered(tool.spec.id)) continue;
-    callable.push(tool);
-  }
-  return callable;
+  const out: Tool[] = [];
+  for (const tool of tools) if (mayCall(tool, grants, offered)) out.push(tool);
+  return out;
+}
+
+/** Whether one tool is callable for these grants and this surface (see `callableTools`). */
+export function mayCall(tool: Tool, grants: GrantSet, offered?: (id: string) => boolean): boolean {
+  return (offered === undefined || offered(tool.spec.id)) && grants.missing(tool.declared) === null;
 }

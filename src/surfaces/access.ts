@@ -4,7 +4,7 @@ import type { EngineEvent } from '../events.js';
 import { GrantSet, parsePermission } from '../permissions.js';
 import type { TreeReader } from '../vfs/history.js';
 import type { VfsEntry } from '../vfs/vfs.js';
-import { type SurfaceProfile, surfaceFilter } from './mcp/profile.js';
+import { listedFilter, type SurfaceProfile, surfaceFilter } from './mcp/profile.js';
 
 /**
  * What a surface's clients may see besides calling tools: the routes and resources that read the VFS,
@@ -20,8 +20,10 @@ import { type SurfaceProfile, surfaceFilter } from './mcp/profile.js';
  * What changes state (a snapshot, a restore) is a call of the builtin tool, made by the surface.
  */
 export class SurfaceAccess {
-  /** Which tools the profile offers. */
+  /** Which tools the profile offers: its clients may call them, and the discovery tools find them. */
   readonly offered: (id: string) => boolean;
+  /** Which tools its listings show (all offered ones, or with search discovery only the discovery tools). */
+  readonly listed: (id: string) => boolean;
   /** The profile's grants, to pass to `engine.call` (undefined: the engine's). */
   readonly callGrants: readonly string[] | undefined;
   readonly #engine: Engine;
@@ -33,6 +35,7 @@ export class SurfaceAccess {
   constructor(engine: Engine, profile: SurfaceProfile | undefined, surface: string) {
     this.#engine = engine;
     this.offered = surfaceFilter(profile);
+    this.listed = listedFilter(profile);
     this.callGrants = profile?.grants;
     const all = new GrantSet(engine.grants);
     this.#grants = profile?.grants ? all.narrow(profile.grants) : all;

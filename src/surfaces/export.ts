@@ -5,6 +5,7 @@ import { ToolFailure } from '../errors.js';
 import type { RegistryProblem } from '../events.js';
 import type { ToolResult } from '../result.js';
 import type { ToolInfo } from '../tool.js';
+import { type Discovery, listedFilter } from './mcp/profile.js';
 import { mcpListing } from './mcp/tool-shape.js';
 import { describeBreak, type PublishedSchema, publishSchema } from './publish-schema.js';
 import { TOOL_NAME } from './vendor-rules.js';
@@ -29,6 +30,13 @@ export interface ExportOptions {
    * even rewritten is exported without `strict`, and a problem says why.
    */
   strict?: boolean;
+  /**
+   * `all` (default): every tool given. `search`: only the discovery tools among them (tools.search,
+   * tools.describe, tools.call, and code.run where the engine has it; src/surfaces/mcp/profile.ts), so a
+   * model is sent four definitions and finds the others by searching; `callExported` with the same
+   * export then calls those through tools.call.
+   */
+  discovery?: Discovery;
 }
 
 export interface ExportedTools {
@@ -57,8 +65,10 @@ export function vendorName(id: string): string {
   return `${name.slice(0, 55)}_${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
 }
 
-export function exportTools(tools: readonly ToolInfo[], vendor: Vendor, options: ExportOptions = {}): ExportedTools {
+export function exportTools(given: readonly ToolInfo[], vendor: Vendor, options: ExportOptions = {}): ExportedTools {
   if (!VENDORS.includes(vendor)) throw new TypeError(`Unknown vendor "${vendor}"; one of ${VENDORS.join(', ')}`);
+  const listed = listedFilter({ discovery: options.discovery ?? 'all' });
+  const tools = given.filter((tool) => listed(tool.id));
   const out: ExportedTools = { vendor, tools: [], names: {}, problems: [], rewrites: [] };
   const problem = (tool: string, message: string) => out.problems.push({ tool, message });
   const rewrote = (tool: string, published: PublishedSchema) => {

@@ -136,7 +136,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         opened.set(project, engine);
         const profile = engine.config.surfaces?.http;
         const access = new SurfaceAccess(engine, profile, 'http');
-        return { engine, events: new EventLog(engine, options.eventBuffer ?? 1000), visible: access.offered, grants: profile?.grants, access };
+        return {
+          engine,
+          events: new EventLog(engine, options.eventBuffer ?? 1000),
+          visible: access.offered,
+          listed: access.listed,
+          grants: profile?.grants,
+          access,
+        };
       })();
       served.set(project, entry);
       // A project that failed to open is tried again by the next request (it may have been made since).

@@ -101,6 +101,7 @@ function pendingResult(approval: PendingApproval): CallToolResult {
 export function createMcpServer(engine: Engine, options: McpServerOptions = {}): AriumMcpServer {
   const access = new SurfaceAccess(engine, options.profile, 'mcp');
   const visible = access.offered;
+  const listed = access.listed;
   const surface = options.caller ?? 'mcp';
   // Known once the client has sent initialize, which comes before any call.
   const caller = () => clientCaller(surface, server.getClientVersion()?.name);
@@ -114,7 +115,8 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     },
   );
 
-  const tools = () => engine.tools().filter((t) => visible(t.id));
+  // With search discovery only the discovery tools are listed; the others stay offered (found, called).
+  const tools = () => engine.tools().filter((t) => listed(t.id));
 
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools().flatMap((t) => mcpTool(t) ?? []) }));
 
@@ -199,7 +201,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
         caller: caller(),
         onLog,
         ...(onProgress ? { onProgress } : {}),
-        // A capability resolves among the tools offered here, and a code.run program may call only those.
+        // What a capability may resolve to, and what a code.run program, tools.search and tools.call may reach.
         offered: visible,
         onApproval,
         ...(grants ? { grants } : {}),
@@ -281,6 +283,12 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
   server.setRequestHandler(ListResourcesRequestSchema, async () => {
     const resources: Resource[] = [
       { uri: `${prefix}snapshots`, name: 'snapshots', title: 'The snapshot log (needs vfs.read)', mimeType: 'application/json' },
+      {
+        uri: `${prefix}code/types`,
+        name: 'code-types',
+        title: 'TypeScript declarations of the tools this client may call (code.types)',
+        mimeType: 'text/plain',
+      },
     ];
     const listed = await engine.call('fs.list', { path: '/', recursive: true, limit: 1000 }, { caller: caller(), ...(grants ? { grants } : {}) });
     if (listed.ok) {
@@ -297,6 +305,12 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     const rest = uri.startsWith(prefix) ? uri.slice(prefix.length) : null;
     if (rest === 'snapshots') {
       return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(refused(uri, () => access.snapshots())) }] };
+    }
+    if (rest === 'code/types') {
+      // A call of code.types with this client's grants and offered tools: the same text the tool gives it.
+      const types = await engine.call('code.types', {}, { caller: caller(), offered: visible, ...(grants ? { grants } : {}) });
+      if (!types.ok) throw new McpError(ErrorCode.InvalidParams, `${uri}: ${types.error.code}: ${types.error.message}`);
+      return { contents: [{ uri, mimeType: 'text/plain', text: (types.data as { declarations: string }).declarations }] };
     }
     if (rest?.startsWith('diff/')) {
       const [from, to, ...more] = rest.slice(5).split('/').map(decodeURIComponent);
@@ -316,7 +330,10 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
       const text = utf8(bytes);
       return { contents: [text === null ? { uri, blob: bytes.toString('base64') } : { uri, mimeType: 'text/plain', text }] };
     }
-    throw new McpError(ErrorCode.InvalidParams, `Unknown resource ${uri}: resources of this server start with ${prefix} (vfs/…, diff/…, snapshots)`);
+    throw new McpError(
+      ErrorCode.InvalidParams,
+      `Unknown resource ${uri}: resources of this server start with ${prefix} (vfs/…, diff/…, snapshots, code/types)`,
+    );
   });
 
   // A call that changes a subscribed path (or a folder above it, or a file below a subscribed folder)

@@ -6,12 +6,19 @@ import type { RuleBreak } from '../vendor-rules.js';
 // How a tool looks to MCP, apart from the server: `arium tools --format mcp` and the export API use it
 // too, and must not load the SDK (with zod) at run time to do so. Only its types are imported here.
 
+/**
+ * Builtins that run another tool the caller names (tools.call; code.run's program): they declare
+ * nothing themselves, and what they do is what the tools they call do.
+ */
+const CALLS_OTHERS: ReadonlySet<string> = new Set(['tools.call', 'code.run']);
+
 /** The annotations MCP clients show: derived from what the tool declares, never from the client. */
 export function annotationsOf(tool: ToolInfo): NonNullable<McpTool['annotations']> {
   // A macro declares no permissions: what it may do is what its steps' tools may do, which can change
   // as they reload. A client may trust a read-only hint to skip asking, so a macro claims nothing; nor
-  // does code.run (runner "code"), whose program may call any tool its caller may.
-  if (tool.steps !== undefined || tool.runner === 'code') {
+  // does code.run (runner "code"), whose program may call any tool its caller may, nor a builtin that
+  // calls the tool it is given.
+  if (tool.steps !== undefined || tool.runner === 'code' || CALLS_OTHERS.has(tool.id)) {
     return { title: tool.name ?? tool.id, readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true };
   }
   const permissions = tool.permissions ?? [];

@@ -1,4 +1,5 @@
 import { exportTools, VENDORS, type Vendor } from '../../export.js';
+import { DISCOVERY_MODES, type Discovery } from '../../mcp/profile.js';
 import { bool, maxPositionals, str, UsageError } from '../args.js';
 import type { CommandSpec } from '../command.js';
 import { type Context, withEngine } from '../context.js';
@@ -12,6 +13,11 @@ async function run(ctx: Context): Promise<number> {
     throw new UsageError(`Option --format takes ${VENDORS.join(', ')} (got "${format}")`);
   }
   if (bool(ctx.parsed, 'strict') && format !== 'openai') throw new UsageError('Option --strict is for --format openai');
+  const discovery = str(ctx.parsed, 'discovery');
+  if (discovery !== undefined && !(DISCOVERY_MODES as readonly string[]).includes(discovery)) {
+    throw new UsageError(`Option --discovery takes ${DISCOVERY_MODES.join(' or ')} (got "${discovery}")`);
+  }
+  if (discovery !== undefined && format === undefined) throw new UsageError('Option --discovery is for --format');
   // Warmed up: the listing reports each tool's syntax errors, which only the code checks find.
   return withEngine(
     ctx,
@@ -21,7 +27,10 @@ async function run(ctx: Context): Promise<number> {
       const tools = engine.tools();
       if (format !== undefined) {
         // One JSON document, --json or not: it is meant for another program.
-        const exported = exportTools(tools, format as Vendor, { strict: bool(ctx.parsed, 'strict') });
+        const exported = exportTools(tools, format as Vendor, {
+          strict: bool(ctx.parsed, 'strict'),
+          ...(discovery ? { discovery: discovery as Discovery } : {}),
+        });
         ctx.emit(exported);
         for (const p of exported.problems) ctx.io.stderr.write(`arium: ${p.tool}: ${p.message}\n`);
         return EXIT.ok;
@@ -64,7 +73,7 @@ async function run(ctx: Context): Promise<number> {
 
 export const toolsSpec: CommandSpec = {
   name: 'tools',
-  usage: 'arium tools [--format openai|anthropic|gemini|mcp] [--strict]',
+  usage: 'arium tools [--format openai|anthropic|gemini|mcp] [--strict] [--discovery all|search]',
   summary: 'list the tools (builtins and the project’s own) and the definition files that did not load',
   details: [
     'Columns: id, runner, permissions, description. With --json: { project, tools, problems }, each tool with its schemas.',
@@ -76,6 +85,11 @@ export const toolsSpec: CommandSpec = {
   flags: {
     format: { value: true, arg: '<vendor>', help: 'openai, anthropic, gemini or mcp: print the tools in that tool schema' },
     strict: { help: "with --format openai: OpenAI's strict mode (every property required, optional ones nullable)" },
+    discovery: {
+      value: true,
+      arg: '<mode>',
+      help: 'with --format: all (default) exports every tool; search only tools.search, tools.describe, tools.call (and code.run)',
+    },
   },
   run,
 };

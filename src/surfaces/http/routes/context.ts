@@ -11,6 +11,8 @@ export interface Served {
   events: EventLog;
   /** The project's `surfaces.http` profile, compiled once: which tools it offers, its grants. */
   visible: (id: string) => boolean;
+  /** What GET /v1/tools lists: every offered tool, or with search discovery only the discovery tools. */
+  listed: (id: string) => boolean;
   grants: readonly string[] | undefined;
   /** What the routes besides the runs may read, show and answer: the same grants. */
   access: SurfaceAccess;

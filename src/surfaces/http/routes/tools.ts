@@ -70,9 +70,11 @@ async function run(request: FastifyRequest, reply: FastifyReply, target: CallTar
     );
   }
   const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
-  const { engine, grants } = servedOf(request);
+  const { engine, grants, visible } = servedOf(request);
   const callGrants = runGrants(grants, body.grants);
   const result = await engine.call(target, body.input, {
+    // What a capability may resolve to, and what tools.search and tools.call may reach.
+    offered: visible,
     caller: clientName(request, `http:${request.ip}`),
     // A client that goes away cancels its run: nothing it would have written lands.
     signal: connectionSignal(request.raw.socket),
@@ -107,7 +109,8 @@ export function toolRoutes(scope: FastifyInstance): void {
       },
     },
     async (request) => {
-      const show = servedOf(request).visible;
+      // With search discovery, the discovery tools; the others are found with tools.search.
+      const show = servedOf(request).listed;
       const { engine } = servedOf(request);
       return {
         tools: engine
@@ -197,7 +200,7 @@ export function toolRoutes(scope: FastifyInstance): void {
     },
     async (request, reply) => {
       const { name } = request.params as { name: string };
-      return run(request, reply, { capability: name }, { offered: servedOf(request).visible });
+      return run(request, reply, { capability: name });
     },
   );
 }
