@@ -18,7 +18,8 @@ import { definition, FakeRunner, openEngine, type TempProject, TRIVIAL_JS, tempP
  */
 
 const KEY = 'sk-discovery-0123456789';
-const DISCOVERY = ['tools.call', 'tools.describe', 'tools.search'];
+// code.run is offered too: its program reaches only what tools.search would find for the same caller.
+const DISCOVERY = ['code.run', 'tools.call', 'tools.describe', 'tools.search'];
 const PROFILE = { discovery: 'search', grants: ['vfs.read', 'exec.js'] };
 
 let project: TempProject;
@@ -215,7 +216,7 @@ describe('arium tools --discovery', () => {
     const { parseJson, runCli } = await import('./cli.helpers.js');
     const args = ['tools', '--workspace', project.workspace, '--project', 'narrow', '--format', 'anthropic'];
     const exported = parseJson(await runCli(project.workspace, [...args, '--discovery', 'search']));
-    expect(exported.tools.map((t: { name: string }) => t.name).sort()).toEqual(['tools__call', 'tools__describe', 'tools__search']);
+    expect(exported.tools.map((t: { name: string }) => t.name).sort()).toEqual(['code__run', 'tools__call', 'tools__describe', 'tools__search']);
     const all = parseJson(await runCli(project.workspace, args));
     expect(all.tools.length).toBeGreaterThan(3);
     const bad = await runCli(project.workspace, [...args, '--discovery', 'lazy']);
