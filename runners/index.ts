@@ -8,8 +8,9 @@ import { builtinRunner } from './builtin/definition.js';
 import { jsRunner } from './js/definition.js';
 import { macroRunner } from './macro/definition.js';
 import { pyRunner } from './python/definition.js';
+import { wasmRunner } from './wasm/definition.js';
 
-export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner]);
+export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner, wasmRunner]);
 
 /** A catalog of the default runners and `extra` (which replace a default of the same name). */
 export function runnerCatalog(extra: readonly RunnerDefinition[] = []): RunnerCatalog {

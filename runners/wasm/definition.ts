@@ -1,0 +1,15 @@
+import type { RunnerDefinition } from '../../src/runner.js';
+import { checkIsolatedVm } from '../js/probe.js';
+import { WasmRunner } from './wasm-runner.js';
+
+/** WebAssembly tools (WASI preview 1 commands), each call in an isolated-vm isolate inside a sandbox process. */
+export const wasmRunner: RunnerDefinition = {
+  name: 'wasm-runner',
+  summary: 'WebAssembly (WASI preview 1) tools in isolated-vm isolates, inside a sandbox process',
+  extensions: ['.wasm'],
+  permission: 'exec.wasm',
+  grantedByDefault: true,
+  probe: async () => [await checkIsolatedVm()],
+  // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
+  create: () => new WasmRunner(),
+};
