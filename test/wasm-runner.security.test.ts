@@ -105,8 +105,8 @@ describe.runIf(hasC)('wasm containment', () => {
 
   it('opens no path outside every preopened folder', async () => {
     // wasi-libc resolves an absolute path against the preopens and refuses one under none of them.
-    for (const escape of ['/secret.txt', '/etc/passwd']) {
-      expect(dataOf(await engine.call('files', { escape }))).toMatchObject({ escape_errno: 76 });
+    for (const path of ['/secret.txt', '/etc/passwd']) {
+      expect(dataOf(await engine.call('files', { escape: path }))).toMatchObject({ escape_errno: 76 });
     }
   });
 
