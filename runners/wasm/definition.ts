@@ -1,5 +1,6 @@
 import type { RunnerDefinition } from '../../src/runner.js';
 import { checkIsolatedVm } from '../js/probe.js';
+import { WASM_TEMPLATES } from './templates.js';
 import { WasmRunner } from './wasm-runner.js';
 
 /** WebAssembly tools (WASI preview 1 commands), each call in an isolated-vm isolate inside a sandbox process. */
@@ -10,6 +11,7 @@ export const wasmRunner: RunnerDefinition = {
   permission: 'exec.wasm',
   grantedByDefault: true,
   probe: async () => [await checkIsolatedVm()],
+  templates: WASM_TEMPLATES,
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
   create: () => new WasmRunner(),
 };
