@@ -1,5 +1,4 @@
 import type { RunnerDefinition } from '../../src/runner.js';
-import { checkIsolatedVm } from '../js/probe.js';
 import { WASM_TEMPLATES } from './templates.js';
 import { WasmRunner } from './wasm-runner.js';
 
@@ -10,7 +9,7 @@ export const wasmRunner: RunnerDefinition = {
   extensions: ['.wasm'],
   permission: 'exec.wasm',
   grantedByDefault: true,
-  probe: async () => [await checkIsolatedVm()],
+  // No probe of its own: it needs what the JS runner needs, isolated-vm, which that runner's probe checks.
   templates: WASM_TEMPLATES,
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
   create: () => new WasmRunner(),
