@@ -90,6 +90,16 @@ describe.runIf(hasC)('C tools', () => {
     engine.vfs.write('/data/in.txt', 'hello world');
   });
 
+  it('compiles a module again when its file changes', async () => {
+    compileC('sum.c', join(project.tools, 'swap.wasm'));
+    wasmTool(project, 'swap', 'swap.wasm');
+    await engine.refresh();
+    expect(dataOf(await engine.call('swap', { numbers: [1] }))).toEqual({ sum: 1 });
+    compileC('hostile.c', join(project.tools, 'swap.wasm'), ['FAIL']);
+    await engine.refresh();
+    expect(errorOf(await engine.call('swap', { numbers: [1] }))).toMatchObject({ code: 'TOOL_ERROR', details: { exit_code: 3 } });
+  });
+
   it('preopens the literal folders of the vfs permissions, argv and environment from the definition', () => {
     const tool = { spec: { id: 'x.y', entry: 'bin/t.wasm' }, declared: [] } as never;
     expect(wasmSetup(tool)).toEqual({ args: ['t.wasm'], env: ['ARIUM_TOOL=x.y'], preopens: [] });

@@ -100,15 +100,17 @@ function serve(ivm) {
         calls.get(msg.id)?.stop(msg.code ?? 'CANCELLED', msg.message ?? 'The call was cancelled');
         break;
       case 'prepare':
-        // Read and check the module now, so that the first call only compiles and instantiates it.
+        // Read, check and compile the module now, so that its first call only instantiates it.
         try {
-          modules.get(msg.tool.entry);
+          const module = modules.get(msg.tool.entry);
+          pool.precompile(module.hash, module.bytes).catch(() => {});
         } catch (error) {
           if (!(error instanceof ModuleProblem)) throw error;
         }
         break;
       case 'forget': {
-        modules.forget(msg.entry);
+        const hash = modules.forget(msg.entry);
+        if (hash) pool.forget(hash);
         break;
       }
       case 'stats':

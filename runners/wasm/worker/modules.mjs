@@ -63,8 +63,11 @@ export class ModuleCache {
     return entry;
   }
 
+  /** Drops what was read from `path`; returns the hash of the module it held, if any. */
   forget(path) {
-    this.#byPath.get(path)?.bytes?.release();
+    const entry = this.#byPath.get(path);
+    entry?.bytes?.release();
     this.#byPath.delete(path);
+    return entry?.hash;
   }
 }

@@ -14,6 +14,8 @@ import { readFileSync } from 'node:fs';
 const HEAP_MB = 512;
 /** An isolate is replaced after this many calls, so what V8 keeps per isolate cannot grow without bound. */
 const CALLS_PER_ISOLATE = 5_000;
+/** The longest a compile ahead of a call may take (V8's baseline compiler does megabytes in milliseconds). */
+const PRECOMPILE_MS = 60_000;
 const SOURCE = readFileSync(new URL('./wasi.js', import.meta.url), 'utf8');
 
 export class WasmPool {
@@ -69,6 +71,27 @@ export class WasmPool {
     const next = this.#waiting.shift();
     if (next) next.resolve(slot);
     else this.#idle.push(slot);
+  }
+
+  /**
+   * Compiles a module in an isolate ahead of its first call, when one is idle or can be made: a tool's
+   * module compiles when its file loads or changes, and its first call only instantiates it there.
+   */
+  async precompile(hash, bytes) {
+    if (this.#idle.length === 0 && this.#size >= this.#max) return;
+    const slot = await this.acquire();
+    let spent = false;
+    try {
+      if (!slot.compiled.has(hash)) {
+        const problem = await slot.compile.apply(undefined, [hash, bytes.copyInto({ release: false })], { timeout: PRECOMPILE_MS });
+        if (!problem) slot.compiled.add(hash);
+      }
+    } catch {
+      // A compile stopped by its deadline: the call compiles it again and reports what happens.
+      spent = true;
+    } finally {
+      this.release(slot, spent);
+    }
   }
 
   /** Drops a module from the idle isolates that compiled it (its file changed or its tool went away). */
