@@ -65,6 +65,91 @@ describe.runIf(hasC)('wasm containment', () => {
     });
   });
 
+  it('refuses a module that names the cap global before the rewrite adds it', async () => {
+    // global.set 0 with no global: invalid as written, valid once the rewrite appends __arium_cap as global 0.
+    // prettier-ignore
+    const bytes = [
+      0x00,
+      0x61,
+      0x73,
+      0x6d,
+      0x01,
+      0x00,
+      0x00,
+      0x00,
+      0x01,
+      0x04,
+      0x01,
+      0x60,
+      0x00,
+      0x00, // type () -> ()
+      0x03,
+      0x02,
+      0x01,
+      0x00, // one function
+      0x05,
+      0x03,
+      0x01,
+      0x00,
+      0x01, // memory of 1 page
+      0x07,
+      0x13,
+      0x02,
+      0x06,
+      ...Buffer.from('memory'),
+      0x02,
+      0x00,
+      0x06,
+      ...Buffer.from('_start'),
+      0x00,
+      0x00,
+      0x0a,
+      0x15,
+      0x01,
+      0x13,
+      0x00,
+      0x41,
+      0xff,
+      0xff,
+      0x03,
+      0x24,
+      0x00, // global.set 0 (i32.const 65535): the cap, in pages
+      0x03,
+      0x40,
+      0x41,
+      0x80,
+      0x02,
+      0x40,
+      0x00,
+      0x1a,
+      0x0c,
+      0x00,
+      0x0b, // loop: memory.grow 256
+      0x0b,
+    ];
+    project.write('cap-forger.wasm', Buffer.from(bytes));
+    project.write(
+      'cap-forger.json',
+      JSON.stringify({
+        id: 'cap-forger',
+        description: 'x',
+        runner: 'wasm-runner',
+        entry: 'cap-forger.wasm',
+        schema: { type: 'object' },
+        permissions: ['exec.wasm'],
+        limits: { timeout_ms: 1500, memory_mb: 64 },
+      }),
+    );
+    await engine.refresh();
+    expect(engine.problems().find((p) => p.id === 'cap-forger')?.message).toMatch(/syntax error: .*global/i);
+    expect(errorOf(await engine.call('cap-forger', {}))).toMatchObject({
+      code: 'TOOL_ERROR',
+      message: expect.stringMatching(/cap-forger cannot be loaded: the module is not valid WebAssembly: .*global/i),
+      details: { phase: 'load' },
+    });
+    await stillServes();
+  });
+
   it('stops an endless loop with TIMEOUT and keeps the sandbox process', async () => {
     await stillServes();
     const before = await pid();

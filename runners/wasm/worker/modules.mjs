@@ -15,6 +15,16 @@ export class ModuleProblem extends Error {
   name = 'ModuleProblem';
 }
 
+/** V8's message for a module that does not validate (it stops at the first error, making no code). */
+function compileError(raw) {
+  try {
+    new WebAssembly.Module(raw);
+    return 'V8 gave no reason';
+  } catch (error) {
+    return String(error?.message ?? error);
+  }
+}
+
 export class ModuleCache {
   #ivm;
   #byPath = new Map();
@@ -41,6 +51,9 @@ export class ModuleCache {
     try {
       const raw = new Uint8Array(readFileSync(path));
       entry.hash = createHash('sha256').update(raw).digest('hex');
+      // The module as written must be valid: the rewrite adds globals and a function after its own, and
+      // an invalid module naming those indices (global.set of the cap) would become valid once rewritten.
+      if (!WebAssembly.validate(raw)) throw new ModuleProblem(`the module is not valid WebAssembly: ${compileError(raw)}`);
       const done = instrument(raw);
       const foreign = done.imports.filter((i) => i.module !== WASI || i.kind !== 'function');
       if (foreign.length > 0) {
