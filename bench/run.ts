@@ -46,6 +46,7 @@ const suites: Array<[string, Bench | null]> = [
   ['daemon-start', await optional('./daemon-start.js', 'benchDaemonStart')],
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],
+  ['wasm', await optional('./wasm.js', 'benchWasm')],
   ['shell', await optional('./shell.js', 'benchShell')],
   ['shell-warm', await optional('./shell-warm.js', 'benchShellWarm')],
   ['remote', await optional('./remote.js', 'benchRemote')],

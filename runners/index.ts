@@ -9,8 +9,9 @@ import { codeRunner } from './code/definition.js';
 import { jsRunner } from './js/definition.js';
 import { macroRunner } from './macro/definition.js';
 import { pyRunner } from './python/definition.js';
+import { wasmRunner } from './wasm/definition.js';
 
-export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner, codeRunner]);
+export const DEFAULT_RUNNERS: readonly RunnerDefinition[] = Object.freeze([builtinRunner, jsRunner, pyRunner, macroRunner, codeRunner, wasmRunner]);
 
 /** A catalog of the default runners and `extra` (which replace a default of the same name). */
 export function runnerCatalog(extra: readonly RunnerDefinition[] = []): RunnerCatalog {

@@ -174,6 +174,18 @@ export interface Check {
   fix?: string;
 }
 
+/** A tool made from source by `arium init --template <name>`, with the command that builds it. */
+export interface RunnerTemplate {
+  /** One line for people: what it makes. */
+  readonly summary: string;
+  /** Files by path relative to the tools folder: a definition as an object, source as text. */
+  readonly files: Readonly<Record<string, string | Readonly<Record<string, unknown>>>>;
+  /** The build command (argv), run in the tools folder: init runs it once, and shows it for later builds. */
+  readonly build: readonly string[];
+  /** How to install what `build` needs, for when it is missing. */
+  readonly install: string;
+}
+
 /** What a runner is created with. */
 export interface RunnerSetup {
   /** Absolute path of the project folder (a relative path in its options is taken from here). */
@@ -224,5 +236,7 @@ export interface RunnerDefinition {
    * an object (init adds its `$schema`) and code as text.
    */
   readonly example?: Readonly<Record<string, string | Readonly<Record<string, unknown>>>>;
+  /** Tools `arium init --template <name>` creates instead of the examples: for a runner whose tools are built from source. */
+  readonly templates?: Readonly<Record<string, RunnerTemplate>>;
   create(setup: RunnerSetup): Runner;
 }

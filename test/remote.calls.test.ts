@@ -179,7 +179,7 @@ describe('remote calls', () => {
     // A worker's load is as of its last heartbeat: one sent while the calls ran may be the last heard yet.
     await expect.poll(async () => (await live.status()).remote?.workers[0]?.in_flight, { timeout: 2000, interval: 50 }).toBe(0);
     expect((await live.status()).remote?.workers).toEqual([
-      expect.objectContaining({ id: worker.id, runners: ['js-runner', 'py-runner'], capacity: 4, in_flight: 0 }),
+      expect.objectContaining({ id: worker.id, runners: ['js-runner', 'py-runner', 'wasm-runner'], capacity: 4, in_flight: 0 }),
     ]);
     // How it isolates calls, from its runners' status: what an operator checks before sending it tools.
     await expect

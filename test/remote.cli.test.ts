@@ -21,7 +21,7 @@ afterAll(async () => {
 describe('arium worker', () => {
   it.each([
     [['--nats', 'nats://10.1.2.3:4222'], 2, /refusing to use the NATS server at 10\.1\.2\.3.*without credentials/],
-    [['--nats', 'nats://127.0.0.1:1', '--runners', 'builtin'], 2, /a worker hosts js-runner and py-runner \(got "builtin"\)/],
+    [['--nats', 'nats://127.0.0.1:1', '--runners', 'builtin'], 2, /a worker hosts js-runner, py-runner and wasm-runner \(got "builtin"\)/],
     [['--nats', 'nats://127.0.0.1:1', '--user', 'arium'], 2, /ARIUM_NATS_PASSWORD is not set/],
     [[], 2, /Name the NATS server/],
   ])('refuses %j with a clear error', async (args, code, message) => {
@@ -76,7 +76,7 @@ describe('arium worker', () => {
       expect(JSON.parse(listed?.out ?? '{}')).toMatchObject({
         connected: true,
         deployment: 'cli',
-        workers: [{ runners: ['js-runner', 'py-runner'], capacity: 3, in_flight: 0 }],
+        workers: [{ runners: ['js-runner', 'py-runner', 'wasm-runner'], capacity: 3, in_flight: 0 }],
       });
       const call = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'call', 'echo', '{"a":1}', '--json'], { env });
       expect(JSON.parse(call.out)).toMatchObject({ ok: true, data: { a: 1 }, meta: { worker: { id: expect.any(String) } } });
@@ -84,7 +84,7 @@ describe('arium worker', () => {
       expect(JSON.parse(doctor.out).checks).toContainEqual(expect.objectContaining({ name: 'remote workers', ok: true }));
       const text = await runCli(ws.root, ['--workspace', ws.workspace, '--project', 'p', 'workers'], { env });
       expect(text.out).toMatch(
-        /connected[\s\S]*js-runner,py-runner\s+js-runner isolated-vm, py-runner (bubblewrap|unshare|rlimits)\s+0\/3\s+0 MB \/ 2048 MB/,
+        /connected[\s\S]*js-runner,py-runner,wasm-runner\s+js-runner isolated-vm, py-runner (bubblewrap|unshare|rlimits), wasm-runner isolated-vm\s+0\/3\s+0 MB \/ 2048 MB/,
       );
     } finally {
       stop.abort();
@@ -92,7 +92,7 @@ describe('arium worker', () => {
     const run = await serving;
     expect(run.code).toBe(0);
     expect(run.err).toMatch(/draining[\s\S]*stopped/);
-    expect(JSON.parse(run.out)).toMatchObject({ runners: ['js-runner', 'py-runner'], capacity: 3, deployment: 'cli' });
+    expect(JSON.parse(run.out)).toMatchObject({ runners: ['js-runner', 'py-runner', 'wasm-runner'], capacity: 3, deployment: 'cli' });
     ws.cleanup();
     rmSync(cache, { recursive: true, force: true });
   });

@@ -44,7 +44,7 @@ describe('a runner from outside the package', () => {
     expect(r.meta.logs).toEqual([expect.objectContaining({ level: 'info', message: 'rendered greet.tmpl' })]);
     const status = await e.status();
     expect(status.runners['tmpl-runner']).toMatchObject({ available: true, calls: 1, cached: 1 });
-    expect(Object.keys(status.runners)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code', 'tmpl-runner']);
+    expect(Object.keys(status.runners)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code', 'wasm-runner', 'tmpl-runner']);
   });
 
   it('prepares a tool before the call’s clock starts: a slow ready() does not count against timeout_ms', async () => {
@@ -155,8 +155,8 @@ describe('a runner from outside the package', () => {
     const e = await open({ 'greet.json': greet, 'greet.tmpl': 'x' }, { runners: [] });
     expect(e.tool('text.greet')).toBeUndefined();
     expect(e.problems()[0]?.message).toContain('runner');
-    expect(TOOL_META_SCHEMA.properties.runner.enum).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code']);
-    expect(DEFAULT_RUNNERS.map((d) => d.name)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code']);
+    expect(TOOL_META_SCHEMA.properties.runner.enum).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code', 'wasm-runner']);
+    expect(DEFAULT_RUNNERS.map((d) => d.name)).toEqual(['builtin', 'js-runner', 'py-runner', 'macro', 'code', 'wasm-runner']);
   });
 });
 
@@ -262,7 +262,7 @@ describe('runner definitions that cannot be used', () => {
     project = tempProject({}, 'arium-plugin-');
     const options = { workspace: project.workspace, project: 'p', watch: false, persist: false };
     engine = await createEngine({ ...options, runners: [templateRunner] });
-    expect(engine.grants).toEqual(['vfs.read', 'vfs.write', 'exec.js', 'exec.py', 'exec.tmpl', 'sys.info']);
+    expect(engine.grants).toEqual(['vfs.read', 'vfs.write', 'exec.js', 'exec.py', 'exec.wasm', 'exec.tmpl', 'sys.info']);
     await engine.close();
     engine = await createEngine({ ...options, runners: [{ ...templateRunner, grantedByDefault: false }] });
     expect(engine.grants).not.toContain('exec.tmpl');

@@ -22,6 +22,13 @@ export interface ToolRef {
 
 export { VFS_OPS, type VfsOp, type WireError } from '../shared/vfs-ops.js';
 
+/** What a wasm module is started with (runners/wasm/worker/): its argv, its environment, and the VFS folders it may open. */
+export interface WasmSetup {
+  args: string[];
+  env: string[];
+  preopens: string[];
+}
+
 export type ToWorker =
   | {
       t: 'call';
@@ -37,6 +44,7 @@ export type ToWorker =
        * function of `tools`. Its tool calls come back as `vfs` messages with `op: 'tool'`.
        */
       program?: string;
+      wasm?: WasmSetup;
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }

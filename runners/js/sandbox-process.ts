@@ -8,7 +8,7 @@ import type { Tool } from '../../src/tool.js';
 import { observe } from '../shared/protocol.js';
 import { SupervisedCalls, serveVfs, tail, type VfsAnswer } from '../shared/supervision.js';
 import { uncaughtVfsCode, type WireError } from '../shared/vfs-ops.js';
-import type { FromWorker, ToolRef, ToWorker } from './protocol.js';
+import type { FromWorker, ToolRef, ToWorker, WasmSetup } from './protocol.js';
 
 /**
  * One JS sandbox process (runners/js/worker/main.mjs) and the calls it is running. The engine process
@@ -195,8 +195,11 @@ export class SandboxProcess {
     return this.#child.pid;
   }
 
-  /** Runs a call; `ref` names the module to load instead of the tool's entry (its bundle). */
-  call(ctx: RunContext, ref: ToolRef = toolRef(ctx.tool)): Promise<unknown> {
+  /**
+   * Runs a call; `ref` names the module to load instead of the tool's entry (its bundle); `wasm` is what
+   * the wasm runner's worker, which speaks this protocol too, needs beyond it.
+   */
+  call(ctx: RunContext, ref: ToolRef = toolRef(ctx.tool), wasm?: WasmSetup): Promise<unknown> {
     return this.#calls.open(ctx, {}, (id) => {
       const tool = ctx.tool;
       this.#send({
@@ -208,6 +211,7 @@ export class SandboxProcess {
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
         ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
+        ...(wasm ? { wasm } : {}),
       });
     });
   }

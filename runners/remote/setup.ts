@@ -4,7 +4,7 @@ import type { Runner } from '../../src/runner.js';
 import { RemoteClient } from './client.js';
 import { RoutedRunner, toolPattern } from './routing.js';
 import { engineSettings, RemoteConfigError } from './settings.js';
-import { HOSTABLE_RUNNERS } from './worker.js';
+import { HOSTABLE_RUNNERS, hostableList } from './worker.js';
 
 /**
  * The engine's remote runners, from arium.json's `remote`: connects to NATS and puts a RoutedRunner
@@ -20,7 +20,7 @@ export async function openRemote(
   const names = config.runners ?? [];
   for (const name of names) {
     if (!HOSTABLE_RUNNERS.includes(name)) {
-      throw new RemoteConfigError(`arium.json remote.runners: "${name}" cannot run remotely; workers host ${HOSTABLE_RUNNERS.join(' and ')}`);
+      throw new RemoteConfigError(`arium.json remote.runners: "${name}" cannot run remotely; workers host ${hostableList()}`);
     }
   }
   if (names.length === 0 && (config.tools ?? []).length === 0) {

@@ -20,11 +20,16 @@ import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, SANDBOX_FIE
 const SANDBOX_REFRESH_MS = 30_000;
 
 /** The runners a worker can host: those whose tools are files it can be sent. */
-export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner'];
+export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner', 'wasm-runner'];
+
+/** The hostable runners for a message: "js-runner, py-runner and wasm-runner". */
+export function hostableList(): string {
+  return `${HOSTABLE_RUNNERS.slice(0, -1).join(', ')} and ${HOSTABLE_RUNNERS.at(-1)}`;
+}
 
 export interface WorkerOptions {
   settings: NatsSettings;
-  /** Runners to host (default both, js-runner and py-runner). */
+  /** Runners to host (default all of HOSTABLE_RUNNERS). */
   runners?: readonly string[];
   /** Calls run at once (default the number of CPUs). */
   concurrency?: number;
@@ -68,7 +73,7 @@ const VERSION: string = (() => {
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const names = [...(options.runners ?? HOSTABLE_RUNNERS)];
   for (const name of names) {
-    if (!HOSTABLE_RUNNERS.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${HOSTABLE_RUNNERS.join(' and ')}`);
+    if (!HOSTABLE_RUNNERS.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${hostableList()}`);
   }
   const concurrency = options.concurrency ?? Math.max(1, cpus().length);
   if (!Number.isSafeInteger(concurrency) || concurrency < 1)

@@ -2,7 +2,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_CATALOG } from '../../../defaults.js';
-import { bool, maxPositionals, UsageError } from '../args.js';
+import type { RunnerTemplate } from '../../../runner.js';
+import { bool, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
 import { EXIT } from '../io.js';
@@ -51,6 +52,45 @@ function exampleFiles(projectDir: string): Map<string, string> {
   return files;
 }
 
+/** Every `--template` a runner offers, by name, with the runner's permission. */
+function templates(): Map<string, { template: RunnerTemplate; permission: string | null }> {
+  const found = new Map<string, { template: RunnerTemplate; permission: string | null }>();
+  for (const definition of DEFAULT_CATALOG.list()) {
+    for (const [name, template] of Object.entries(definition.templates ?? {})) found.set(name, { template, permission: definition.permission });
+  }
+  return found;
+}
+
+/** The files of a template project: its tool's sources and definition, and an arium.json granting what it needs. */
+function templateFiles(projectDir: string, template: RunnerTemplate, permission: string | null): Map<string, string> {
+  const tools = join(projectDir, 'tools');
+  const files = new Map<string, string>();
+  for (const [file, content] of Object.entries(template.files)) {
+    files.set(`tools/${file}`, typeof content === 'string' ? content : json({ ...schemaRef(tools, 'tool.schema.json'), ...content }));
+  }
+  const grants = ['vfs.read', 'vfs.write', ...(permission ? [permission] : [])];
+  files.set('arium.json', json({ ...schemaRef(projectDir, 'project.schema.json'), grants, audit_log: true }));
+  return files;
+}
+
+/** Runs a template's build in the tools folder: what a person runs again after each edit. */
+async function build(template: RunnerTemplate, toolsDir: string): Promise<{ ok: boolean; command: string; error?: string }> {
+  const command = template.build.join(' ');
+  const { execa } = await import('execa');
+  const [file, ...args] = template.build as [string, ...string[]];
+  const r = await execa(file, args, { cwd: toolsDir, reject: false, timeout: 300_000, killSignal: 'SIGKILL', stdin: 'ignore', encoding: 'utf8' });
+  if (r.exitCode === 0) return { ok: true, command };
+  const missing = (r as { code?: string }).code === 'ENOENT';
+  const why = missing
+    ? `${file} is not installed`
+    : String(r.stderr || r.shortMessage)
+        .trim()
+        .split('\n')
+        .slice(0, 5)
+        .join('\n');
+  return { ok: false, command, error: `${why}. Install: ${template.install}` };
+}
+
 function projectName(ctx: Context): string {
   maxPositionals(ctx.parsed, 1, initSpec.usage);
   const [positional] = ctx.parsed.positionals;
@@ -69,6 +109,12 @@ function projectName(ctx: Context): string {
 async function run(ctx: Context): Promise<number> {
   const name = projectName(ctx);
   const force = bool(ctx.parsed, 'force');
+  const templateName = str(ctx.parsed, 'template');
+  const offered = templates();
+  const chosen = templateName === undefined ? null : offered.get(templateName);
+  if (chosen === undefined) {
+    throw new UsageError(`Unknown template "${templateName}"; templates: ${[...offered.keys()].join(', ')}`);
+  }
   const dir = join(ctx.workspace, name);
   if (existsSync(dir)) {
     if (!statSync(dir).isDirectory()) throw new HostError(`${dir} exists and is not a folder; remove it or choose another project name`);
@@ -82,35 +128,49 @@ async function run(ctx: Context): Promise<number> {
   const overwritten: string[] = [];
   try {
     mkdirSync(join(dir, 'tools'), { recursive: true });
-    for (const [file, content] of exampleFiles(dir)) {
+    const files = chosen ? templateFiles(dir, chosen.template, chosen.permission) : exampleFiles(dir);
+    for (const [file, content] of files) {
       const path = join(dir, file);
+      mkdirSync(dirname(path), { recursive: true });
       (existsSync(path) ? overwritten : created).push(file);
       writeFileSync(path, content);
     }
   } catch (error) {
     throw new HostError(`Cannot create the project in ${dir}: ${(error as Error).message}`);
   }
-  if (ctx.json) ctx.emit({ project: name, path: dir, created, overwritten });
+  const built = chosen ? await build(chosen.template, join(dir, 'tools')) : null;
+  if (ctx.json) ctx.emit({ project: name, path: dir, created, overwritten, ...(built ? { build: built } : {}) });
   else {
     const { c } = ctx;
     ctx.out(`${c.green('created')} project ${c.bold(name)} in ${dir}`);
     for (const f of created) ctx.out(`  + ${f}`);
     for (const f of overwritten) ctx.out(`  ${c.yellow('~')} ${f} ${c.dim('(overwritten: --force)')}`);
     const opts = `${ctx.workspace === join(ctx.io.cwd, 'workspace') ? '' : ` --workspace ${ctx.workspace}`} --project ${name}`;
-    ctx.out(c.dim(`next: arium tools${opts}   ·   arium call text.upper '{"text":"hi"}'${opts}`));
+    if (built) {
+      const id = Object.values(chosen?.template.files ?? {}).find((f) => typeof f === 'object')?.id;
+      if (built.ok) ctx.out(`${c.green('built')} ${built.command} ${c.dim('(in tools/; run it again after each edit)')}`);
+      else ctx.out(`${c.yellow('not built')}: ${built.command} failed: ${built.error}`);
+      ctx.out(c.dim(`next: arium call ${String(id)} '{"numbers":[1,2,3.5]}'${opts}`));
+    } else ctx.out(c.dim(`next: arium tools${opts}   ·   arium call text.upper '{"text":"hi"}'${opts}`));
   }
-  return EXIT.ok;
+  // A template whose build failed made a project whose tool cannot load yet: the command says so.
+  return built && !built.ok ? EXIT.engine : EXIT.ok;
 }
 
 export const initSpec: CommandSpec = {
   name: 'init',
-  usage: 'arium init [project] [--force]',
+  usage: 'arium init [project] [--template c|rust] [--force]',
   summary: 'create a project folder with example tools (a JavaScript and a Python tool)',
   details: `Creates <workspace>/<project>/ with tools/ (text-upper.json + upper.js for the js-runner,
 text-words.json + words.py for the py-runner) and an arium.json granting what they need, with the
 audit log on (arium events shows every call).
 The project name defaults to --project, then "demo". An existing, non-empty project is refused
-unless --force, which rewrites the example files and leaves every other file alone.`,
-  flags: { force: { help: 'rewrite the example files in an existing project' } },
+unless --force, which rewrites the example files and leaves every other file alone.
+--template c|rust creates a WebAssembly tool from source instead (tools/src/, the definition, and
+the module built with clang or rustc for wasm32-wasi); init runs its build command once and prints it.`,
+  flags: {
+    force: { help: 'rewrite the example files in an existing project' },
+    template: { value: true, arg: '<name>', help: 'a tool built from source instead of the examples: c or rust (WebAssembly)' },
+  },
   run,
 };

@@ -14,7 +14,10 @@ async function run(ctx: Context): Promise<number> {
   const { checkSettings, resolveAuth, RemoteConfigError, startWorker, HOSTABLE_RUNNERS, NatsUnreachable } = await loadWorker();
   const runners = (str(ctx.parsed, 'runners') ?? HOSTABLE_RUNNERS.join(',')).split(',').filter((r) => r !== '');
   for (const name of runners) {
-    if (!HOSTABLE_RUNNERS.includes(name)) throw new UsageError(`Option --runners: a worker hosts ${HOSTABLE_RUNNERS.join(' and ')} (got "${name}")`);
+    if (!HOSTABLE_RUNNERS.includes(name))
+      throw new UsageError(
+        `Option --runners: a worker hosts ${HOSTABLE_RUNNERS.slice(0, -1).join(', ')} and ${HOSTABLE_RUNNERS.at(-1)} (got "${name}")`,
+      );
   }
   const refs = {
     ...(str(ctx.parsed, 'user')
@@ -121,7 +124,7 @@ export const workerSpec: CommandSpec = {
   flags: {
     nats: { value: true, arg: '<url>', help: 'NATS server URL(s), comma-separated (default $ARIUM_NATS_URL)' },
     deployment: { value: true, arg: '<name>', help: 'namespace of the subjects, as the engines’ remote.deployment (default "default")' },
-    runners: { value: true, arg: '<list>', help: 'runners to host (default js-runner,py-runner)' },
+    runners: { value: true, arg: '<list>', help: 'runners to host (default js-runner,py-runner,wasm-runner)' },
     concurrency: { value: true, arg: '<n>', help: 'calls run at once (default the number of CPUs)' },
     cache: { value: true, arg: '<dir>', help: 'where received tool files are kept (default <tmp>/arium-worker-cache)' },
     'cache-mb': {

@@ -1,0 +1,16 @@
+import type { RunnerDefinition } from '../../src/runner.js';
+import { WASM_TEMPLATES } from './templates.js';
+import { WasmRunner } from './wasm-runner.js';
+
+/** WebAssembly tools (WASI preview 1 commands), each call in an isolated-vm isolate inside a sandbox process. */
+export const wasmRunner: RunnerDefinition = {
+  name: 'wasm-runner',
+  summary: 'WebAssembly (WASI preview 1) tools in isolated-vm isolates, inside a sandbox process',
+  extensions: ['.wasm'],
+  permission: 'exec.wasm',
+  grantedByDefault: true,
+  // No probe of its own: it needs what the JS runner needs, isolated-vm, which that runner's probe checks.
+  templates: WASM_TEMPLATES,
+  // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
+  create: () => new WasmRunner(),
+};

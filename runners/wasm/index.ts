@@ -1,0 +1,4 @@
+// The wasm runner: what the composition root needs to register it.
+export { wasmRunner } from './definition.js';
+export type { WasmRunnerOptions } from './wasm-runner.js';
+export { WasmRunner, wasmSetup } from './wasm-runner.js';
