@@ -17,6 +17,7 @@ import {
   EngineConfigError,
   type EngineOptions,
   openReadOnly,
+  poolSettings,
   projectLocation,
   runnerOptions,
 } from './engine-options.js';
@@ -165,6 +166,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const policy = checkPolicy({ ...config.policy, ...options.policy });
   const vfsQuota = checkQuota({ ...config.vfs, ...options.vfsQuota });
   const changeLog = changeLogLimits(options.changeLog);
+  const pools = poolSettings(config.pools, options.pools);
   let grants: GrantSet;
   try {
     grants = new GrantSet(options.grants ?? config.grants ?? defaultGrants(catalog));
@@ -275,7 +277,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     let runner: Runner | undefined = instances.get(definition.name);
     let problem: string | null = null;
     try {
-      runner ??= definition.create({ projectDir, config: config as Record<string, unknown> });
+      runner ??= definition.create({ projectDir, config: { ...config, pools } as Record<string, unknown> });
       if (runner?.name !== definition.name) problem = `created a runner named ${JSON.stringify(runner?.name)}; they must match`;
     } catch (error) {
       problem = `could not create its runner: ${(error as Error)?.message ?? String(error)}`;
