@@ -99,9 +99,10 @@ export class JsRunner implements Runner {
       ctx.meta.bundle = { bytes: ref.bytes, ...(builtMs !== undefined ? { built_ms: builtMs } : {}) };
       return await sandbox.call(ctx, { entry: ref.entry, root: ref.root });
     } finally {
-      const left = (this.#load.get(sandbox) ?? 1) - 1;
-      if (this.#all.has(sandbox)) this.#load.set(sandbox, left);
-      this.#lastUsed.set(sandbox, Date.now());
+      if (this.#all.has(sandbox)) {
+        this.#load.set(sandbox, (this.#load.get(sandbox) ?? 1) - 1);
+        this.#lastUsed.set(sandbox, Date.now());
+      }
     }
   }
 
@@ -290,6 +291,8 @@ export class JsRunner implements Runner {
     sandbox.ready.then(
       () => {
         this.#startFailure.succeeded();
+        // Idle counts from when it could first take a call.
+        if (this.#lastUsed.has(sandbox)) this.#lastUsed.set(sandbox, Date.now());
       },
       (error: unknown) => {
         this.#lastProblem = String((error as Error)?.message ?? error);

@@ -172,8 +172,8 @@ export class PythonRunner implements Runner {
       ctx.meta.isolation = isolation.mode;
       return await ready.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024, tool.root);
     } finally {
-      if (used !== null) {
-        if (this.#load.has(used)) this.#load.set(used, (this.#load.get(used) ?? 1) - 1);
+      if (used !== null && this.#load.has(used)) {
+        this.#load.set(used, (this.#load.get(used) ?? 1) - 1);
         this.#lastUsed.set(used, Date.now());
       }
     }
@@ -505,6 +505,11 @@ export class PythonRunner implements Runner {
     this.#servers.set(key, server);
     this.#load.set(server, this.#load.get(server) ?? 0);
     this.#lastUsed.set(server, Date.now());
+    // Idle counts from when it could first take a call.
+    server.ready.then(
+      () => this.#lastUsed.set(server, Date.now()),
+      () => {},
+    );
     if (slot > 0) this.#watchIdle();
     this.#environments.set(server, environment);
     if (workRoot) this.#workRoots.set(server, workRoot);
