@@ -7,7 +7,7 @@ import { leastLoaded, type PoolSizing, poolSizing } from '../shared/pool.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { type BundleOutcome, Bundler } from './bundle.js';
 import { installAdvice, isolatedVmDir, packageDir, permissionFlag, workerPath } from './locate.js';
-import { IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
+import { AnswerBudget, IsolatedVmUnloadable, SandboxProcess } from './sandbox-process.js';
 import { jsSyntaxProblem } from './syntax.js';
 
 export interface JsRunnerOptions {
@@ -55,6 +55,8 @@ export class JsRunner implements Runner {
   readonly #load = new Map<SandboxProcess, number>();
   readonly #lastUsed = new Map<SandboxProcess, number>();
   readonly #sizing: PoolSizing;
+  /** ctx.vfs answers on their way to any of the processes: bounded for the pool, as the engine's memory is one. */
+  readonly #answers = new AnswerBudget();
   #shrinkTimer: NodeJS.Timeout | null = null;
   /** Tools folders the sandbox process may read (with the permission model on). */
   readonly #roots = new Set<string>();
@@ -275,6 +277,7 @@ export class JsRunner implements Runner {
       workerPath: worker,
       execArgv,
       workerConfig: { ivmDir, typescriptDir, maxIsolates: this.#options.maxIsolates ?? 16 },
+      answers: this.#answers,
     });
     this.#starts++;
     this.#lastStart = Date.now();
