@@ -51,7 +51,7 @@ export function poolSizing(setting: PoolSetting, where: string, member: string):
   }
   const idle_ms = setting.idleMs ?? POOL_LIMITS.idle_ms;
   if (setting.size !== undefined) {
-    return { size: setting.size, chosen_by: 'setting', reason: `${setting.size} ${plural(setting.size, member)} as set`, idle_ms };
+    return { size: setting.size, chosen_by: 'setting', reason: "as set (pools in arium.json or createEngine, or the runner's own option)", idle_ms };
   }
   const given = setting.cores !== undefined;
   const cores = setting.cores ?? availableParallelism();
@@ -90,7 +90,7 @@ export function poolCheck(name: string, setting: { processes?: number; servers?:
     return {
       name,
       ok: true,
-      detail: `up to ${sizing.size} ${plural(sizing.size, member)}${per}, ${sizing.reason}; idle ones end after ${sizing.idle_ms} ms, down to one`,
+      detail: `up to ${sizing.size} ${plural(sizing.size, member)}${per}, ${sizing.reason}; one idle for ${sizing.idle_ms} ms ends, down to one`,
     };
   } catch (error) {
     return { name, ok: false, detail: (error as Error).message, fix: `set pools in arium.json to integers from 1 to ${POOL_LIMITS.max_members}` };
