@@ -42,6 +42,7 @@ const suites: Array<[string, Bench | null]> = [
   ['snapshot-first', await optional('./snapshot-first.js', 'benchSnapshotFirst')],
   ['contention', await optional('./contention.js', 'benchContention')],
   ['mix', await optional('./mix.js', 'benchMix')],
+  ['scale', await optional('./scale.js', 'benchScale')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
   ['daemon-start', await optional('./daemon-start.js', 'benchDaemonStart')],
   ['http', await optional('./http.js', 'benchHttp')],

@@ -3,7 +3,7 @@ import { join, resolve } from 'node:path';
 import type { ApprovalsConfig } from './approvals/rules.js';
 import type { AuditRotation } from './audit.js';
 import { describeDuplicate, findDuplicateKey } from './json-keys.js';
-import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
+import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA, POOL_LIMITS } from './limits.js';
 import { PROVIDERS_SCHEMA, type ProviderConfigEntry } from './providers/config.js';
 import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
@@ -46,7 +46,44 @@ export interface ProjectConfig {
   remote?: RemoteConfig;
   /** Tools served from outside the engine (an MCP server, an HTTP tool worker, NATS satellites), by provider name (README "Providers"). */
   providers?: Record<string, ProviderConfigEntry>;
+  /** How many sandbox processes (JS) and fork servers per tools folder (Python) the runners keep at most (README "Pools"). */
+  pools?: PoolsConfig;
 }
+
+/** `pools` in arium.json and createEngine: each size defaults to one per available core. */
+export interface PoolsConfig {
+  js?: { processes?: number; idle_ms?: number };
+  python?: { servers?: number; idle_ms?: number };
+}
+
+const poolSchema = (key: string, what: string) =>
+  ({
+    type: 'object',
+    additionalProperties: false,
+    properties: {
+      [key]: {
+        type: 'integer',
+        minimum: 1,
+        maximum: POOL_LIMITS.max_members,
+        description: `${what} at most (default one per core available to the engine, os.availableParallelism())`,
+      },
+      idle_ms: {
+        type: 'integer',
+        minimum: 1,
+        maximum: 24 * 3600 * 1000,
+        description: `a member with no call for this long ends, down to one (default ${POOL_LIMITS.idle_ms})`,
+      },
+    },
+  }) as const;
+
+export const POOLS_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    js: poolSchema('processes', 'JS sandbox processes'),
+    python: poolSchema('servers', 'Python fork servers per tools folder'),
+  },
+} as const;
 
 const SURFACE_PROFILE_SCHEMA = {
   type: 'object',
@@ -164,6 +201,7 @@ const ENGINE_CONFIG_SCHEMA = {
     secrets: SECRETS_SCHEMA,
     remote: REMOTE_CONFIG_SCHEMA,
     providers: PROVIDERS_SCHEMA,
+    pools: POOLS_SCHEMA,
   },
 } as const;
 

@@ -1,7 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { ApprovalsConfig } from './approvals/rules.js';
-import type { AuditSetting } from './config.js';
+import { type AuditSetting, POOLS_SCHEMA, type PoolsConfig } from './config.js';
 import { runnerCatalog } from './defaults.js';
 import { DEFAULT_POLICY, DEFAULT_VFS_QUOTA, type Policy, type RegistryLimits, type VfsQuota } from './limits.js';
 import { DEFAULT_GRANTS, parsePermission } from './permissions.js';
@@ -90,6 +90,11 @@ export interface EngineOptions {
   secrets?: Record<string, string | { env: string } | { file: string }>;
   /** Tools that run on workers over NATS, in place of arium.json's `remote` (`false`: none, whatever it says). */
   remote?: RemoteConfig | false;
+  /**
+   * Sandbox processes (JS) and fork servers per tools folder (Python) at most, and how long an idle one
+   * lives, over arium.json's `pools` field by field. Default: one per core available, ended after 10 s idle.
+   */
+  pools?: PoolsConfig;
 }
 
 /** A start-up error: bad options or a missing project. Calls themselves never throw. */
@@ -216,4 +221,49 @@ export function projectLocation(options: Pick<EngineOptions, 'workspace' | 'proj
     );
   }
   return { project, workspace, projectDir };
+}
+
+/**
+ * The pool settings the runners get: arium.json's, with those of the engine's options over them field
+ * by field; a bad option is an EngineConfigError naming it (arium.json's are checked by its schema).
+ */
+export function poolSettings(fromFile: PoolsConfig | undefined, given: PoolsConfig | undefined): PoolsConfig {
+  if (given !== undefined && (typeof given !== 'object' || given === null || Array.isArray(given))) {
+    throw new EngineConfigError(
+      `pools must be an object like { js: { processes: 4 }, python: { servers: 4 } } (got ${JSON.stringify(given)})`,
+      'pools',
+    );
+  }
+  const merged: Record<string, Record<string, number>> = {};
+  for (const [runner, schema] of Object.entries(POOLS_SCHEMA.properties)) {
+    const part = (given as Record<string, unknown> | undefined)?.[runner];
+    if (part !== undefined && (typeof part !== 'object' || part === null || Array.isArray(part))) {
+      throw new EngineConfigError(`pools.${runner} must be an object (got ${JSON.stringify(part)})`, `pools.${runner}`);
+    }
+    for (const [key, value] of Object.entries((part ?? {}) as Record<string, unknown>)) {
+      const bounds = (schema.properties as Record<string, { minimum: number; maximum: number }>)[key];
+      if (!bounds) {
+        throw new EngineConfigError(
+          `Unknown pools.${runner} field "${key}"; known fields: ${Object.keys(schema.properties).join(', ')}`,
+          `pools.${runner}.${key}`,
+        );
+      }
+      if (typeof value !== 'number' || !Number.isInteger(value) || value < bounds.minimum || value > bounds.maximum) {
+        throw new EngineConfigError(
+          `pools.${runner}.${key} must be an integer from ${bounds.minimum} to ${bounds.maximum} (got ${JSON.stringify(value)})`,
+          `pools.${runner}.${key}`,
+        );
+      }
+    }
+    merged[runner] = {
+      ...((fromFile as Record<string, Record<string, number>> | undefined)?.[runner] ?? {}),
+      ...((part ?? {}) as Record<string, number>),
+    };
+  }
+  for (const key of Object.keys(given ?? {})) {
+    if (!(key in POOLS_SCHEMA.properties)) {
+      throw new EngineConfigError(`Unknown pools field "${key}"; known fields: ${Object.keys(POOLS_SCHEMA.properties).join(', ')}`, `pools.${key}`);
+    }
+  }
+  return merged as PoolsConfig;
 }

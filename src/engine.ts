@@ -18,6 +18,7 @@ import {
   EngineConfigError,
   type EngineOptions,
   openReadOnly,
+  poolSettings,
   projectLocation,
   runnerOptions,
 } from './engine-options.js';
@@ -166,6 +167,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const policy = checkPolicy({ ...config.policy, ...options.policy });
   const vfsQuota = checkQuota({ ...config.vfs, ...options.vfsQuota });
   const changeLog = changeLogLimits(options.changeLog);
+  const pools = poolSettings(config.pools, options.pools);
   let grants: GrantSet;
   try {
     grants = new GrantSet(options.grants ?? config.grants ?? defaultGrants(catalog));
@@ -276,7 +278,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     let runner: Runner | undefined = instances.get(definition.name);
     let problem: string | null = null;
     try {
-      runner ??= definition.create({ projectDir, config: config as Record<string, unknown> });
+      runner ??= definition.create({ projectDir, config: { ...config, pools } as Record<string, unknown> });
       if (runner?.name !== definition.name) problem = `created a runner named ${JSON.stringify(runner?.name)}; they must match`;
     } catch (error) {
       problem = `could not create its runner: ${(error as Error)?.message ?? String(error)}`;

@@ -337,3 +337,16 @@ export const PACK_LIMITS = Object.freeze({
   /** How long `arium add` waits for another `arium add`, `remove` or `update` of the same project (ms). */
   lock_wait_ms: 30_000,
 });
+
+/**
+ * How many processes the JS and Python runners keep for their calls (arium.json `pools`, createEngine
+ * `pools`). By default a pool grows to one member per core the engine may use (os.availableParallelism(),
+ * which follows taskset and cgroup limits): each member relays its calls on one thread, so fewer members
+ * than cores leaves cores idle under load, and more only adds processes that wait for a core.
+ */
+export const POOL_LIMITS = Object.freeze({
+  /** Most members a pool may be given, in a setting or from the cores (each holds warm processes and memory). */
+  max_members: 64,
+  /** A member with no call for this long is ended, down to one member per pool: default 10 s. */
+  idle_ms: 10_000,
+});

@@ -1,4 +1,5 @@
 import type { RunnerDefinition } from '../../src/runner.js';
+import { type PoolsConfig, poolCheck } from '../shared/pool.js';
 import { JsRunner } from './js-runner.js';
 import { checkIsolatedVm } from './probe.js';
 
@@ -9,7 +10,7 @@ export const jsRunner: RunnerDefinition = {
   extensions: ['.js', '.mjs', '.ts', '.mts'],
   permission: 'exec.js',
   grantedByDefault: true,
-  probe: async () => [await checkIsolatedVm()],
+  probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process')],
   example: {
     'text-upper.json': {
       id: 'text.upper',
@@ -30,5 +31,11 @@ export default function run(input) {
 `,
   },
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
-  create: () => new JsRunner(),
+  create: ({ config }) => new JsRunner(jsPool(config)),
 };
+
+/** The pool options arium.json's `pools.js` (with createEngine's `pools` over it) gives the runner. */
+function jsPool(config: Readonly<Record<string, unknown>>): { processes?: number; idleMs?: number } {
+  const js = (config.pools as PoolsConfig | undefined)?.js;
+  return { ...(js?.processes !== undefined ? { processes: js.processes } : {}), ...(js?.idle_ms !== undefined ? { idleMs: js.idle_ms } : {}) };
+}

@@ -21,6 +21,38 @@ export interface SandboxConfig {
   execArgv: string[];
   /** Passed to the worker as JSON in argv[2]. */
   workerConfig: Record<string, unknown>;
+  /** The answer bytes the processes of one pool share (ANSWER_BYTES for them all); default one of its own. */
+  answers?: AnswerBudget;
+}
+
+/**
+ * Bytes of VFS answers on their way to the sandbox processes of one pool: the bound is the engine's
+ * memory, so a pool of N processes holds ANSWER_BYTES in all, not N times it. A process whose requests
+ * wait is woken when any process's answer is written out.
+ */
+export class AnswerBudget {
+  bytes = 0;
+  peak = 0;
+  readonly #waiting = new Set<() => void>();
+
+  take(bytes: number): void {
+    this.bytes += bytes;
+    if (this.bytes > this.peak) this.peak = this.bytes;
+  }
+
+  release(bytes: number): void {
+    this.bytes -= bytes;
+    for (const serve of this.#waiting) {
+      if (this.bytes > ANSWER_BYTES) break;
+      serve();
+    }
+  }
+
+  /** `serve` runs whenever answer bytes are released, until the returned function is called. */
+  watch(serve: () => void): () => void {
+    this.#waiting.add(serve);
+    return () => this.#waiting.delete(serve);
+  }
 }
 
 export interface WorkerInfo {
@@ -97,9 +129,11 @@ export class SandboxProcess {
   });
   readonly #probes = new Map<number, (value: Record<string, unknown>) => void>();
   #probeSeq = 0;
-  /** Bytes of VFS answers handed to the IPC channel and not written out yet (see ANSWER_BYTES). */
-  #answerBytes = 0;
-  #answerPeak = 0;
+  /** Bytes of VFS answers handed to the IPC channels of the pool and not written out yet (see ANSWER_BYTES). */
+  readonly #answers: AnswerBudget;
+  readonly #unwatch: () => void;
+  /** This process's part of the pool's answer bytes: released when written out, or all at its exit. */
+  #owed = 0;
   /** VFS requests that wait while large answers are being written, in the order they came. */
   readonly #held: Array<Extract<FromWorker, { t: 'vfs' }>> = [];
   /**
@@ -122,6 +156,8 @@ export class SandboxProcess {
   #closing: Promise<void> | null = null;
 
   constructor(config: SandboxConfig) {
+    this.#answers = config.answers ?? new AnswerBudget();
+    this.#unwatch = this.#answers.watch(() => this.#serveHeld());
     // node:child_process, not execa: this process lives as long as the engine and is supervised here
     // (grace-period kills, exit reasons, restarts); execa's result promise and output buffering serve
     // a command that runs and ends, and would hold an always-pending promise for this one.
@@ -156,6 +192,11 @@ export class SandboxProcess {
       });
       this.#child.on('exit', (code, signal) => {
         this.#exited = true;
+        this.#unwatch();
+        // Answers not written out are not: the other processes of the pool may have the bytes.
+        const owed = this.#owed;
+        this.#owed = 0;
+        if (owed > 0) this.#answers.release(owed);
         if (!this.#info && !this.#unavailable) {
           reject(
             new Error(`the sandbox process exited during start-up (${signal ?? `code ${code}`}): ${this.#stderr.trim().split('\n').pop() ?? ''}`),
@@ -188,7 +229,7 @@ export class SandboxProcess {
 
   /** The most bytes of VFS answers that were on their way to the sandbox at once. */
   get answerPeak(): number {
-    return this.#answerPeak;
+    return this.#answers.peak;
   }
 
   get pid(): number | undefined {
@@ -288,11 +329,12 @@ export class SandboxProcess {
       this.#child.send(message);
       return;
     }
-    this.#answerBytes += bytes;
-    if (this.#answerBytes > this.#answerPeak) this.#answerPeak = this.#answerBytes;
+    this.#answers.take(bytes);
+    this.#owed += bytes;
     this.#child.send(message, undefined, undefined, () => {
-      this.#answerBytes -= bytes;
-      this.#serveHeld();
+      if (this.#owed < bytes) return;
+      this.#owed -= bytes;
+      this.#answers.release(bytes);
     });
   }
 
@@ -301,7 +343,7 @@ export class SandboxProcess {
    * for a request whose bytes come on the bulk pipe, once they are all here.
    */
   #serveHeld(): void {
-    while (this.#held.length > 0 && this.#answerBytes <= ANSWER_BYTES) {
+    while (this.#held.length > 0 && this.#answers.bytes <= ANSWER_BYTES) {
       const next = this.#held[0] as Extract<FromWorker, { t: 'vfs' }>;
       let blob: Buffer | undefined;
       if (next.blob !== undefined) {

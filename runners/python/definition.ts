@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import type { RunnerDefinition } from '../../src/runner.js';
+import { type PoolsConfig, poolCheck } from '../shared/pool.js';
 import { checkBwrap, checkLandlock, checkPython, checkUserNamespaces } from './probe.js';
 import { PythonRunner } from './python-runner.js';
 
@@ -37,7 +38,8 @@ export const pyRunner: RunnerDefinition = {
     const given = typeof config.python === 'string' ? config.python : undefined;
     const python = given?.includes('/') ? resolve(projectDir, given) : given;
     const [interpreter, bwrap, namespaces] = await Promise.all([checkPython(python), checkBwrap(), checkUserNamespaces()]);
-    return [interpreter, bwrap, namespaces, await checkLandlock(interpreter.executable)];
+    const pool = poolCheck('python pool', pythonPool(config), 'fork server', ' per tools folder');
+    return [interpreter, bwrap, namespaces, await checkLandlock(interpreter.executable), pool];
   },
   example: {
     'text-words.json': {
@@ -63,5 +65,15 @@ def run(input, ctx):
       python: typeof config.python === 'string' ? config.python : undefined,
       baseDir: projectDir,
       strict: config.strict === true,
+      ...pythonPool(config),
     }),
 };
+
+/** The pool options arium.json's `pools.python` (with createEngine's `pools` over it) gives the runner. */
+function pythonPool(config: Readonly<Record<string, unknown>>): { servers?: number; idleMs?: number } {
+  const python = (config.pools as PoolsConfig | undefined)?.python;
+  return {
+    ...(python?.servers !== undefined ? { servers: python.servers } : {}),
+    ...(python?.idle_ms !== undefined ? { idleMs: python.idle_ms } : {}),
+  };
+}

@@ -5,6 +5,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import type { Shipment } from '../remote/shipment.js';
+import { leastLoaded, type PoolSizing, poolSizing } from '../shared/pool.js';
 import { checking, protocolSchema } from '../shared/protocol.js';
 import { StartBackoff } from '../shared/supervision.js';
 import { ENV_PYTHON, EnvironmentWatch, type Stamp } from './environment-state.js';
@@ -52,11 +53,16 @@ export interface PythonRunnerOptions {
   /** Call processes each fork server keeps forked ahead of time. Default 2. */
   warm?: number;
   /**
-   * Fork servers per tools folder. Default 2: calls go to the first one while it has none in flight
-   * (back to back, one server is faster: its processes and code stay in the caches), and to the others
-   * when calls overlap (one server relays every call it runs, on one core).
+   * Fork servers per tools folder at most (1 to POOL_LIMITS.max_members). Default one per available core:
+   * one server relays every call it runs on one core, so fewer servers than cores is the ceiling under
+   * load. Calls go to the first server while it has none in flight (back to back, one server is faster:
+   * its processes and code stay in the caches); another starts when every running one has calls.
    */
   servers?: number;
+  /** A fork server with no call for this long ends, down to one per tools folder. Default POOL_LIMITS.idle_ms. */
+  idleMs?: number;
+  /** Cores to size the pool from instead of os.availableParallelism(). */
+  cores?: number;
   /** Log text a call may send back (the dispatcher trims it further to the policy's log_bytes). */
   logBytes?: number;
   /**
@@ -67,7 +73,7 @@ export interface PythonRunnerOptions {
 }
 
 /** The numeric options: each must be a finite number, at least 0 (a size, a count, a wait in ms). */
-const NUMERIC_OPTIONS = ['tmpMb', 'tmpInodes', 'openFiles', 'fileMb', 'processes', 'warm', 'servers', 'logBytes', 'compileWaitMs'] as const;
+const NUMERIC_OPTIONS = ['tmpMb', 'tmpInodes', 'openFiles', 'fileMb', 'processes', 'warm', 'logBytes', 'compileWaitMs'] as const;
 const DEFAULT_COMPILE_WAIT_MS = 2000;
 
 /** The first of the uids calls get when the engine runs as root (one per running call, so RLIMIT_NPROC is per call). */
@@ -116,6 +122,11 @@ export class PythonRunner implements Runner {
   #compileRefusals = 0;
   #lastCompileRefusal: string | null = null;
   #closed = false;
+  readonly #sizing: PoolSizing;
+  /** Calls each server was given and has not finished (counted from the pick, before its ready wait). */
+  readonly #load = new Map<ServerProcess, number>();
+  readonly #lastUsed = new Map<ServerProcess, number>();
+  #shrinkTimer: NodeJS.Timeout | null = null;
 
   constructor(options: PythonRunnerOptions = {}) {
     // Checked here, once: the fork server would take what it is given (JSON turns a NaN into null: a
@@ -128,6 +139,12 @@ export class PythonRunner implements Runner {
       }
     }
     this.#options = options;
+    this.#sizing = poolSizing({ size: options.servers, idleMs: options.idleMs, cores: options.cores }, 'PythonRunner option servers', 'fork server');
+  }
+
+  /** How many fork servers a tools folder gets at most, and why. */
+  get sizing(): PoolSizing {
+    return this.#sizing;
   }
 
   async run(ctx: RunContext): Promise<unknown> {
@@ -141,9 +158,25 @@ export class PythonRunner implements Runner {
         { details: { isolation: isolation.mode } },
       );
     }
-    const server = await this.#server(tool, await this.#environment(tool));
-    ctx.meta.isolation = isolation.mode;
-    return server.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024, tool.root);
+    const environment = await this.#environment(tool);
+    const server = this.#pick(tool, environment);
+    if (server !== null) this.#load.set(server, (this.#load.get(server) ?? 0) + 1);
+    let used: ServerProcess | null = server;
+    try {
+      const ready = await this.#server(tool, environment, server);
+      if (ready !== server) {
+        if (server !== null) this.#load.set(server, (this.#load.get(server) ?? 1) - 1);
+        used = ready;
+        this.#load.set(ready, (this.#load.get(ready) ?? 0) + 1);
+      }
+      ctx.meta.isolation = isolation.mode;
+      return await ready.call(ctx, this.#entry(tool), this.#options.logBytes ?? 256 * 1024, tool.root);
+    } finally {
+      if (used !== null && this.#load.has(used)) {
+        this.#load.set(used, (this.#load.get(used) ?? 1) - 1);
+        this.#lastUsed.set(used, Date.now());
+      }
+    }
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {
@@ -167,7 +200,7 @@ export class PythonRunner implements Runner {
   }
 
   get #slots(): number {
-    return Math.max(1, Math.min(8, Math.floor(this.#options.servers ?? 2)));
+    return this.#sizing.size;
   }
 
   /** The isolation calls get here, decided once. */
@@ -210,6 +243,8 @@ export class PythonRunner implements Runner {
       uid: this.#uidNote() ?? (privileged() ? 'a uid of its own per call' : 'the engine user (capabilities dropped)'),
       ...this.#abstractSockets(isolation),
       servers: this.#servers.size,
+      // Fork servers per tools folder at most (each started when every running one has calls), and why.
+      servers_per_folder: this.#sizing,
       // Host pids of the processes the runner started for its servers (bwrap, unshare or Python itself).
       server_pids: [...this.#servers.values()].flatMap((server) => (server.pid === undefined ? [] : [server.pid])),
       server_starts: this.#starts,
@@ -226,6 +261,8 @@ export class PythonRunner implements Runner {
 
   async close(): Promise<void> {
     this.#closed = true;
+    if (this.#shrinkTimer) clearInterval(this.#shrinkTimer);
+    this.#shrinkTimer = null;
     const servers = [...this.#servers.values()];
     this.#servers.clear();
     await Promise.all(servers.map((s) => s.close()));
@@ -307,31 +344,54 @@ export class PythonRunner implements Runner {
     return relative(tool.toolsDir, tool.entryPath).split(sep).join('/');
   }
 
-  async #server(tool: Tool, environment: string | null): Promise<ServerProcess> {
+  /**
+   * The running server a call of `tool` goes to: the least loaded, and of those the first, so that
+   * back-to-back calls all go to one server, whose warm processes and code are then the ones in the
+   * caches, and the others take calls only while it has some in flight. Null when none runs.
+   */
+  #pick(tool: Tool, environment: string | null): ServerProcess | null {
+    if (this.#closed || !tool.toolsDir) return null;
+    const group = serverGroup(tool.toolsDir, tool);
+    const running: ServerProcess[] = [];
+    for (let slot = 0; slot < this.#slots; slot++) {
+      const candidate = this.#retireIfMoved(serverKey(group, slot), environment);
+      if (candidate?.accepting) running.push(candidate);
+    }
+    return leastLoaded(
+      running,
+      (s) => this.#load.get(s) ?? 0,
+      (s) => s.info !== null,
+    );
+  }
+
+  /**
+   * `picked` once ready, or a server started for the call when none ran. When every running server has
+   * calls, one more starts in the background for the calls after this one (up to the pool's size), so
+   * no call waits for two start-ups.
+   */
+  async #server(tool: Tool, environment: string | null, picked: ServerProcess | null): Promise<ServerProcess> {
     if (this.#closed) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has been closed');
     const toolsDir = tool.toolsDir;
     if (!toolsDir) throw new ToolFailure('execution', 'INTERNAL', `${tool.spec.id} has no tools folder`);
-    // The least busy running server, and of those the first: back-to-back calls all go to one server,
-    // whose warm processes and code are then the ones in the caches, and the others take calls only
-    // while it has some in flight. A server not started yet (or gone) is started in the background once
-    // another one runs, so the first call never waits for two start-ups.
     const group = serverGroup(toolsDir, tool);
     if (tool.environment !== undefined) this.#keepShipped(tool.environment);
-    let server: ServerProcess | null = null;
     let missing = -1;
-    for (let slot = 0; slot < this.#slots; slot++) {
-      const candidate = this.#retireIfMoved(serverKey(group, slot), environment);
-      if (!candidate?.accepting) {
-        if (missing < 0) missing = slot;
-        continue;
-      }
-      if (server === null || rank(candidate) < rank(server)) server = candidate;
+    for (let slot = 0; slot < this.#slots && missing < 0; slot++) {
+      if (!this.#servers.get(serverKey(group, slot))?.accepting) missing = slot;
     }
+    let server = picked?.accepting ? picked : null;
     if (server === null) {
       const blocking = this.#startFailure.blocking();
       if (blocking !== null) throw this.#unavailable(blocking);
+      if (missing < 0) throw new ToolFailure('execution', 'UNAVAILABLE', 'The Python runner has no fork server to take the call');
       server = await this.#start(toolsDir, group, missing, environment);
-    } else if (missing >= 0 && server.info !== null && !this.#startFailure.failed && Date.now() - this.#extraFailedAt > RETRY_START_MS) {
+    } else if (
+      missing >= 0 &&
+      (this.#load.get(server) ?? 0) > 1 &&
+      server.info !== null &&
+      !this.#startFailure.failed &&
+      Date.now() - this.#extraFailedAt > RETRY_START_MS
+    ) {
       const failed = () => {
         this.#extraFailedAt = Date.now();
       };
@@ -443,6 +503,14 @@ export class PythonRunner implements Runner {
     const server = new ServerProcess(start);
     this.#starts++;
     this.#servers.set(key, server);
+    this.#load.set(server, this.#load.get(server) ?? 0);
+    this.#lastUsed.set(server, Date.now());
+    // Idle counts from when it could first take a call.
+    server.ready.then(
+      () => this.#lastUsed.set(server, Date.now()),
+      () => {},
+    );
+    if (slot > 0) this.#watchIdle();
     this.#environments.set(server, environment);
     if (workRoot) this.#workRoots.set(server, workRoot);
     server.onCompileRefused = (entry, why) => {
@@ -461,8 +529,39 @@ export class PythonRunner implements Runner {
       if (dir) rmSync(dir, { recursive: true, force: true });
       this.#workRoots.delete(server);
       this.#environments.delete(server);
+      this.#load.delete(server);
+      this.#lastUsed.delete(server);
     };
     return server;
+  }
+
+  /**
+   * While a tools folder has more than one server, ends those idle for `idle_ms`, the later slots first
+   * and never slot 0 (the one back-to-back calls go to), so an idle engine keeps one server per folder.
+   */
+  #watchIdle(): void {
+    if (this.#shrinkTimer !== null || this.#closed) return;
+    const every = Math.max(10, Math.min(1_000, Math.floor(this.#sizing.idle_ms / 2)));
+    this.#shrinkTimer = setInterval(() => {
+      const now = Date.now();
+      let extra = 0;
+      for (const [key, server] of this.#servers) {
+        const first = serverKey(key.slice(0, key.lastIndexOf('\u0000')), 0);
+        if (key === first) continue;
+        const idle = (this.#load.get(server) ?? 0) === 0 && server.inFlight === 0 && server.info !== null;
+        if (idle && now - (this.#lastUsed.get(server) ?? now) >= this.#sizing.idle_ms && this.#servers.has(first)) {
+          this.#servers.delete(key);
+          server.retire();
+        } else {
+          extra++;
+        }
+      }
+      if (extra === 0 && this.#shrinkTimer !== null) {
+        clearInterval(this.#shrinkTimer);
+        this.#shrinkTimer = null;
+      }
+    }, every);
+    this.#shrinkTimer.unref();
   }
 
   #unavailable(error: unknown): ToolFailure {
@@ -490,9 +589,4 @@ function serverKey(group: string, slot: number): string {
  */
 function serverGroup(toolsDir: string, tool: Tool): string {
   return tool.environment === undefined ? toolsDir : `${toolsDir}\u0000${tool.environment}`;
-}
-
-/** Lower is better: a server still starting last, then fewer calls in flight (ties go to the first slot). */
-function rank(server: ServerProcess): number {
-  return (server.info === null ? 1e15 : 0) + server.inFlight;
 }

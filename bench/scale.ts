@@ -1,0 +1,155 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { availableParallelism, loadavg, platform } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { median } from './stats.js';
+
+/**
+ * How one engine's JS and Python throughput grows with the cores it runs on: C callers (1, 2, 8, 32,
+ * and 4 per core on machines with more than 8) each call a tool that sums 100 numbers back to back, for
+ * `ARIUM_BENCH_ROUND_MS` (1500) per round, `ARIUM_BENCH_ROUNDS` (3) rounds, the median reported.
+ *
+ * On Linux with taskset, each engine runs in a process started under `taskset -c 0` and another under
+ * `taskset -c 0,1` (its sandbox processes and fork servers inherit the cores, and the pools size
+ * themselves from them), and `two_cores_over_one` compares them; on more than two cores an engine on
+ * every core is measured too. Every round runs each setting in turn, so a busy moment of a shared
+ * machine falls on all of them alike. `main_thread_busy` is the engine's main thread's CPU time over
+ * the round's wall time; `members` how many sandbox processes or fork servers were running at its end.
+ */
+export interface ScaleRequest {
+  runner: 'js' | 'python';
+  callers: number;
+  ms: number;
+}
+
+export interface ScaleReply {
+  calls: number;
+  ms: number;
+  main_cpu_ms: number;
+  members: number;
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..', '..');
+
+interface Setting {
+  label: string;
+  child: ChildProcess;
+  replies: Array<(reply: ScaleReply | { error: string } | { ready: true; cores: number }) => void>;
+  cores: number;
+}
+
+function hasTaskset(): boolean {
+  if (platform() !== 'linux') return false;
+  try {
+    execFileSync('taskset', ['-c', '0', 'true'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function start(label: string, cpus: string | null): Setting {
+  const node = [process.execPath, '--no-node-snapshot', join(here, 'scale-child.js'), join(here, '..'), join(root, 'fixtures', 'scale')];
+  const [command, ...args] = cpus === null ? node : ['taskset', '-c', cpus, ...node];
+  const child = spawn(command as string, args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const setting: Setting = { label, child, replies: [], cores: 0 };
+  child.on('message', (message: ScaleReply | { error: string } | { ready: true; cores: number }) => setting.replies.shift()?.(message));
+  child.on('exit', (code) => {
+    for (const reply of setting.replies.splice(0)) reply({ error: `the ${label} bench process exited (${code})` });
+  });
+  return setting;
+}
+
+function next<T>(setting: Setting): Promise<T> {
+  return new Promise((resolve, reject) => {
+    setting.replies.push((message) => ('error' in message ? reject(new Error(`${setting.label}: ${message.error}`)) : resolve(message as T)));
+  });
+}
+
+async function ask(setting: Setting, request: ScaleRequest): Promise<ScaleReply> {
+  const reply = next<ScaleReply>(setting);
+  setting.child.send(request);
+  return reply;
+}
+
+export async function benchScale(): Promise<Record<string, unknown>> {
+  const rounds = Number(process.env.ARIUM_BENCH_ROUNDS) || 3;
+  const roundMs = Number(process.env.ARIUM_BENCH_ROUND_MS) || 1500;
+  const cores = availableParallelism();
+  const pinned = hasTaskset() && cores >= 2;
+  const callers = [1, 2, 8, 32, ...(cores > 8 ? [cores * 4] : [])];
+  const settings: Setting[] = [];
+  if (pinned) settings.push(start('core 0', '0'), start('cores 0,1', '0,1'));
+  if (!pinned || cores > 2) settings.push(start(`all ${cores} cores`, null));
+  const load = [loadavg()[0] as number];
+  try {
+    // Each child's first message says it is ready: wait for all at once, so none arrives unawaited.
+    const ready = await Promise.all(settings.map((s) => next<{ ready: true; cores: number }>(s)));
+    for (const [i, setting] of settings.entries()) setting.cores = ready[i]?.cores ?? 0;
+    const samples = new Map<string, { perSec: number[]; busy: number[]; members: number }>();
+    for (let r = -1; r < rounds; r++) {
+      // Round -1 warms up: the pools grow to the load, V8 optimizes the hot paths.
+      const order = r % 2 === 0 ? settings : [...settings].reverse();
+      for (const runner of ['js', 'python'] as const) {
+        for (const c of callers) {
+          for (const setting of order) {
+            const reply = await ask(setting, { runner, callers: c, ms: r < 0 ? roundMs / 3 : roundMs });
+            if (r < 0) continue;
+            const key = `${runner}\u0000${c}\u0000${setting.label}`;
+            const s = samples.get(key) ?? { perSec: [], busy: [], members: 0 };
+            s.perSec.push(reply.calls / (reply.ms / 1000));
+            s.busy.push(reply.main_cpu_ms / reply.ms);
+            s.members = Math.max(s.members, reply.members);
+            samples.set(key, s);
+          }
+        }
+      }
+    }
+    load.push(loadavg()[0] as number);
+    const figures: Record<string, Record<string, unknown>> = {};
+    for (const runner of ['js', 'python'] as const) {
+      const byCallers: Record<string, unknown> = {};
+      for (const c of callers) {
+        const row: Record<string, unknown> = {};
+        for (const setting of settings) {
+          const s = samples.get(`${runner}\u0000${c}\u0000${setting.label}`);
+          if (!s) continue;
+          row[setting.label] = {
+            calls_per_s: Math.round(median(s.perSec)),
+            main_thread_busy: Math.round(median(s.busy) * 100) / 100,
+            members: s.members,
+          };
+        }
+        if (pinned) {
+          const one = (row['core 0'] as { calls_per_s: number }).calls_per_s;
+          const two = (row['cores 0,1'] as { calls_per_s: number }).calls_per_s;
+          row.two_cores_over_one = Math.round((two / one) * 100) / 100;
+        }
+        byCallers[`callers_${c}`] = row;
+      }
+      figures[runner] = byCallers;
+    }
+    return {
+      tools: 'sum of 100 numbers, JS (isolated-vm) and Python (fork server), back to back per caller',
+      round_ms: roundMs,
+      rounds,
+      settings: settings.map((s) => `${s.label}: the pools sized for ${s.cores} core${s.cores === 1 ? '' : 's'}`),
+      ...(pinned ? {} : { pinned: 'no taskset here: only the unpinned engine is measured' }),
+      ...figures,
+      load_average: load.map((l) => Math.round(l * 100) / 100),
+    };
+  } finally {
+    await Promise.all(
+      settings.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            if (s.child.exitCode !== null || !s.child.connected) return resolve();
+            s.child.once('exit', () => resolve());
+            s.child.send({ close: true });
+            setTimeout(() => s.child.kill('SIGKILL'), 10_000).unref();
+          }),
+      ),
+    );
+  }
+}
