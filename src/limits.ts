@@ -61,6 +61,12 @@ export interface VfsQuota {
 export interface RegistryLimits {
   /** A definition file larger than this is rejected unread (a JSON file of many MB is a mistake or an attack). */
   max_definition_bytes: number;
+  /**
+   * Deepest nesting of arrays and objects in a definition (JSON or YAML; a YAML file's aliases
+   * expanded), and in a skill's front matter. Checked before the file is parsed: parsers recurse, and a
+   * file of nothing but brackets would otherwise end in a stack overflow or, for YAML, a fatal OOM.
+   */
+  max_definition_depth: number;
   /** Tools one project may define. */
   max_tools: number;
 }
@@ -90,6 +96,7 @@ export const DEFAULT_VFS_QUOTA: Readonly<VfsQuota> = Object.freeze({
 
 export const DEFAULT_REGISTRY_LIMITS: Readonly<RegistryLimits> = Object.freeze({
   max_definition_bytes: 1024 * 1024,
+  max_definition_depth: 64,
   max_tools: 10_000,
 });
 

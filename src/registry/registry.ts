@@ -6,7 +6,7 @@
  * definition), changes.ts (the difference between two served sets), meta-schema.ts.
  */
 import { readdir, realpath, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
@@ -15,7 +15,7 @@ import type { CodeProblem } from '../runner.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
 import { type ToolChanges, toolChanges, unchanged } from './changes.js';
-import { type LoadOutcome, loadDefinition } from './load.js';
+import { isDefinitionFile, type LoadOutcome, loadDefinition } from './load.js';
 
 /** chokidar, loaded by the first engine that watches: a host that never watches (the CLI) does not pay for it. */
 let chokidar: Promise<typeof import('chokidar')> | null = null;
@@ -75,7 +75,7 @@ export function widenedPermissions(approved: readonly string[], next: readonly s
 }
 
 /**
- * Builtin tools plus the tools defined in a project's `tools/*.json`. The whole folder is re-read on any
+ * Builtin tools plus the tools defined in a project's `tools/*.json` and `tools/*.yaml` (`.yml`). The whole folder is re-read on any
  * change (only files whose fingerprint changed are parsed again), so the outcome never depends on the
  * order or the coalescing of watcher events: files are taken in name order and the first file to
  * define an id owns it, unless another file is serving that id already (then that one keeps it).
@@ -237,7 +237,7 @@ export class Registry {
       // Skip editor swap files and hidden folders; everything else may be a definition or tool code.
       ignored: (path: string) => /(^|[/\\])(\.[^/\\]+|node_modules|__pycache__)$/.test(path) && path !== dir,
     });
-    const schedule = (path: string) => this.#schedule(!path.endsWith('.json'));
+    const schedule = (path: string) => this.#schedule(!isDefinitionFile(basename(path)));
     watcher.on('add', schedule).on('change', schedule).on('unlink', schedule).on('addDir', schedule).on('unlinkDir', schedule);
     watcher.on('error', () => this.#schedule(true));
     this.#watcher = watcher;
@@ -294,7 +294,7 @@ export class Registry {
       try {
         const entries = await readdir(toolsDir, { withFileTypes: true });
         names = entries
-          .filter((e) => e.name.endsWith('.json') && !e.name.startsWith('.'))
+          .filter((e) => isDefinitionFile(e.name))
           .map((e) => {
             if (!e.isFile()) problems.push({ file: `tools/${e.name}`, message: 'a tool definition must be a regular file, not a link or folder' });
             return e;
