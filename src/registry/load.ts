@@ -9,7 +9,7 @@ import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool, ToolSpec } from '../tool.js';
 import { compileSchema, SchemaError, summarize, type Validator } from '../validation.js';
 import { toolMetaSchema } from './meta-schema.js';
-import { lineColumn, parseYamlData, YamlDataError } from './yaml-data.js';
+import { lineColumn } from './text-position.js';
 
 export type LoadOutcome = { tool: Tool; problem?: undefined } | { tool?: undefined; problem: RegistryProblem };
 
@@ -40,7 +40,7 @@ export async function loadDefinition(file: string, ctx: LoadContext): Promise<Lo
   let data: DefinitionData | undefined;
   try {
     const text = await readBounded(file, ctx.limits.max_definition_bytes);
-    data = isYamlDefinition(file) ? parseYaml(text, ctx.limits) : parseJson(text, ctx.limits);
+    data = isYamlDefinition(file) ? await parseYaml(text, ctx.limits) : parseJson(text, ctx.limits);
     return { tool: await buildTool(data, text, shown, ctx) };
   } catch (error) {
     if (error instanceof DefinitionError) {
@@ -89,8 +89,13 @@ interface DefinitionData {
   locate?: (pointer: string) => string | undefined;
 }
 
-function parseYaml(raw: string, limits: RegistryLimits): DefinitionData {
+/** The YAML reader and the `yaml` package, loaded with the first YAML file: a project of JSON files does not pay for them. */
+let yamlData: Promise<typeof import('./yaml-data.js')> | null = null;
+
+async function parseYaml(raw: string, limits: RegistryLimits): Promise<DefinitionData> {
   if (raw.replace(/^\ufeff/, '').trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a YAML mapping');
+  yamlData ??= import('./yaml-data.js');
+  const { parseYamlData, YamlDataError } = await yamlData;
   try {
     return parseYamlData(raw, { max_bytes: limits.max_definition_bytes, max_depth: limits.max_definition_depth });
   } catch (error) {

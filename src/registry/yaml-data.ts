@@ -14,7 +14,9 @@
  * estimate (a block sequence at its parent key's indentation counts no level), so the value is then
  * measured exactly, after aliases are expanded, together with its size as JSON.
  */
+
 import { CST, type Document, isAlias, isMap, isScalar, isSeq, Lexer, LineCounter, type Node, parseDocument } from 'yaml';
+import { lineColumn } from './text-position.js';
 
 /** What a YAML text may expand to. */
 export interface YamlBounds {
@@ -233,11 +235,4 @@ export function estimatedDepthPast(text: string, max: number): number | null {
     if (!control) offset += token.length;
   }
   return null;
-}
-
-/** `line:column` (1-based) of an offset in a text. */
-export function lineColumn(text: string, offset: number): string {
-  const before = text.slice(0, offset);
-  const line = before.split('\n').length;
-  return `${line}:${offset - before.lastIndexOf('\n')}`;
 }
