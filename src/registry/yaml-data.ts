@@ -51,18 +51,25 @@ export interface YamlData {
 
 const CORE_TAGS: ReadonlySet<string> = new Set(['str', 'int', 'float', 'bool', 'null', 'seq', 'map'].map((name) => `tag:yaml.org,2002:${name}`));
 
-/** Parses `text` (one YAML document) as JSON data within `bounds`; throws `YamlDataError` with a position. */
-export function parseYamlData(text: string, bounds: YamlBounds): YamlData {
+/**
+ * Parses `text` (one YAML document) as JSON data within `bounds`; throws `YamlDataError` with a
+ * position. `firstLine` is the line of the file the text starts on (front matter starts on line 2).
+ */
+export function parseYamlData(text: string, bounds: YamlBounds, firstLine = 1): YamlData {
   const lines = new LineCounter();
+  const shifted = (at: string) => {
+    const [line, column] = at.split(':');
+    return `${Number(line) + firstLine - 1}:${column}`;
+  };
   const position = (offset: number) => {
     const { line, col } = lines.linePos(offset);
-    return `${line}:${col}`;
+    return shifted(`${line}:${col}`);
   };
   const deep = estimatedDepthPast(text, bounds.max_depth);
   if (deep !== null) {
     throw new YamlDataError(
       `nested deeper than ${bounds.max_depth} levels of arrays and objects, the most a definition may have`,
-      lineColumn(text, deep),
+      shifted(lineColumn(text, deep)),
     );
   }
   const doc = parseDocument(text, {
