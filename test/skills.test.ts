@@ -1,9 +1,10 @@
 import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it, test } from 'vitest';
 import { type Engine, type RegistryProblem, SKILL_LIMITS, SkillArgumentError } from '../src/index.js';
 import { readSkills } from '../src/skills/load.js';
 import { definition, nextEvent, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
+import { REVIEW, writeSkill } from './support/skills.js';
 
 /** Skills: `skills/<name>/SKILL.md`, front matter in YAML, read, checked against the tools, served, reloaded. */
 
@@ -16,28 +17,6 @@ afterEach(async () => {
 });
 
 const TOOLS = { 'tool.js': TRIVIAL_JS, 'echo.json': definition({ id: 'demo.echo' }) };
-
-export const REVIEW = `---
-name: review
-description: Review a change with the project's tools
-tools: [demo.echo, fs.read]
-arguments:
-  - name: path
-    description: The file to review
-    required: true
-  - name: focus
-    description: What to look at
----
-Read {{path}} with fs.read, then echo what you found.
-Focus on: {{ focus }}.
-`;
-
-function writeSkill(p: TempProject, name: string, text: string | Buffer): string {
-  const file = join(p.dir, 'skills', name, 'SKILL.md');
-  mkdirSync(dirname(file), { recursive: true });
-  writeFileSync(file, text);
-  return file;
-}
 
 async function withSkills(skills: Record<string, string>, options = {}): Promise<RegistryProblem[]> {
   project = tempProject(TOOLS);
