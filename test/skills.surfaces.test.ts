@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { PromptListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -124,13 +125,52 @@ describe('skills as MCP prompts', () => {
       const batch = await Promise.all(
         Array.from({ length: 4 }, () => client.getPrompt({ name: 'review', arguments: { path: '/x' } }).catch((e: Error) => e.message)),
       );
-      for (const answer of batch) answers.push(typeof answer === 'string' ? answer : (answer.messages[0]?.content as { text: string }).text);
+      for (const answer of batch)
+        answers.push(typeof answer === 'string' ? answer : String((answer.messages[0]?.content as { text?: string } | undefined)?.text));
     }
     await writer;
     expect(answers.length).toBeGreaterThan(8);
     const original = 'Read /x with fs.read, then echo what you found.\nFocus on: .\n';
     for (const answer of answers) expect([original, ...rendered]).toContain(answer);
     await expect.poll(() => changed, { timeout: 5000 }).toBeGreaterThan(0);
+  });
+});
+
+describe('skills over MCP stdio (arium mcp, from the build)', () => {
+  it('are listed and got as prompts, and a profile hides a skill whose tool it does not offer', async () => {
+    project = tempProject({ 'tool.js': TRIVIAL_JS, 'echo.json': definition({ id: 'demo.echo' }) });
+    writeSkill(project, 'review', REVIEW);
+    writeSkill(project, 'notes', NOTES);
+    const connectStdio = async () => {
+      const client = new Client({ name: 'skills-stdio', version: '1.0.0' });
+      await client.connect(
+        new StdioClientTransport({
+          command: process.execPath,
+          args: [
+            join(import.meta.dirname, '..', 'bin', 'arium.js'),
+            '--workspace',
+            project.workspace,
+            '--project',
+            project.project,
+            'mcp',
+            '--no-daemon',
+          ],
+          env: { PATH: process.env.PATH ?? '' },
+        }),
+      );
+      clients.push(client);
+      return client;
+    };
+    const client = await connectStdio();
+    expect((await client.listPrompts()).prompts.map((p) => p.name)).toEqual(['notes', 'review']);
+    const got = await client.getPrompt({ name: 'review', arguments: { path: '/a.md' } });
+    expect(got.messages).toEqual([
+      { role: 'user', content: { type: 'text', text: 'Read /a.md with fs.read, then echo what you found.\nFocus on: .\n' } },
+    ]);
+    await client.close();
+    writeFileSync(join(project.dir, 'arium.json'), JSON.stringify({ surfaces: { mcp: { tools: ['fs.*'] } } }));
+    const narrowed = await connectStdio();
+    expect((await narrowed.listPrompts()).prompts.map((p) => p.name)).toEqual(['notes']);
   });
 });
 
