@@ -34,6 +34,9 @@ import type { ToolResult } from './result.js';
 import type { Runner, RunnerStatus } from './runner.js';
 import { Scrubber } from './secrets/scrub.js';
 import { type ResolvedSecret, resolveSecrets, SecretConfigError, secretSources } from './secrets/sources.js';
+import { renderSkill } from './skills/render.js';
+import { type SkillInfo, skillInfo } from './skills/skill.js';
+import { SkillSet } from './skills/skill-set.js';
 import type { StateStore } from './store/port.js';
 import { publishProblems } from './surfaces/export.js';
 import { type Tool, type ToolInfo, toolInfo } from './tool.js';
@@ -95,6 +98,18 @@ export interface Engine extends ProjectHandle {
   call<T = unknown>(id: CallTarget, input: unknown, options?: CallOptions): Promise<ToolResult<T>>;
   tools(): ToolInfo[];
   tool(id: string): ToolInfo | undefined;
+  /**
+   * The project's skills (`skills/<name>/SKILL.md`) that load and whose tools all exist, by name. Each
+   * surface shows those whose tools its profile offers.
+   */
+  skills(): SkillInfo[];
+  /** One skill, with its body as written (`{{argument}}` placeholders in it). */
+  skill(name: string): (SkillInfo & { body: string }) | undefined;
+  /**
+   * A skill's body with `args` put in (src/skills/render.ts); undefined when there is no such skill.
+   * Throws `SkillArgumentError` for a missing required, unknown, non-string or oversized argument.
+   */
+  renderSkill(name: string, args?: Readonly<Record<string, unknown>>): string | undefined;
   /**
    * Definition files that did not load, with the reason; and tools that load but that a model API
    * cannot take (`vendor` set): the exports and MCP's tools/list leave them out for that vendor.
@@ -310,6 +325,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const warmUp = options.warmUp ?? true;
   // The registry is made below; the host hands it tools only once a provider has started.
   let registryRef: Registry | null = null;
+  let skillsRef: SkillSet | null = null;
   const providers =
     providerSettings.length > 0
       ? new ProviderHost(
@@ -350,6 +366,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     onChange: (event) => {
       toolCatalog.changed();
       bus.publish(event);
+      // A skill naming a tool is served while the tool is (a listener on the bus would make every call build its events).
+      skillsRef?.relink();
       if (!warmUp) return;
       for (const id of [...event.added, ...event.updated]) {
         const tool = registry.get(id);
@@ -358,11 +376,21 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
   });
   registryRef = registry;
+  const skills = new SkillSet({
+    dir: join(realProject, 'skills'),
+    shown: 'skills',
+    max_depth: registryLimits.max_definition_depth,
+    toolExists: (id) => registry.get(id) !== undefined,
+    onChange: (event) => bus.publish(event),
+  });
+  skillsRef = skills;
   try {
     await registry.refresh();
-    if ((options.watch ?? true) && !options.readOnly) await registry.watch();
+    await skills.refresh();
+    if ((options.watch ?? true) && !options.readOnly) await Promise.all([registry.watch(), skills.watch()]);
     await providers?.startEager();
   } catch (error) {
+    await skills.close();
     await registry.close();
     await remote?.close();
     state.close();
@@ -395,6 +423,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const publishing = new WeakMap<Tool, RegistryProblem[]>();
   const problems = (): RegistryProblem[] => [
     ...registry.problems(),
+    ...skills.problems(),
     ...registry.list().flatMap((tool) => {
       let found = publishing.get(tool);
       if (!found) {
@@ -431,9 +460,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const tool = registry.get(id);
       return tool ? toolInfo(tool) : undefined;
     },
+    skills: () => skills.list().map(skillInfo),
+    skill: (name) => {
+      const skill = skills.get(name);
+      return skill ? { ...skillInfo(skill), body: skill.body } : undefined;
+    },
+    renderSkill: (name, args) => {
+      const skill = skills.get(name);
+      return skill ? renderSkill(skill, args) : undefined;
+    },
     problems,
     refresh: async () => {
       await registry.refresh();
+      await skills.refresh();
       await providers?.startAll();
     },
     status: async () => {
@@ -476,6 +515,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     close: () => {
       closed ??= (async () => {
         approvalGate.close();
+        await skills.close();
         await registry.close();
         await Promise.allSettled([...runners.values()].map((r) => r.close()));
         await remote?.close();

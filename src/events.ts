@@ -108,6 +108,18 @@ export interface RegistryProblem {
   vendor?: string;
 }
 
+/** The project's skills (`skills/<name>/SKILL.md`) changed: by name, and every skill problem now. */
+export interface SkillsChangeEvent {
+  type: 'SkillsChangeEvent';
+  at: string;
+  run_id: null;
+  trace_id: null;
+  added: string[];
+  updated: string[];
+  removed: string[];
+  problems: RegistryProblem[];
+}
+
 export interface RegistryChangeEvent {
   type: 'RegistryChangeEvent';
   at: string;
@@ -158,6 +170,7 @@ export type EngineEvent =
   | ToolErrorEvent
   | SecurityEvent
   | RegistryChangeEvent
+  | SkillsChangeEvent
   | ApprovalRequestedEvent
   | ApprovalResolvedEvent;
 
@@ -168,6 +181,7 @@ export interface EngineEventMap {
   error: [ToolErrorEvent];
   security: [SecurityEvent];
   registry: [RegistryChangeEvent];
+  skills: [SkillsChangeEvent];
   /** Both approval events, requested and resolved. */
   approval: [ApprovalRequestedEvent | ApprovalResolvedEvent];
   event: [EngineEvent];
@@ -179,6 +193,7 @@ const CHANNEL: Record<EngineEvent['type'], keyof EngineEventMap> = {
   ToolErrorEvent: 'error',
   SecurityEvent: 'security',
   RegistryChangeEvent: 'registry',
+  SkillsChangeEvent: 'skills',
   ApprovalRequested: 'approval',
   ApprovalResolved: 'approval',
 };

@@ -29,18 +29,21 @@ export type {
   RegistryChangeEvent,
   RegistryProblem,
   SecurityEvent,
+  SkillsChangeEvent,
   ToolErrorEvent,
   ToolInvocationEvent,
   ToolResultEvent,
   VfsChangeSummary,
 } from './events.js';
 export type { CallLimits, GatewayLimits, Policy, RegistryLimits, VfsQuota } from './limits.js';
-export { DEFAULT_APPROVALS, DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA } from './limits.js';
+export { DEFAULT_APPROVALS, DEFAULT_POLICY, DEFAULT_REGISTRY_LIMITS, DEFAULT_VFS_QUOTA, SKILL_LIMITS } from './limits.js';
 export type { PermissionName } from './permissions.js';
 export { DEFAULT_GRANTS, PERMISSION_NAMES } from './permissions.js';
 export type { Awaitable, ProjectCallOptions, ProjectDiffOptions, ProjectEvents, ProjectHandle, ToolDescription } from './project-api.js';
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
 export type { Check, RunContext, Runner, RunnerDefinition, RunnerSetup, RunnerStatus } from './runner.js';
+export { SkillArgumentError } from './skills/render.js';
+export type { SkillArgument, SkillInfo } from './skills/skill.js';
 export { FileStateStore } from './store/file-store.js';
 export { ProjectLockedError } from './store/lock.js';
 export { MemoryStateStore } from './store/memory-store.js';

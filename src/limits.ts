@@ -61,6 +61,12 @@ export interface VfsQuota {
 export interface RegistryLimits {
   /** A definition file larger than this is rejected unread (a JSON file of many MB is a mistake or an attack). */
   max_definition_bytes: number;
+  /**
+   * Deepest nesting of arrays and objects in a definition (JSON or YAML; a YAML file's aliases
+   * expanded), and in a skill's front matter. Checked before the file is parsed: parsers recurse, and a
+   * file of nothing but brackets would otherwise end in a stack overflow or, for YAML, a fatal OOM.
+   */
+  max_definition_depth: number;
   /** Tools one project may define. */
   max_tools: number;
 }
@@ -90,7 +96,26 @@ export const DEFAULT_VFS_QUOTA: Readonly<VfsQuota> = Object.freeze({
 
 export const DEFAULT_REGISTRY_LIMITS: Readonly<RegistryLimits> = Object.freeze({
   max_definition_bytes: 1024 * 1024,
+  max_definition_depth: 64,
   max_tools: 10_000,
+});
+
+/**
+ * Skills (`skills/<name>/SKILL.md`, src/skills/): what one is read within, and what a prompt made from
+ * one may be given. A skill past a bound is a load problem; an argument past one is refused, never cut.
+ * Its front matter is held to `max_definition_depth` too.
+ */
+export const SKILL_LIMITS = Object.freeze({
+  /** Bytes of one SKILL.md, front matter and body together; a larger file is refused unread. */
+  max_skill_bytes: 256 * 1024,
+  /** Skills one folder may hold; the folders past it (in name order) are load problems. */
+  max_skills: 1000,
+  /** Arguments one skill may declare. */
+  max_arguments: 32,
+  /** Characters of one argument's value when a prompt is made; a longer one is refused. */
+  max_argument_chars: 16 * 1024,
+  /** Characters of a skill's description (it is listed to models with every prompt). */
+  max_description_chars: 1024,
 });
 
 /** Upper bounds a tool's own `limits` block may not exceed (enforced by the meta-schema). */

@@ -42,6 +42,26 @@ describe('arium init', () => {
     expect(events.out).toContain('"tool":"fs.write"');
   });
 
+  it('--format yaml writes the definitions in YAML, which load and run as the JSON ones do', async () => {
+    const made = parseJson(await cli(['init', 'fresh', '--format', 'yaml', '--workspace', 'ws', '--json']));
+    expect(made.created).toEqual(['tools/text-upper.yaml', 'tools/upper.js', 'tools/text-words.yaml', 'tools/words.py', 'arium.json']);
+    const toolsDir = join(ws.workspace, 'fresh', 'tools');
+    const text = readFileSync(join(toolsDir, 'text-upper.yaml'), 'utf8');
+    const ref = /^# yaml-language-server: \$schema=(.+)\n/.exec(text)?.[1];
+    expect(ref && existsSync(resolve(toolsDir, ref))).toBe(true);
+    const tools = parseJson(await cli(['tools', '--workspace', 'ws', '--project', 'fresh', '--json']));
+    expect(tools.problems).toEqual([]);
+    expect(tools.tools.filter((t: { runner: string }) => t.runner !== 'builtin').map((t: { id: string }) => t.id)).toEqual([
+      'text.upper',
+      'text.words',
+    ]);
+    const called = parseJson(await cli(['call', 'text.upper', '{"text":"hi"}', '--workspace', 'ws', '--project', 'fresh', '--json']));
+    expect(called).toMatchObject({ ok: true, data: { text: 'HI' } });
+    const wrong = await cli(['init', 'other', '--format', 'toml', '--workspace', 'ws']);
+    expect(wrong.code).toBe(2);
+    expect(wrong.err).toContain('--format toml: the tool definitions are written as json or yaml');
+  });
+
   it('takes the name from --project, then "demo"', async () => {
     expect((await cli(['init', '--workspace', 'ws', '--project', 'viaflag'])).code).toBe(0);
     expect(existsSync(join(ws.workspace, 'viaflag', 'tools', 'upper.js'))).toBe(true);

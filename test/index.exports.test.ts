@@ -21,6 +21,8 @@ describe('public API', () => {
         'ProjectLockedError',
         'StateCorruptError',
         'RUNNER_NAMES',
+        'SKILL_LIMITS',
+        'SkillArgumentError',
         'TOOL_META_SCHEMA',
         'ToolFailure',
         'VENDORS',

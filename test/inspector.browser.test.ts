@@ -251,6 +251,32 @@ describe.runIf(haveChromium)('inspector (browser)', () => {
     await page.getByTestId('problems').filter({ hasText: 'broken.json' }).waitFor({ state: 'detached', timeout: 10_000 });
   });
 
+  it('lists the skills, shows one with its instructions as text, and follows changes to the folder', async () => {
+    const page = await open('/#skills');
+    const list = page.getByTestId('skill-list');
+    const folder = join(workspace, 'demo', 'skills', 'tidy');
+    mkdirSync(folder, { recursive: true });
+    const body = 'Tidy {{path}} with fs.write.\n<img src=x onerror="alert(1)"><script>alert(2)</script>\n';
+    writeFileSync(
+      join(folder, 'SKILL.md'),
+      `---\nname: tidy\ndescription: Tidy a file\ntools: [fs.read, fs.write]\narguments:\n  - name: path\n    required: true\n---\n${body}`,
+    );
+    await expectText(list, 'tidy');
+    await page.locator('.tool-item', { hasText: 'tidy' }).click();
+    const shown = page.getByTestId('skill-body');
+    await expectText(shown, 'Tidy {{path}} with fs.write.');
+    await expect(shown.textContent()).resolves.toBe(body);
+    await expect(page.locator('[data-testid="skill-detail"] img, [data-testid="skill-detail"] script').count()).resolves.toBe(0);
+    writeFileSync(join(folder, 'SKILL.md'), '---\nname: tidy\ndescription: Tidy a file\ntools: [fs.nowhere]\n---\nx\n');
+    const problems = page.getByTestId('skill-problems');
+    await expectText(problems, 'fs.nowhere');
+    await expect(problems.textContent()).resolves.toContain('4:9');
+    rmSync(join(workspace, 'demo', 'skills'), { recursive: true });
+    await problems.waitFor({ state: 'detached', timeout: 10_000 });
+    await list.locator('.tool-item', { hasText: 'tidy' }).waitFor({ state: 'detached', timeout: 10_000 });
+    expect(failed.filter((line) => line.includes('/v1/skills'))).toEqual([]);
+  });
+
   it('takes a snapshot, diffs it against a change made from the page, and restores it after showing what changes', async () => {
     const page = await open('/');
     await runFsWrite(page, '/notes/plan.md', 'alpha\nbeta\ngamma\n');

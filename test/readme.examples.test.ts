@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { freePort, natsServerPath } from '../bench/nats-server.js';
 import { DEFAULT_CATALOG } from '../runners/index.js';
 import { loadProjectConfig } from '../src/config.js';
@@ -156,6 +157,46 @@ async function runDefinition(block: Block, all: Block[]): Promise<void> {
       const result = await engine.call(definition.id, example);
       expect(result.ok ? null : result.error).toBeNull();
     }
+  } finally {
+    await engine.close();
+  }
+}
+
+/** A YAML definition block, named by its first line (`# tools/x.yaml: …`). */
+const yamlDefinitionOf = (block: Block) => /^#\s*tools\/([\w.-]+\.ya?ml)\b/.exec(block.first)?.[1];
+
+/** A YAML definition: loaded with its entry's code block and called with its examples, and equal to the JSON block of its id. */
+async function runYamlDefinition(block: Block, all: Block[]): Promise<void> {
+  const value = parseYaml(block.code) as { id: string; entry?: string; examples?: unknown[] };
+  const twin = all.find((b) => b.lang === 'json' && b.code.includes(`"id": "${value.id}"`));
+  if (twin) expect(value).toEqual(JSON.parse(twin.code));
+  const files: Record<string, string> = { [yamlDefinitionOf(block) as string]: block.code };
+  if (value.entry !== undefined) files[value.entry] = (all.find((b) => fileOf(b) === value.entry) as Block).code;
+  const engine = await engineWith(files);
+  try {
+    expect(engine.problems()).toEqual([]);
+    for (const example of value.examples ?? []) {
+      const result = await engine.call(value.id, example);
+      expect(result.ok ? null : result.error).toBeNull();
+    }
+  } finally {
+    await engine.close();
+  }
+}
+
+/** A SKILL.md block: served by an engine (its tools exist), and rendered with its required arguments. */
+async function runSkill(block: Block): Promise<void> {
+  const name = /^name: (\S+)$/m.exec(block.code)?.[1] as string;
+  const workspace = join(temp, `ws${project++}`);
+  mkdirSync(join(workspace, 'p', 'tools'), { recursive: true });
+  mkdirSync(join(workspace, 'p', 'skills', name), { recursive: true });
+  writeFileSync(join(workspace, 'p', 'skills', name, 'SKILL.md'), block.code);
+  const engine = await createEngine({ workspace, project: 'p', watch: false, persist: false });
+  try {
+    expect(engine.problems()).toEqual([]);
+    const skill = engine.skill(name);
+    const args = Object.fromEntries((skill?.arguments ?? []).map((a) => [a.name, `<${a.name}>`]));
+    expect(engine.renderSkill(name, args)).not.toMatch(/\{\{/);
   } finally {
     await engine.close();
   }
@@ -471,7 +512,8 @@ describe('every code block of the README', () => {
       )
         return false;
       if (block.lang === 'json' || block.lang === 'ts') return false;
-      if (block.lang === 'yaml' && exampleFileOf(block)) return false;
+      if (block.lang === 'yaml' && (exampleFileOf(block) || yamlDefinitionOf(block))) return false;
+      if (block.lang === 'markdown' && block.first === '---') return false;
       return true;
     });
     expect(unknown.map((b) => `line ${b.line}: \`\`\`${b.lang} ${b.first}`)).toEqual([]);
@@ -503,7 +545,19 @@ describe('every code block of the README', () => {
     },
   );
 
-  it.each(all.filter((b) => b.lang === 'yaml').map((b) => [`line ${b.line} (${exampleFileOf(b)})`, b] as const))(
+  it.each(all.filter((b) => b.lang === 'yaml' && yamlDefinitionOf(b)).map((b) => [`line ${b.line} (${yamlDefinitionOf(b)})`, b] as const))(
+    'the YAML definition at %s loads, runs, and is its JSON twin',
+    { timeout: 30_000 },
+    async (_name, block) => runYamlDefinition(block, all),
+  );
+
+  it.each(all.filter((b) => b.lang === 'markdown' && b.first === '---').map((b) => [`line ${b.line}`, b] as const))(
+    'the skill at %s loads and renders',
+    { timeout: 30_000 },
+    async (_name, block) => runSkill(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'yaml' && exampleFileOf(b)).map((b) => [`line ${b.line} (${exampleFileOf(b)})`, b] as const))(
     'the file shown at %s is the one in examples/',
     (_name, block) => {
       expect(block.code).toBe(readFileSync(join(ROOT, exampleFileOf(block) as string), 'utf8'));

@@ -1,4 +1,6 @@
+import { realpathSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { TreeIndex } from '../runners/remote/tree.js';
 import { checkProtocol, type ProtocolLog } from '../runners/shared/protocol.js';
 import { DEFAULT_GRANTS, type Engine, type ToolResult } from '../src/index.js';
 import { type NatsServer, startNats } from './support/nats.js';
@@ -149,6 +151,22 @@ describe('remote calls', () => {
     expect(await engine.call('echo', {})).toMatchObject({ ok: true, data: { version: 1 } });
     project.write('echo.js', 'export default async function run(input) { return { echoed: input, version: 2 }; }');
     expect(await engine.call('echo', {})).toMatchObject({ ok: true, data: { version: 2 } });
+  });
+
+  it('run a tool defined in YAML, whose definition travels in the tools folder with its code', async () => {
+    project = tempProject(
+      {
+        'shout.yaml': 'id: shout\ndescription: a YAML tool\nrunner: js-runner\nentry: shout.js\npermissions: [exec.js]\nschema: {type: object}\n',
+        'shout.js': 'export default async function run() { return { said: "yes" }; }',
+      },
+      'arium-remote-',
+    );
+    await workers.start(nats.url);
+    engine = await remoteEngine(project, nats.url);
+    const result = await engine.call('shout', {});
+    expect(result).toMatchObject({ ok: true, data: { said: 'yes' } });
+    expect(result.meta.worker).toBeDefined();
+    expect(new TreeIndex().tree(realpathSync(project.tools)).entries.map(([path]) => path)).toEqual(['shout.js', 'shout.yaml']);
   });
 
   it('show the worker in status, in the result and error events, and on the events subject when asked', async () => {

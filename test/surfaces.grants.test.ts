@@ -134,6 +134,15 @@ const ROUTES: Record<string, (prefix: string) => Promise<void>> = {
     expect(listed.status).toBe(200);
     expect(listed.json()).toEqual({ providers: [] });
   },
+  // Skills read no VFS: the project has none, and a name is not found whatever it is.
+  'GET /v1/skills': async (p) => {
+    const listed = clean(await http('GET', `${p}/v1/skills`));
+    expect(listed.status).toBe(200);
+    expect(listed.json()).toEqual({ skills: [], problems: [] });
+  },
+  'GET /v1/skills/{name}': async (p) => {
+    expect(clean(await http('GET', `${p}/v1/skills/none`)).status).toBe(404);
+  },
   'GET /v1/snapshots': async (p) => {
     expect(clean(await http('GET', `${p}/v1/snapshots`)).status).toBe(200);
   },

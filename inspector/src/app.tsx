@@ -18,6 +18,7 @@ import {
 import { ApprovalsView, type PendingApproval } from './approvals';
 import { Dialog } from './dialog';
 import { FilesView } from './files';
+import { SkillsView } from './skills';
 import { SnapshotsView } from './snapshots';
 import { followEvents, type StreamStatus } from './sse';
 import { events } from './store';
@@ -26,6 +27,7 @@ import { ToolsView } from './tools';
 
 const TABS = [
   { id: 'tools', label: 'Tools' },
+  { id: 'skills', label: 'Skills' },
   { id: 'activity', label: 'Activity' },
   { id: 'files', label: 'Files' },
   { id: 'snapshots', label: 'Snapshots' },
@@ -163,6 +165,7 @@ export function App() {
       </header>
       <div id={`panel-${tab}`} role="tabpanel" aria-labelledby={`tab-${tab}`} class="panel">
         {tab === 'tools' ? <ToolsView tools={tools} problems={problems} providers={providers} error={toolsError} /> : null}
+        {tab === 'skills' ? <SkillsView /> : null}
         {tab === 'activity' ? <ActivityView status={stream} /> : null}
         {tab === 'files' ? <FilesView snapshots={snapshots} refreshKey={liveVersion} /> : null}
         {tab === 'snapshots' ? (

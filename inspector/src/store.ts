@@ -143,8 +143,9 @@ export class EventStore {
         row.status = 'security';
         break;
       case 'RegistryChangeEvent':
+      case 'SkillsChangeEvent':
         row.status = 'registry';
-        row.tool = 'registry';
+        row.tool = event.type === 'SkillsChangeEvent' ? 'skills' : 'registry';
         for (const listener of this.#registryListeners) listener(event);
         break;
       case 'gap':

@@ -9,6 +9,7 @@ import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool, ToolSpec } from '../tool.js';
 import { compileSchema, SchemaError, summarize, type Validator } from '../validation.js';
 import { toolMetaSchema } from './meta-schema.js';
+import { lineColumn } from './text-position.js';
 
 export type LoadOutcome = { tool: Tool; problem?: undefined } | { tool?: undefined; problem: RegistryProblem };
 
@@ -36,13 +37,20 @@ class DefinitionError extends Error {
 /** Reads and checks one definition file. Never throws: every failure becomes a problem naming the file. */
 export async function loadDefinition(file: string, ctx: LoadContext): Promise<LoadOutcome> {
   const shown = relative(ctx.projectDir, file).split(sep).join('/');
+  let data: DefinitionData | undefined;
   try {
     const text = await readBounded(file, ctx.limits.max_definition_bytes);
-    return { tool: await buildTool(text, shown, ctx) };
+    data = isYamlDefinition(file) ? await parseYaml(text, ctx.limits) : parseJson(text, ctx.limits);
+    return { tool: await buildTool(data, text, shown, ctx) };
   } catch (error) {
     if (error instanceof DefinitionError) {
       const problem: RegistryProblem = { file: shown, message: error.message };
-      if (error.at !== undefined) problem.at = error.at;
+      // A YAML file's reader wants the line: the pointer stays in the message.
+      const located = error.at?.startsWith('/') ? data?.locate?.(error.at) : undefined;
+      if (located !== undefined) {
+        problem.at = located;
+        problem.message = `${error.message} (at ${error.at})`;
+      } else if (error.at !== undefined) problem.at = error.at;
       if (error.id !== undefined) problem.id = error.id;
       return { problem };
     }
@@ -69,11 +77,45 @@ async function readBounded(file: string, max: number): Promise<string> {
   }
 }
 
-function parseJson(raw: string): unknown {
+/** The extensions of a definition file, in both forms. */
+export const DEFINITION_EXTENSIONS: readonly string[] = ['.json', '.yaml', '.yml'];
+
+export const isDefinitionFile = (name: string) => DEFINITION_EXTENSIONS.includes(extname(name).toLowerCase()) && !name.startsWith('.');
+const isYamlDefinition = (name: string) => extname(name).toLowerCase() !== '.json';
+
+interface DefinitionData {
+  value: unknown;
+  /** `line:column` of a JSON pointer (YAML only: a JSON file's problems keep the pointer). */
+  locate?: (pointer: string) => string | undefined;
+}
+
+/** The YAML reader and the `yaml` package, loaded with the first YAML file: a project of JSON files does not pay for them. */
+let yamlData: Promise<typeof import('./yaml-data.js')> | null = null;
+
+async function parseYaml(raw: string, limits: RegistryLimits): Promise<DefinitionData> {
+  if (raw.replace(/^\ufeff/, '').trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a YAML mapping');
+  yamlData ??= import('./yaml-data.js');
+  const { parseYamlData, YamlDataError } = await yamlData;
+  try {
+    return parseYamlData(raw, { max_bytes: limits.max_definition_bytes, max_depth: limits.max_definition_depth });
+  } catch (error) {
+    if (error instanceof YamlDataError) throw new DefinitionError(error.message, error.at);
+    throw error;
+  }
+}
+
+function parseJson(raw: string, limits: RegistryLimits): DefinitionData {
   // Some editors save UTF-8 with a byte order mark, which JSON.parse refuses (RFC 8259 §8.1 lets a
   // parser ignore it): such a file is not malformed.
   const text = raw.charCodeAt(0) === 0xfeff ? raw.slice(1) : raw;
   if (text.trim() === '') throw new DefinitionError('the file is empty (a half-written file?); expected a JSON object');
+  const deep = jsonDepthPast(text, limits.max_definition_depth);
+  if (deep !== null) {
+    throw new DefinitionError(
+      `nested deeper than ${limits.max_definition_depth} levels of arrays and objects, the most a definition may have`,
+      lineColumn(text, deep),
+    );
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -95,7 +137,24 @@ function parseJson(raw: string): unknown {
     const id = typeof (value as { id?: unknown })?.id === 'string' ? (value as { id: string }).id : undefined;
     throw new DefinitionError(describeDuplicate(duplicate), `${duplicate.line}:${duplicate.column}`, id);
   }
-  return value;
+  return { value };
+}
+
+/** The offset of the bracket that takes a JSON text past `max` levels of nesting (strings skipped); null if none does. */
+function jsonDepthPast(text: string, max: number): number | null {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return i;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return null;
 }
 
 const metaValidators = new Map<string, Validator>();
@@ -120,10 +179,11 @@ const OBJECT_MEMBER_NAMES: ReadonlySet<string> = new Set(
   [...Object.getOwnPropertyNames(Object.prototype), 'prototype'].map((name) => name.toLowerCase()),
 );
 
-async function buildTool(text: string, shown: string, ctx: LoadContext): Promise<Tool> {
-  const raw = parseJson(text);
+async function buildTool(data: DefinitionData, text: string, shown: string, ctx: LoadContext): Promise<Tool> {
+  const raw = data.value;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw new DefinitionError(`a tool definition must be a JSON object, not ${Array.isArray(raw) ? 'an array' : typeof raw}`);
+    const form = data.locate ? 'a YAML mapping' : 'a JSON object';
+    throw new DefinitionError(`a tool definition must be ${form}, not ${raw === null ? 'null' : Array.isArray(raw) ? 'an array' : typeof raw}`);
   }
   const declaredId = typeof (raw as { id?: unknown }).id === 'string' ? ((raw as { id: string }).id as string) : undefined;
   // Before the meta-schema: its if/then for builtin only says "/: must NOT be valid" when an entry is given.

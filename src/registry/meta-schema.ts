@@ -18,7 +18,7 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     $id: 'urn:arium:schema:tool:v1',
     title: 'Arium tool definition',
-    description: 'A tool the Arium engine loads from workspace/<project>/tools/*.json',
+    description: 'A tool the Arium engine loads from workspace/<project>/tools/*.json, or *.yaml and *.yml (the same data in YAML 1.2)',
     type: 'object',
     additionalProperties: false,
     required: ['id', 'description', 'runner', 'schema'],

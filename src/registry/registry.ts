@@ -6,7 +6,7 @@
  * definition), changes.ts (the difference between two served sets), meta-schema.ts.
  */
 import { readdir, realpath, stat } from 'node:fs/promises';
-import { join, sep } from 'node:path';
+import { basename, join, sep } from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { RegistryChangeEvent, RegistryProblem, SecurityEvent } from '../events.js';
 import type { RegistryLimits } from '../limits.js';
@@ -17,7 +17,7 @@ import type { CodeProblem } from '../runner.js';
 import type { RunnerCatalog } from '../runner-catalog.js';
 import type { Tool } from '../tool.js';
 import { type ToolChanges, toolChanges, unchanged } from './changes.js';
-import { type LoadOutcome, loadDefinition } from './load.js';
+import { isDefinitionFile, type LoadOutcome, loadDefinition } from './load.js';
 import { namespaceProblem } from './pack-namespace.js';
 
 /** chokidar, loaded by the first engine that watches: a host that never watches (the CLI) does not pay for it. */
@@ -78,7 +78,7 @@ export function widenedPermissions(approved: readonly string[], next: readonly s
 }
 
 /**
- * Builtin tools plus the tools defined in a project's `tools/*.json`. The whole folder is re-read on any
+ * Builtin tools plus the tools defined in a project's `tools/*.json` and `tools/*.yaml` (`.yml`). The whole folder is re-read on any
  * change (only files whose fingerprint changed are parsed again), so the outcome never depends on the
  * order or the coalescing of watcher events: files are taken in name order and the first file to
  * define an id owns it, unless another file is serving that id already (then that one keeps it).
@@ -268,7 +268,7 @@ export class Registry {
       // Skip editor swap files and hidden folders; everything else may be a definition or tool code.
       ignored: (path: string) => /(^|[/\\])(\.[^/\\]+|node_modules|__pycache__)$/.test(path) && path !== dir,
     });
-    const schedule = (path: string) => this.#schedule(!path.endsWith('.json'));
+    const schedule = (path: string) => this.#schedule(!isDefinitionFile(basename(path)));
     watcher.on('add', schedule).on('change', schedule).on('unlink', schedule).on('addDir', schedule).on('unlinkDir', schedule);
     watcher.on('error', () => this.#schedule(true));
     this.#watcher = watcher;
@@ -332,7 +332,7 @@ export class Registry {
       const shown = folder.pack ? `packs/${folder.pack}/tools` : 'tools';
       try {
         const entries = await readdir(folder.dir, { withFileTypes: true });
-        for (const e of entries.filter((e) => e.name.endsWith('.json') && !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+        for (const e of entries.filter((e) => isDefinitionFile(e.name)).sort((a, b) => (a.name < b.name ? -1 : 1))) {
           if (!e.isFile()) problems.push({ file: `${shown}/${e.name}`, message: 'a tool definition must be a regular file, not a link or folder' });
           else files.push({ file: join(folder.dir, e.name), dir: folder.dir, ...(folder.pack ? { pack: folder.pack } : {}) });
         }

@@ -83,7 +83,8 @@ export class SurfaceAccess {
   }
 
   seesEvent(event: EngineEvent): boolean {
-    return event.type === 'RegistryChangeEvent' || this.seesCall(event.tool);
+    if (event.type === 'RegistryChangeEvent' || event.type === 'SkillsChangeEvent') return true;
+    return this.seesCall(event.tool);
   }
 
   #demandRead(tool: string, verb: string, raw: unknown): void {

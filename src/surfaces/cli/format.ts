@@ -55,9 +55,10 @@ export function formatEvent(e: EngineEvent, c: Paint): string {
             : (e.operation ?? e.reason);
       return `${time} ${c.magenta('security  ')} ${e.tool} ${e.action}: ${what}`;
     }
-    case 'RegistryChangeEvent': {
+    case 'RegistryChangeEvent':
+    case 'SkillsChangeEvent': {
       const parts = [`+${e.added.length}`, `~${e.updated.length}`, `-${e.removed.length}`, `${e.problems.length} problems`];
-      return `${time} ${c.yellow('registry  ')} ${parts.join(' ')}`;
+      return `${time} ${c.yellow(e.type === 'SkillsChangeEvent' ? 'skills    ' : 'registry  ')} ${parts.join(' ')}`;
     }
     case 'ApprovalRequested':
       return `${time} ${c.yellow('approval? ')} ${e.tool} run ${e.run_id}${e.caller ? c.dim(` asked by ${e.caller}`) : ''} ${c.dim(clip(JSON.stringify(e.input) ?? '', 80))}`;

@@ -22,6 +22,7 @@ import { cliRoutes } from './routes/cli.js';
 import type { RouteContext, Served } from './routes/context.js';
 import { eventRoutes } from './routes/events.js';
 import { mcpRoutes } from './routes/mcp.js';
+import { skillRoutes } from './routes/skills.js';
 import { toolRoutes } from './routes/tools.js';
 import { vfsRoutes } from './routes/vfs.js';
 
@@ -327,6 +328,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       }
     });
     toolRoutes(scope);
+    skillRoutes(scope);
     vfsRoutes(scope, context);
     approvalRoutes(scope);
     eventRoutes(scope);

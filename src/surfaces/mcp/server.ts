@@ -24,6 +24,7 @@ import type { LogLine, Progress } from '../../result.js';
 import { SurfaceAccess } from '../access.js';
 import { clientCaller } from './caller.js';
 import type { SurfaceProfile } from './profile.js';
+import { servePrompts } from './prompts.js';
 import { Subscriptions } from './subscriptions.js';
 import { mcpTool } from './tool-shape.js';
 
@@ -110,7 +111,12 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
   const server = new Server(
     { name: `arium-${engine.project}`, version: options.version ?? '0.1.0' },
     {
-      capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, logging: {} },
+      capabilities: {
+        tools: { listChanged: true },
+        resources: { subscribe: true, listChanged: true },
+        prompts: { listChanged: true },
+        logging: {},
+      },
       instructions: `Tools of the Arium project "${engine.project}". Each call runs sandboxed; failures come back as results with isError and a normalized error (code, stage, message, retryable).`,
     },
   );
@@ -364,6 +370,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
   };
   engine.events.on('result', onResult);
   engine.events.on('registry', onRegistry);
+  const stopPrompts = servePrompts(server, engine, visible);
 
   return {
     server,
@@ -371,6 +378,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     detach: () => {
       engine.events.off('result', onResult);
       engine.events.off('registry', onRegistry);
+      stopPrompts();
     },
   };
 }

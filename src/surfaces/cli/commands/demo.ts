@@ -80,7 +80,7 @@ async function session(ctx: Context, engine: Engine, setup: readonly string[]): 
   if (!ctx.json) ctx.out(`\n${c.bold('Project tools')} ${c.dim('(sandboxed runners; each is called with the first of its "examples")')}`);
   for (const text of setup) note(text);
   for (const problem of engine.problems()) note(`${problem.file} did not load: ${problem.message}`);
-  if (own.length === 0) note('the project defines no tools of its own (add *.json definitions to its tools/ folder)');
+  if (own.length === 0) note('the project defines no tools of its own (add *.json or *.yaml definitions to its tools/ folder)');
   for (const tool of own) await projectTool(tool, call, note, engine);
 
   await call({

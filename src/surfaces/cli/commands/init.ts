@@ -35,8 +35,20 @@ function schemaRef(fromDir: string, schemaFile: string): Record<string, string> 
 
 const json = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
 
+type DefinitionFormat = 'json' | 'yaml';
+
+/**
+ * A definition in YAML: the same data, its schema named for editors in the comment the YAML language
+ * server reads (a `$schema` key would do as well, but is noise in YAML).
+ */
+async function yamlDefinition(tools: string, content: object): Promise<string> {
+  const { stringify } = await import('yaml');
+  const ref = schemaRef(tools, 'tool.schema.json').$schema;
+  return `${ref ? `# yaml-language-server: $schema=${ref}\n` : ''}${stringify(content, { version: '1.2' })}`;
+}
+
 /** The example tool of each runner that has one (a project cannot define `builtin` tools), and an arium.json granting what they need. */
-function exampleFiles(projectDir: string): Map<string, string> {
+async function exampleFiles(projectDir: string, format: DefinitionFormat): Promise<Map<string, string>> {
   const tools = join(projectDir, 'tools');
   const files = new Map<string, string>();
   const grants = ['vfs.read', 'vfs.write'];
@@ -44,7 +56,9 @@ function exampleFiles(projectDir: string): Map<string, string> {
     if (!definition.example) continue;
     if (definition.permission) grants.push(definition.permission);
     for (const [file, content] of Object.entries(definition.example)) {
-      files.set(`tools/${file}`, typeof content === 'string' ? content : json({ ...schemaRef(tools, 'tool.schema.json'), ...content }));
+      if (typeof content === 'string') files.set(`tools/${file}`, content);
+      else if (format === 'yaml') files.set(`tools/${file.replace(/\.json$/, '.yaml')}`, await yamlDefinition(tools, content));
+      else files.set(`tools/${file}`, json({ ...schemaRef(tools, 'tool.schema.json'), ...content }));
     }
   }
   // The audit log is on, so `arium events` shows what agents did; it rotates at 16 MiB, keeping 4 files.
@@ -106,8 +120,15 @@ function projectName(ctx: Context): string {
   return name;
 }
 
+function definitionFormat(ctx: Context): DefinitionFormat {
+  const format = str(ctx.parsed, 'format') ?? 'json';
+  if (format !== 'json' && format !== 'yaml') throw new UsageError(`--format ${format}: the tool definitions are written as json or yaml`);
+  return format;
+}
+
 async function run(ctx: Context): Promise<number> {
   const name = projectName(ctx);
+  const format = definitionFormat(ctx);
   const force = bool(ctx.parsed, 'force');
   const templateName = str(ctx.parsed, 'template');
   const offered = templates();
@@ -128,7 +149,7 @@ async function run(ctx: Context): Promise<number> {
   const overwritten: string[] = [];
   try {
     mkdirSync(join(dir, 'tools'), { recursive: true });
-    const files = chosen ? templateFiles(dir, chosen.template, chosen.permission) : exampleFiles(dir);
+    const files = chosen ? templateFiles(dir, chosen.template, chosen.permission) : await exampleFiles(dir, format);
     for (const [file, content] of files) {
       const path = join(dir, file);
       mkdirSync(dirname(path), { recursive: true });
@@ -159,17 +180,19 @@ async function run(ctx: Context): Promise<number> {
 
 export const initSpec: CommandSpec = {
   name: 'init',
-  usage: 'arium init [project] [--template c|rust] [--force]',
+  usage: 'arium init [project] [--format json|yaml] [--template c|rust] [--force]',
   summary: 'create a project folder with example tools (a JavaScript and a Python tool)',
   details: `Creates <workspace>/<project>/ with tools/ (text-upper.json + upper.js for the js-runner,
 text-words.json + words.py for the py-runner) and an arium.json granting what they need, with the
-audit log on (arium events shows every call).
+audit log on (arium events shows every call). --format yaml writes the definitions as
+text-upper.yaml and text-words.yaml instead: the same data in YAML.
 The project name defaults to --project, then "demo". An existing, non-empty project is refused
 unless --force, which rewrites the example files and leaves every other file alone.
 --template c|rust creates a WebAssembly tool from source instead (tools/src/, the definition, and
 the module built with clang or rustc for wasm32-wasi); init runs its build command once and prints it.`,
   flags: {
     force: { help: 'rewrite the example files in an existing project' },
+    format: { value: true, arg: '<json|yaml>', help: 'write the example tool definitions as JSON (default) or YAML' },
     template: { value: true, arg: '<name>', help: 'a tool built from source instead of the examples: c or rust (WebAssembly)' },
   },
   run,
