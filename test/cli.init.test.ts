@@ -20,7 +20,8 @@ describe('arium init', () => {
     for (const file of EXAMPLES) expect(existsSync(join(ws.workspace, 'fresh', file))).toBe(true);
     const tools = parseJson(await cli(['tools', '--workspace', 'ws', '--project', 'fresh', '--json']));
     expect(tools.problems).toEqual([]);
-    const own = tools.tools.filter((t: { runner: string }) => t.runner !== 'builtin');
+    // The runners that bring their own tools (the builtins, code.run) are not the example's.
+    const own = tools.tools.filter((t: { runner: string }) => !['builtin', 'code'].includes(t.runner));
     expect(own.map((t: { id: string; runner: string }) => [t.id, t.runner]).sort()).toEqual([
       ['text.upper', 'js-runner'],
       ['text.words', 'py-runner'],
@@ -51,7 +52,7 @@ describe('arium init', () => {
     expect(ref && existsSync(resolve(toolsDir, ref))).toBe(true);
     const tools = parseJson(await cli(['tools', '--workspace', 'ws', '--project', 'fresh', '--json']));
     expect(tools.problems).toEqual([]);
-    expect(tools.tools.filter((t: { runner: string }) => t.runner !== 'builtin').map((t: { id: string }) => t.id)).toEqual([
+    expect(tools.tools.filter((t: { runner: string }) => !['builtin', 'code'].includes(t.runner)).map((t: { id: string }) => t.id)).toEqual([
       'text.upper',
       'text.words',
     ]);
