@@ -101,13 +101,15 @@ describe('arium doctor', () => {
       'python env',
       'system.exec',
       'isolated-vm',
+      'js pool',
       'python',
       'bubblewrap',
       'user namespaces',
       'landlock',
+      'python pool',
       'daemon',
     ]);
-    expect(report.checks[9].detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
+    expect(report.checks.find((c: Json) => c.name === 'landlock').detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
     expect(report.checks[0]).toMatchObject({ name: 'node', ok: true });
     expect(report.ok).toBe(report.checks.every((c: Json) => c.ok));
     for (const c of report.checks) if (!c.ok) expect(c.fix).toEqual(expect.any(String));

@@ -295,10 +295,16 @@ describe('the MCP server’s resources act with surfaces.mcp.grants', () => {
       // Each listed resource, by kind: the snapshot log, or a file (which the listing only names when readable).
       for (const resource of resources) {
         expect(JSON.stringify(resource)).not.toContain(HIDDEN);
-        const kind = resource.uri === `${prefix}snapshots` ? 'snapshots' : resource.uri.startsWith(`${prefix}vfs/`) ? 'file' : 'unclassified';
-        expect(kind).not.toBe('unclassified');
+        const kinds: Record<string, boolean> = {
+          snapshots: resource.uri === `${prefix}snapshots`,
+          file: resource.uri.startsWith(`${prefix}vfs/`),
+          // The declarations of the tools this surface may call: no file content, no hidden name.
+          types: resource.uri === `${prefix}code/types`,
+        };
+        expect(Object.values(kinds).filter(Boolean)).toHaveLength(1);
         const read = await client.readResource({ uri: resource.uri });
         expect(JSON.stringify(read)).not.toContain(CONTENT);
+        expect(JSON.stringify(read)).not.toContain(HIDDEN);
       }
       expect(state()).toBe(before);
     } finally {

@@ -59,7 +59,7 @@ async function session(ctx: Context, engine: Engine, setup: readonly string[]): 
   };
 
   const tools = engine.tools();
-  const own = tools.filter((t) => t.runner !== 'builtin').sort((a, b) => a.id.localeCompare(b.id));
+  const own = tools.filter((t) => t.source !== 'builtin').sort((a, b) => a.id.localeCompare(b.id));
   if (!ctx.json) {
     ctx.out(c.bold(`Arium demo — project ${engine.project}: ${tools.length - own.length} builtin tools, ${own.length} of its own`));
     ctx.out(c.dim(`Each step is one engine.call(); the ↳ lines are the events it emitted, as they happened (trace ${traceId}).`));
