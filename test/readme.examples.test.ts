@@ -73,6 +73,11 @@ const MODULES: Record<string, Case[]> = {
 const NOT_RUN: Array<[lang: string, first: RegExp, why: string]> = [
   [
     'sh',
+    /^arium init mytools --template c/,
+    'needs the wasm32-wasi toolchains; test/cli.init-wasm.test.ts runs arium init --template c and rust and calls the tools they build',
+  ],
+  [
+    'sh',
     /^# \(a\) install, build, and run the main job/,
     'the fresh-machine commands (npm install, the demo, the tests): CI runs exactly these (.ci/run)',
   ],
@@ -323,6 +328,29 @@ function stopDaemon(workspace: string, runtime: string): void {
 }
 
 /** The connect() example: type-checked, then run against the daemon it starts, whose file it wrote is read back. */
+/**
+ * A code-mode program: run as the README says, through code.run with `atomic`, on a copy of the demo
+ * project with two notes; its report counts each note's words and lands as one write.
+ */
+async function runCodeModeExample(block: Block): Promise<void> {
+  const dir = join(temp, `code-mode-${block.line}`);
+  cpSync(join(ROOT, 'workspace', 'demo'), join(dir, 'demo'), { recursive: true, filter: (source) => !source.includes(`${join('demo', '.arium')}`) });
+  const engine = await createEngine({ workspace: dir, project: 'demo', watch: false, persist: false });
+  try {
+    for (const [path, content] of [
+      ['/notes/a.md', 'tea tea coffee'],
+      ['/notes/b.md', 'rain sun rain rain'],
+    ])
+      expect((await engine.call('fs.write', { path, content })).ok).toBe(true);
+    const run = await engine.call('code.run', { code: block.code, atomic: true });
+    expect(run).toMatchObject({ ok: true, data: { '/notes/a.md': 3, '/notes/b.md': 4 } });
+    const written = await engine.call('fs.read', { path: '/reports/words.json' });
+    expect(written.ok && JSON.parse((written.data as { content: string }).content)).toEqual(run.ok && run.data);
+  } finally {
+    await engine.close();
+  }
+}
+
 async function runConnectExample(block: Block): Promise<void> {
   const dir = join(temp, `connect-${block.line}`);
   mkdirSync(join(dir, 'node_modules'), { recursive: true });
@@ -592,10 +620,12 @@ describe('every code block of the README', () => {
     'the TypeScript at %s type-checks under --strict and runs',
     { timeout: 60_000 },
     async (_name, block) =>
-      block.first.startsWith('// mcp-client.ts')
-        ? runMcpClientExample(block)
-        : block.first.startsWith('import { connect }')
-          ? runConnectExample(block)
-          : runLibraryExample(block),
+      block.first.startsWith('// code.run')
+        ? runCodeModeExample(block)
+        : block.first.startsWith('// mcp-client.ts')
+          ? runMcpClientExample(block)
+          : block.first.startsWith('import { connect }')
+            ? runConnectExample(block)
+            : runLibraryExample(block),
   );
 });
