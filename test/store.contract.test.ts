@@ -3,15 +3,18 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { natsServerPath } from '../bench/nats-server.js';
 import { createEngine } from '../src/index.js';
 import { FileStateStore } from '../src/store/file-store.js';
+import { JetStreamStore } from '../src/store/jetstream-store.js';
 import type { JournalRecord } from '../src/store/journal.js';
 import { ProjectLockedError } from '../src/store/lock.js';
 import { MemoryStateStore } from '../src/store/memory-store.js';
 import { CorruptObjectError } from '../src/store/objects.js';
 import type { StateStore } from '../src/store/port.js';
 import { VfsState } from '../src/vfs/state.js';
+import { startJetStream } from './support/jetstream.js';
 import { tempProject } from './support/project.js';
 
 interface Backend {
@@ -30,6 +33,17 @@ const STORES: Record<string, () => Backend> = {
     return { open: () => store, remove: () => {} };
   },
 };
+
+// The JetStream store, on one real nats-server (R1), where nats-server is installed (see vitest.config.ts).
+const jetstream = natsServerPath() ? await startJetStream(1) : null;
+afterAll(() => jetstream?.remove());
+let projects = 0;
+if (jetstream) {
+  STORES['jetstream R1'] = () => {
+    const name = `contract-${process.pid}-${++projects}`;
+    return { open: () => new JetStreamStore({ servers: jetstream.urls, name, leaseMs: 600 }), remove: () => {} };
+  };
+}
 
 const write = (path: string, text: string) => ({ op: 'write' as const, path, data: Buffer.from(text) });
 
