@@ -6,6 +6,7 @@ import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import { PROVIDERS_SCHEMA, type ProviderConfigEntry } from './providers/config.js';
 import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
+import { STORE_CONFIG_SCHEMA, type StoreConfig } from './store/jetstream/config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import { SECRETS_SCHEMA } from './secrets/sources.js';
 import type { SurfaceProfile } from './surfaces/mcp/profile.js';
@@ -44,6 +45,8 @@ export interface ProjectConfig {
   secrets?: Record<string, { env: string } | { file: string }>;
   /** Runners or tools that run on workers over NATS, and how to reach the server (README "Remote runners"). */
   remote?: RemoteConfig;
+  /** Where the project's state is kept instead of `<project>/.arium`: NATS JetStream (README "State in NATS JetStream"). */
+  store?: StoreConfig;
   /** Tools served from outside the engine (an MCP server, an HTTP tool worker, NATS satellites), by provider name (README "Providers"). */
   providers?: Record<string, ProviderConfigEntry>;
 }
@@ -158,6 +161,7 @@ const ENGINE_CONFIG_SCHEMA = {
     approvals: APPROVALS_SCHEMA,
     secrets: SECRETS_SCHEMA,
     remote: REMOTE_CONFIG_SCHEMA,
+    store: STORE_CONFIG_SCHEMA,
     providers: PROVIDERS_SCHEMA,
   },
 } as const;

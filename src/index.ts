@@ -41,6 +41,8 @@ export type { Awaitable, ProjectCallOptions, ProjectDiffOptions, ProjectEvents, 
 export type { ErrResult, LogLine, OkResult, ResultMeta, ToolResult } from './result.js';
 export type { Check, RunContext, Runner, RunnerDefinition, RunnerSetup, RunnerStatus } from './runner.js';
 export { FileStateStore } from './store/file-store.js';
+export type { JetStreamStoreOptions } from './store/jetstream-store.js';
+export { JetStreamStore, StoreFencedError } from './store/jetstream-store.js';
 export { ProjectLockedError } from './store/lock.js';
 export { MemoryStateStore } from './store/memory-store.js';
 export type { JournalPort, LiveRef, StateStore } from './store/port.js';

@@ -7,7 +7,8 @@ export class NatsStoreError extends Error {
   override readonly name: string = 'NatsStoreError';
   constructor(
     message: string,
-    readonly code: number | null = null,
+    /** JetStream's error code, when it gave one. */
+    readonly apiCode: number | null = null,
   ) {
     super(message);
   }
