@@ -6,9 +6,9 @@ import { describeDuplicate, findDuplicateKey } from './json-keys.js';
 import { DEFAULT_APPROVALS, DEFAULT_AUDIT_ROTATION, DEFAULT_POLICY, DEFAULT_VFS_QUOTA } from './limits.js';
 import { PROVIDERS_SCHEMA, type ProviderConfigEntry } from './providers/config.js';
 import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
-import { STORE_CONFIG_SCHEMA, type StoreConfig } from './store/jetstream/config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import { SECRETS_SCHEMA } from './secrets/sources.js';
+import { STORE_CONFIG_SCHEMA, type StoreConfig } from './store/jetstream/config.js';
 import type { SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
 

@@ -256,7 +256,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   let stateDir: string | StateStore | null = null;
   if ((options.persist ?? config.persist) !== false) {
     try {
-      stateDir = options.store ?? (config.store ? openConfiguredStore(config.store, project, options.env ?? process.env, projectDir) : join(projectDir, '.arium'));
+      stateDir =
+        options.store ??
+        (config.store ? openConfiguredStore(config.store, project, options.env ?? process.env, projectDir) : join(projectDir, '.arium'));
     } catch (error) {
       await audit?.close();
       throw new EngineConfigError((error as Error).message, `arium.json ${error instanceof StoreConfigError ? error.field : 'store'}`);

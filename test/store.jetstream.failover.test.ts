@@ -50,8 +50,10 @@ function startHolder(workspace: string): Holder {
   const waitFor = async (test: () => boolean, what: string, ms = 60_000) => {
     const deadline = Date.now() + ms;
     while (!test()) {
-      if (Date.now() > deadline || child.exitCode !== null && !test()) {
-        throw new Error(`the holder did not reach: ${what} (exit ${child.exitCode}; stdout tail ${lines.slice(-5).join(' | ')}; stderr ${stderr.slice(-2000)})`);
+      if (Date.now() > deadline || (child.exitCode !== null && !test())) {
+        throw new Error(
+          `the holder did not reach: ${what} (exit ${child.exitCode}; stdout tail ${lines.slice(-5).join(' | ')}; stderr ${stderr.slice(-2000)})`,
+        );
       }
       await new Promise((r) => setTimeout(r, 20));
     }

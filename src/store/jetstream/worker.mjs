@@ -97,7 +97,7 @@ async function open(given) {
 /** The lease's record, or null when nobody holds it (never taken, released, or expired). */
 async function currentLease() {
   const entry = await kv.get(LEASE_KEY);
-  if (!entry || entry.operation !== 'PUT' || entry.length === 0) return { entry, owner: null };
+  if (entry?.operation !== 'PUT' || entry.length === 0) return { entry, owner: null };
   try {
     return { entry, owner: entry.json() };
   } catch {
