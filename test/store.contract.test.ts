@@ -34,14 +34,23 @@ const STORES: Record<string, () => Backend> = {
   },
 };
 
-// The JetStream store, on one real nats-server (R1), where nats-server is installed (see vitest.config.ts).
-const jetstream = natsServerPath() ? await startJetStream(1) : null;
-afterAll(() => jetstream?.remove());
+// The JetStream store on real nats-servers, where nats-server is installed (see vitest.config.ts): one
+// server (R1), and a cluster of three with every message on all three (R3).
+const single = natsServerPath() ? await startJetStream(1) : null;
+const trio = natsServerPath() ? await startJetStream(3) : null;
+afterAll(async () => {
+  await single?.remove();
+  await trio?.remove();
+});
 let projects = 0;
-if (jetstream) {
-  STORES['jetstream R1'] = () => {
+for (const [kind, servers, replicas] of [
+  ['jetstream R1', single, 1],
+  ['jetstream R3', trio, 3],
+] as const) {
+  if (!servers) continue;
+  STORES[kind] = () => {
     const name = `contract-${process.pid}-${++projects}`;
-    return { open: () => new JetStreamStore({ servers: jetstream.urls, name, leaseMs: 600 }), remove: () => {} };
+    return { open: () => new JetStreamStore({ servers: servers.urls, name, replicas, leaseMs: 600 }), remove: () => {} };
   };
 }
 

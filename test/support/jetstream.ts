@@ -4,6 +4,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { freePort, natsServerPath } from '../../bench/nats-server.js';
 
 export interface JetStreamCluster {
@@ -29,11 +31,29 @@ function listening(port: number): Promise<boolean> {
   });
 }
 
+/** Waits until JetStream answers (a cluster elects its meta leader first). */
+export async function jetStreamReady(urls: string[]): Promise<void> {
+  const nc = await connect({ servers: urls });
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await (await jetstreamManager(nc, { timeout: 1000 })).getAccountInfo();
+        return;
+      } catch (error) {
+        if (attempt > 120) throw error;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  } finally {
+    await nc.close();
+  }
+}
+
 /** `size` servers (1, or 3 routed as one cluster), each with JetStream and its own storage folder. */
 export async function startJetStream(size: 1 | 3 = 1): Promise<JetStreamCluster> {
   const binary = natsServerPath();
   if (!binary) throw new Error('nats-server is not installed (apt-get install nats-server)');
-  const root = mkdtempSync(join(tmpdir(), 'arium-js-'));
+  const root = mkdtempSync(join(tmpdir(), 'arium-jetstream-'));
   const ports = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = await Promise.all(Array.from({ length: size }, () => freePort()));
   const children: (ChildProcess | null)[] = Array.from({ length: size }, () => null);
@@ -61,6 +81,7 @@ export async function startJetStream(size: 1 | 3 = 1): Promise<JetStreamCluster>
     });
   };
   await Promise.all(ports.map((_, i) => start(i)));
+  await jetStreamReady(ports.map((p) => `nats://127.0.0.1:${p}`));
   return {
     urls: ports.map((p) => `nats://127.0.0.1:${p}`),
     kill,
