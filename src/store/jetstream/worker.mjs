@@ -303,7 +303,7 @@ async function objPut({ objects }) {
       await os.putBlob({ name }, data);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(16, objects.length) }, one));
+  await Promise.all(Array.from({ length: Math.min(64, objects.length) }, one));
   return {};
 }
 
