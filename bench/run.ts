@@ -53,6 +53,7 @@ const suites: Array<[string, Bench | null]> = [
   ['providers-mcp', await optional('./providers-mcp.js', 'benchProvidersMcp')],
   ['providers-http', await optional('./providers-http.js', 'benchProvidersHttp')],
   ['providers-nats', await optional('./providers-nats.js', 'benchProvidersNats')],
+  ['store-jetstream', await optional('./store-jetstream.js', 'benchStoreJetStream')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {
