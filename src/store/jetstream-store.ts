@@ -148,11 +148,9 @@ export class JetStreamStore implements StateStore {
       { sub: 'live', parts: [Buffer.from(JSON.stringify({ root: ref.root, seq: ref.seq }))] },
       this.#timeoutMs,
     );
+    // The checkpoints before this one stay (a few bytes each): were a server to answer a read with less
+    // than it holds (JetStream recovering a stream), an older checkpoint is still there to go back to.
     this.#liveSeq = seq;
-    try {
-      // The checkpoints before this one are never read again.
-      this.#bridge.call('purge', { sub: 'live', before: seq }, this.#timeoutMs);
-    } catch {}
   }
 
   liveStamp(): string | null {

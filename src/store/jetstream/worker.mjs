@@ -307,8 +307,50 @@ async function objPut({ objects }) {
   return {};
 }
 
+/**
+ * Runs `read` again when it has not answered within a share of the request's time: a read of an
+ * object store goes through a consumer, which may wait on a server that was just lost until the
+ * stream has a new leader.
+ */
+async function patiently(read) {
+  const each = Math.max(500, Math.floor(settings.timeoutMs / 4));
+  for (let attempt = 1; ; attempt++) {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${each} ms`)), each);
+    });
+    try {
+      return await Promise.race([read(), late]);
+    } catch (error) {
+      if (attempt >= 3) throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/**
+ * An object's bytes, its chunks read one by one from the object store's stream by the stream's own
+ * message API: `getBlob` reads them through a consumer, and after a server is lost a consumer placed
+ * on it waits on it, while the stream itself has moved to a new leader.
+ */
+async function readObject(name) {
+  const info = await os.info(name);
+  if (!info || info.deleted) return null;
+  const bucket = `arium-objects-${settings.name}`;
+  const chunks = [];
+  let seq = 1;
+  for (let i = 0; i < info.chunks; i++) {
+    const msg = await jsm.streams.getMessage(`OBJ_${bucket}`, { seq, next_by_subj: `$O.${bucket}.C.${info.nuid}` });
+    if (!msg) break;
+    chunks.push(msg.data);
+    seq = msg.seq + 1;
+  }
+  return Buffer.concat(chunks);
+}
+
 async function objGet({ name }) {
-  return { data: await os.getBlob(name) };
+  return { data: await patiently(() => readObject(name)) };
 }
 
 async function objDelete({ names }) {
