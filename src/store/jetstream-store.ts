@@ -98,7 +98,8 @@ export class JetStreamStore implements StateStore {
   }
 
   describe(part: 'live' | 'snapshot log'): string {
-    return `the ${part === 'live' ? 'checkpoint' : 'snapshot log'} of project "${this.#name}" in NATS JetStream (stream ARIUM_${this.#name})`;
+    // Read after "The live checkpoint" or "Line 3 of" in messages, as a file path is.
+    return `(NATS JetStream stream ARIUM_${this.#name}, subject arium.state.${this.#name}.${part === 'live' ? 'live' : 'snap'})`;
   }
 
   /**
@@ -137,9 +138,23 @@ export class JetStreamStore implements StateStore {
   }
 
   readLive(): LiveRef | null {
-    const last = this.#bridge.call<{ seq: number; data: Uint8Array } | null>('last', { sub: 'live' }, this.#timeoutMs);
-    this.#liveSeq = last?.seq ?? null;
-    return last === null ? null : (JSON.parse(Buffer.from(last.data).toString('utf8')) as LiveRef);
+    const last = this.#bridge.call<{ seq: number | null; data: Uint8Array | null; firstSeq: number | null }>(
+      'last',
+      { sub: 'live' },
+      this.#timeoutMs * 2,
+    );
+    if (last.data === null) {
+      // The journal is purged only once a checkpoint holds its records: a purged stream without one lost it.
+      if ((last.firstSeq ?? 0) > 1) {
+        throw new NatsStoreError(
+          `the stream ARIUM_${this.#name} holds no checkpoint although its journal was folded into one (JetStream lost an acknowledged message, e.g. after every server was killed at once)`,
+        );
+      }
+      this.#liveSeq = null;
+      return null;
+    }
+    this.#liveSeq = last.seq;
+    return JSON.parse(Buffer.from(last.data).toString('utf8')) as LiveRef;
   }
 
   writeLive(ref: LiveRef): void {

@@ -272,7 +272,10 @@ async function read({ sub }) {
 
 async function last({ sub }) {
   const msg = await jsm.streams.getMessage(stream, { last_by_subj: `${subject}.${sub}` });
-  return msg ? { seq: msg.seq, data: msg.data } : null;
+  if (msg) return { seq: msg.seq, data: msg.data, firstSeq: null };
+  // Messages are only ever purged after a checkpoint was written: a stream purged before has had one.
+  const info = await jsm.streams.info(stream);
+  return { seq: null, data: null, firstSeq: info.state.first_seq };
 }
 
 /** Removes a subject's messages before `before` (all this holder wrote, when not given). */
