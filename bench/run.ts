@@ -57,6 +57,7 @@ const suites: Array<[string, Bench | null]> = [
   ['providers-nats', await optional('./providers-nats.js', 'benchProvidersNats')],
   ['code-mode', await optional('./code-mode.js', 'benchCodeMode')],
   ['discovery', await optional('./discovery.js', 'benchDiscovery')],
+  ['store-jetstream', await optional('./store-jetstream.js', 'benchStoreJetStream')],
   ['soak', await optional('./soak.js', 'benchSoak')],
 ];
 const results: Record<string, unknown> = {

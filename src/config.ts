@@ -8,6 +8,7 @@ import { PROVIDERS_SCHEMA, type ProviderConfigEntry } from './providers/config.j
 import { REMOTE_CONFIG_SCHEMA, type RemoteConfig } from './remote-config.js';
 import type { RunnerCatalog } from './runner-catalog.js';
 import { SECRETS_SCHEMA } from './secrets/sources.js';
+import { STORE_CONFIG_SCHEMA, type StoreConfig } from './store/jetstream/config.js';
 import { DISCOVERY_MODES, type SurfaceProfile } from './surfaces/mcp/profile.js';
 import { compileSchema, summarize, type Validator } from './validation.js';
 
@@ -44,6 +45,8 @@ export interface ProjectConfig {
   secrets?: Record<string, { env: string } | { file: string }>;
   /** Runners or tools that run on workers over NATS, and how to reach the server (README "Remote runners"). */
   remote?: RemoteConfig;
+  /** Where the project's state is kept instead of `<project>/.arium`: NATS JetStream (README "State in NATS JetStream"). */
+  store?: StoreConfig;
   /** Tools served from outside the engine (an MCP server, an HTTP tool worker, NATS satellites), by provider name (README "Providers"). */
   providers?: Record<string, ProviderConfigEntry>;
   /** How many sandbox processes (JS) and fork servers per tools folder (Python) the runners keep at most (README "Pools"). */
@@ -200,6 +203,7 @@ const ENGINE_CONFIG_SCHEMA = {
     approvals: APPROVALS_SCHEMA,
     secrets: SECRETS_SCHEMA,
     remote: REMOTE_CONFIG_SCHEMA,
+    store: STORE_CONFIG_SCHEMA,
     providers: PROVIDERS_SCHEMA,
     pools: POOLS_SCHEMA,
   },

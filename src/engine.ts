@@ -37,6 +37,7 @@ import { type ResolvedSecret, resolveSecrets, SecretConfigError, secretSources }
 import { renderSkill } from './skills/render.js';
 import { type SkillInfo, skillInfo } from './skills/skill.js';
 import { SkillSet } from './skills/skill-set.js';
+import { openConfiguredStore, StoreConfigError } from './store/jetstream/config.js';
 import type { StateStore } from './store/port.js';
 import { publishProblems } from './surfaces/export.js';
 import { type Tool, type ToolInfo, toolInfo } from './tool.js';
@@ -270,7 +271,17 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       );
     }
   }
-  const stateDir = (options.persist ?? config.persist) === false ? null : (options.store ?? join(projectDir, '.arium'));
+  let stateDir: string | StateStore | null = null;
+  if ((options.persist ?? config.persist) !== false) {
+    try {
+      stateDir =
+        options.store ??
+        (config.store ? openConfiguredStore(config.store, project, options.env ?? process.env, projectDir) : join(projectDir, '.arium'));
+    } catch (error) {
+      await audit?.close();
+      throw new EngineConfigError((error as Error).message, `arium.json ${error instanceof StoreConfigError ? error.field : 'store'}`);
+    }
+  }
   let state: VfsState;
   try {
     state = options.readOnly ? openReadOnly(stateDir, vfsQuota) : new VfsState({ dir: stateDir, quota: vfsQuota, recover: options.recover === true });

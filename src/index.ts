@@ -45,6 +45,8 @@ export type { Check, RunContext, Runner, RunnerDefinition, RunnerSetup, RunnerSt
 export { SkillArgumentError } from './skills/render.js';
 export type { SkillArgument, SkillInfo } from './skills/skill.js';
 export { FileStateStore } from './store/file-store.js';
+export type { JetStreamStoreOptions } from './store/jetstream-store.js';
+export { JetStreamStore, StoreFencedError } from './store/jetstream-store.js';
 export { ProjectLockedError } from './store/lock.js';
 export { MemoryStateStore } from './store/memory-store.js';
 export type { JournalPort, LiveRef, StateStore } from './store/port.js';

@@ -375,3 +375,17 @@ export const POOL_LIMITS = Object.freeze({
   /** A member with no call for this long is ended, down to one member per pool: default 10 s. */
   idle_ms: 10_000,
 });
+
+/** A project state in NATS JetStream (`store.nats` in arium.json, src/store/jetstream-store.ts). */
+export const DEFAULT_JETSTREAM_STORE = Object.freeze({
+  /**
+   * The holder's lease lasts this long unrenewed (renewed every third of it): another engine takes the
+   * project over this long after the holder was killed, stopped or cut off (the failover time).
+   */
+  lease_ms: 3000,
+  /** The shortest and longest lease arium.json may set. */
+  min_lease_ms: 300,
+  max_lease_ms: 60_000,
+  /** One request to NATS (an append and its acknowledgment) fails after this long without an answer. */
+  timeout_ms: 10_000,
+});

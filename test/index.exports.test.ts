@@ -14,6 +14,8 @@ describe('public API', () => {
         'DEFAULT_VFS_QUOTA',
         'ERROR_CODES',
         'FileStateStore',
+        'JetStreamStore',
+        'StoreFencedError',
         'MemoryStateStore',
         'EngineConfigError',
         'PERMISSION_NAMES',

@@ -3,15 +3,18 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { natsServerPath } from '../bench/nats-server.js';
 import { createEngine } from '../src/index.js';
 import { FileStateStore } from '../src/store/file-store.js';
+import { JetStreamStore } from '../src/store/jetstream-store.js';
 import type { JournalRecord } from '../src/store/journal.js';
 import { ProjectLockedError } from '../src/store/lock.js';
 import { MemoryStateStore } from '../src/store/memory-store.js';
 import { CorruptObjectError } from '../src/store/objects.js';
 import type { StateStore } from '../src/store/port.js';
 import { VfsState } from '../src/vfs/state.js';
+import { startJetStream } from './support/jetstream.js';
 import { tempProject } from './support/project.js';
 
 interface Backend {
@@ -30,6 +33,26 @@ const STORES: Record<string, () => Backend> = {
     return { open: () => store, remove: () => {} };
   },
 };
+
+// The JetStream store on real nats-servers, where nats-server is installed (see vitest.config.ts): one
+// server (R1), and a cluster of three with every message on all three (R3).
+const single = natsServerPath() ? await startJetStream(1) : null;
+const trio = natsServerPath() ? await startJetStream(3) : null;
+afterAll(async () => {
+  await single?.remove();
+  await trio?.remove();
+});
+let projects = 0;
+for (const [kind, servers, replicas] of [
+  ['jetstream R1', single, 1],
+  ['jetstream R3', trio, 3],
+] as const) {
+  if (!servers) continue;
+  STORES[kind] = () => {
+    const name = `contract-${process.pid}-${++projects}`;
+    return { open: () => new JetStreamStore({ servers: servers.urls, name, replicas, leaseMs: 600 }), remove: () => {} };
+  };
+}
 
 const write = (path: string, text: string) => ({ op: 'write' as const, path, data: Buffer.from(text) });
 

@@ -198,7 +198,7 @@ interface Header {
 }
 
 /** A record as the parts of its payload: header length, header, then each write's and object's bytes. */
-function encode(record: JournalRecord): Buffer[] {
+export function encode(record: JournalRecord): Buffer[] {
   const stored: StoredOp[] = [];
   const blobs: Buffer[] = [];
   for (const op of record.ops) {
@@ -222,7 +222,8 @@ function encode(record: JournalRecord): Buffer[] {
   return [length, header, ...blobs];
 }
 
-function decode(payload: Buffer): JournalRecord {
+/** A record from its payload (what `encode` gave, joined). */
+export function decode(payload: Buffer): JournalRecord {
   const headerLength = payload.readUInt32BE(0);
   const header = JSON.parse(payload.subarray(4, 4 + headerLength).toString('utf8')) as Header;
   let off = 4 + headerLength;

@@ -4,8 +4,8 @@ import type { Objects } from './memory-objects.js';
 /**
  * What the durable VFS (src/vfs/state.ts) needs from storage. The live tree, commits, recovery
  * decisions and the meaning of each record stay above this port; a store keeps bytes and records and
- * says when they are durable. Two stores implement it (FileStateStore, MemoryStateStore) and pass one
- * contract suite (test/store.contract.test.ts); a third (SQLite, a shared store) implements it the
+ * says when they are durable. Three stores implement it (FileStateStore, MemoryStateStore,
+ * JetStreamStore) and pass one contract suite (test/store.contract.test.ts); another implements it the
  * same way and is passed to `createEngine({ store })`.
  */
 export interface StateStore {
