@@ -41,11 +41,16 @@ async function run(ctx: Context): Promise<number> {
         return EXIT.ok;
       }
       const { c } = ctx;
-      const own = tools.filter((t) => t.runner !== 'builtin' && t.runner !== 'provider').length;
+      // By where each comes from: the engine and its runners (the builtins, code.run), the project's
+      // tools/ folder, its packs, its providers.
+      const own = tools.filter((t) => t.source.startsWith('tools/')).length;
+      const packed = tools.filter((t) => t.source.startsWith('packs/')).length;
       const provided = tools.filter((t) => t.runner === 'provider').length;
-      const fromProviders = provided > 0 ? `, ${provided} from providers` : '';
+      const fromProviders = `${packed > 0 ? `, ${packed} from packs` : ''}${provided > 0 ? `, ${provided} from providers` : ''}`;
       ctx.out(
-        c.bold(`${tools.length} tools in project ${engine.project} (${tools.length - own - provided} builtin, ${own} from tools/${fromProviders})`),
+        c.bold(
+          `${tools.length} tools in project ${engine.project} (${tools.length - own - packed - provided} builtin, ${own} from tools/${fromProviders})`,
+        ),
       );
       ctx.out(table(tools.map((t) => [c.cyan(t.id), t.runner, t.permissions.join(',') || '-', t.description])));
       const load = problems.filter((p) => p.vendor === undefined);
