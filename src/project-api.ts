@@ -9,6 +9,7 @@ import type { ApprovalAnswer, ApprovalDecision, PendingApproval } from './approv
 import type { CallOptions, CallTarget } from './dispatcher.js';
 import type { EngineEventMap } from './events.js';
 import type { ToolResult } from './result.js';
+import type { SkillInfo } from './skills/skill.js';
 import type { ToolInfo } from './tool.js';
 import type { DiffOptions, DiffResult, RestoreResult } from './vfs/history.js';
 import type { SnapshotInfo } from './vfs/state.js';
@@ -51,6 +52,10 @@ export interface ProjectHandle {
   call<T = unknown>(id: CallTarget, input: unknown, options?: ProjectCallOptions): Promise<ToolResult<T>>;
   tools(): Awaitable<ToolDescription[]>;
   tool(id: string): Awaitable<ToolDescription | undefined>;
+  /** The project's skills this handle's surface offers (README "Skills"). */
+  skills(): Awaitable<SkillInfo[]>;
+  /** One skill with its body as written, or undefined when it is not offered. */
+  skill(name: string): Awaitable<(SkillInfo & { body: string }) | undefined>;
   /** Saves the live tree as a snapshot. */
   snapshot(options?: { label?: string; message?: string }): Awaitable<SnapshotInfo>;
   /** Every snapshot, oldest first. */

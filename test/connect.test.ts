@@ -65,6 +65,11 @@ function writeProject(name: string): void {
       return { was: n };
     }`,
   );
+  mkdirSync(join(dir, 'skills', 'count'), { recursive: true });
+  writeFileSync(
+    join(dir, 'skills', 'count', 'SKILL.md'),
+    '---\nname: count\ndescription: Count with bump\ntools: [bump]\narguments:\n  - name: times\n    required: true\n---\nCall bump {{times}} times.\n',
+  );
 }
 
 async function startDaemon(): Promise<ChildProcess> {
@@ -210,6 +215,15 @@ describe('connect(): a project the daemon holds, from another process', () => {
     expect(stable(mine)).toEqual(stable(local.slice(-2)));
     a.events.off('event', listener);
     expect(a.events.listenerCount('event')).toBe(0);
+  });
+
+  it('lists and reads skills as the engine does', async () => {
+    const a = await client('skills');
+    expect(await a.skills()).toEqual(engine.skills());
+    expect((await a.skills()).map((s) => s.name)).toEqual(['count']);
+    expect(await a.skill('count')).toEqual(engine.skill('count'));
+    expect((await a.skill('count'))?.body).toContain('Call bump {{times}} times.');
+    expect(await a.skill('no-such-skill')).toBeUndefined();
   });
 
   it('snapshots, diffs and restores as the engine does', async () => {

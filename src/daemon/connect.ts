@@ -11,6 +11,7 @@ import { type ErrorCode, type ErrorInfo, isRetryable, type Stage, ToolFailure } 
 import { EventBus } from '../events.js';
 import type { ProjectCallOptions, ProjectDiffOptions, ProjectEvents, ProjectHandle, ToolDescription } from '../project-api.js';
 import type { ErrResult, ToolResult } from '../result.js';
+import type { SkillInfo } from '../skills/skill.js';
 import type { DiffResult, RestoreResult } from '../vfs/history.js';
 import type { SnapshotInfo } from '../vfs/state.js';
 import { EventStream } from './event-stream.js';
@@ -172,6 +173,20 @@ export class ProjectClient implements ProjectHandle {
       return await this.#ask<ToolDescription>('GET', `/v1/tools/${encodeURIComponent(id)}`);
     } catch (error) {
       if (error instanceof ToolFailure && error.code === 'UNKNOWN_TOOL') return undefined;
+      throw error;
+    }
+  }
+
+  /** The skills the daemon's `surfaces.http` profile offers (`GET /v1/skills`). */
+  async skills(): Promise<SkillInfo[]> {
+    return (await this.#ask<{ skills: SkillInfo[] }>('GET', '/v1/skills')).skills;
+  }
+
+  async skill(name: string): Promise<(SkillInfo & { body: string }) | undefined> {
+    try {
+      return await this.#ask<SkillInfo & { body: string }>('GET', `/v1/skills/${encodeURIComponent(name)}`);
+    } catch (error) {
+      if (error instanceof ToolFailure && error.code === 'NOT_FOUND') return undefined;
       throw error;
     }
   }
