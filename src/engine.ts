@@ -1,3 +1,5 @@
+// Over 500 lines: createEngine wires every part (store, registry, runners, providers, skills, surfaces'
+// needs) in one place, so the order in which they start and close reads top to bottom.
 import { realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type ApprovalAnswer, type ApprovalDecision, ApprovalGate, type PendingApproval } from './approvals/gate.js';

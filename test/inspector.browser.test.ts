@@ -1,5 +1,7 @@
 /// <reference lib="dom" />
 /// <reference lib="dom.iterable" />
+// Over 500 lines: one browser session (Debian's chromium) drives every view of the inspector; a
+// second file would start a second browser on a 2-core machine.
 // The functions given to page.evaluate run in the browser: they are typed against the DOM.
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,3 +1,5 @@
+// Over 500 lines: one suite that runs every code block of the README, each kind of block with its
+// own runner, so a new block is either run here or listed as not run, with why.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

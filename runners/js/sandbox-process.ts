@@ -1,3 +1,5 @@
+// Over 500 lines: one sandbox process and everything that crosses its pipe (calls, programs, wasm
+// calls, ctx.vfs answers and their budget) share one message loop and one crash path.
 import { type ChildProcess, fork } from 'node:child_process';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';

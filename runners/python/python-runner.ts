@@ -1,3 +1,5 @@
+// Over 500 lines: the runner's pool of fork servers, its warm-up and its call path share the servers'
+// state (one per tools folder, grown and shrunk together), which a split would pass back and forth.
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, sep } from 'node:path';

@@ -1,3 +1,5 @@
+// Over 500 lines: WASI preview 1 is one interface of some forty functions over one table of open
+// files; they are kept together so each is read beside the descriptors it checks.
 // WASI preview 1 for one call, evaluated inside a wasm isolate (not in the sandbox process's own
 // isolate). It has no Node APIs: the only ways out are the host function `host(op, args)`, which
 // blocks this isolate's thread until the engine answers (isolated-vm's applySyncPromise), and the
