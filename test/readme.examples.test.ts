@@ -227,6 +227,14 @@ async function checkResults(block: Block): Promise<void> {
   }
 }
 
+/** A project folder whose arium.json is the block. */
+function configDir(block: Block): string {
+  const dir = join(temp, `config${project++}`, 'p');
+  mkdirSync(join(dir, 'tools'), { recursive: true });
+  writeFileSync(join(dir, 'arium.json'), block.code);
+  return dir;
+}
+
 async function checkConfig(block: Block): Promise<void> {
   const dir = join(temp, `config${project++}`);
   mkdirSync(join(dir, 'p', 'tools'), { recursive: true });
@@ -569,6 +577,9 @@ describe('every code block of the README', () => {
         return expect(value).toEqual(JSON.parse(readFileSync(join(ROOT, 'examples', 'http-worker', 'arium.json'), 'utf8')));
       if (providers.some((p) => 'nats' in p)) return checkNatsProviders(block);
       if ('providers' in value) return checkProviders(block);
+      // Servers on other machines: the schema takes it as written; test/store.jetstream.config.test.ts
+      // opens a project with such a section against nats-servers on loopback.
+      if ('store' in value) return expect(loadProjectConfig(configDir(block), DEFAULT_CATALOG)).toEqual(value);
       if ('grants' in value || 'policy' in value || 'approvals' in value) return checkConfig(block);
       if ('mcpServers' in value) return checkMcpConfig(block);
       throw new Error(`README line ${block.line}: a JSON block this test does not know how to check`);
