@@ -65,6 +65,8 @@ export interface RegistryLimits {
    * Deepest nesting of arrays and objects in a definition (JSON or YAML; a YAML file's aliases
    * expanded), and in a skill's front matter. Checked before the file is parsed: parsers recurse, and a
    * file of nothing but brackets would otherwise end in a stack overflow or, for YAML, a fatal OOM.
+   * Above twice the schema depth the model APIs' rules check (MAX_WALK_DEPTH, 64 schema levels, about
+   * two JSON levels each), so a schema too deep to publish still loads and is called, listed to none.
    */
   max_definition_depth: number;
   /** Tools one project may define. */
@@ -96,7 +98,7 @@ export const DEFAULT_VFS_QUOTA: Readonly<VfsQuota> = Object.freeze({
 
 export const DEFAULT_REGISTRY_LIMITS: Readonly<RegistryLimits> = Object.freeze({
   max_definition_bytes: 1024 * 1024,
-  max_definition_depth: 64,
+  max_definition_depth: 256,
   max_tools: 10_000,
 });
 

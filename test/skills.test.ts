@@ -2,6 +2,7 @@ import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, test } from 'vitest';
 import { type Engine, type RegistryProblem, SKILL_LIMITS, SkillArgumentError } from '../src/index.js';
+import { DEFAULT_REGISTRY_LIMITS } from '../src/limits.js';
 import { readSkills } from '../src/skills/load.js';
 import { definition, nextEvent, openEngine, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 import { REVIEW, writeSkill } from './support/skills.js';
@@ -106,7 +107,12 @@ const HOSTILE: Array<[string, string, string[], string | undefined]> = [
   ['a merge key', FM(`${OK_FIELDS}\nmetadata:\n  <<: {a: 1}`), ['merge keys (<<) are not read here'], '5:3'],
   ['a recursive alias', FM(`${OK_FIELDS}\nmetadata: &m\n  self: *m`), ['the alias *m refers to a collection that contains it'], '5:9'],
   ['billion laughs', FM(`${OK_FIELDS}\nmetadata:\n${laughs()}`), ['its aliases expand past the bound'], undefined],
-  ['deep nesting', FM(`${OK_FIELDS}\nmetadata: ${'['.repeat(100_000)}${']'.repeat(100_000)}`), ['nested deeper than 64 levels'], '4:74'],
+  [
+    'deep nesting',
+    FM(`${OK_FIELDS}\nmetadata: ${'['.repeat(100_000)}${']'.repeat(100_000)}`),
+    [`nested deeper than ${DEFAULT_REGISTRY_LIMITS.max_definition_depth} levels`],
+    `4:${10 + DEFAULT_REGISTRY_LIMITS.max_definition_depth}`,
+  ],
   ['a missing name', FM('description: a skill'), ['"name" is required'], '2:1'],
   ['a name not its folder', FM('name: other\ndescription: a skill'), ['the name "other" is not the folder\'s name "s"'], '2:7'],
   ['a missing description', FM('name: s'), ['"description" is required'], '2:1'],
