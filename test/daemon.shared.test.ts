@@ -191,9 +191,10 @@ describe('one daemon, every client at once', () => {
       const result = await agent.callTool({ name: 'append', arguments: { token: 'watched' } });
       const runId = (result._meta as Record<string, string> | undefined)?.['arium/run_id'];
       expect(runId).toBeTypeOf('string');
-      const row = page.locator(`.act-row[data-run="${runId}"]`);
+      // The call has ended for the client, but its result event may reach the page after the row
+      // its invocation made: wait for the row to show it ended well.
+      const row = page.locator(`.act-row[data-run="${runId}"][data-status="ok"]`);
       await row.waitFor({ timeout: 15_000 });
-      await expect(row.getAttribute('data-status')).resolves.toBe('ok');
       await row.click();
       await page.getByTestId('call-detail').filter({ hasText: 'mcp:agent-2' }).first().waitFor({ timeout: 10_000 });
       await page.close();
