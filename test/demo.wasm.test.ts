@@ -5,8 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '../src/index.js';
+import { createGateway } from '../src/surfaces/http/gateway.js';
 import { dataOf } from './support/js-engine.js';
 import { toolchain } from './support/wasm.js';
 
@@ -35,6 +38,37 @@ describe('demo.checksum', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('answers the same over the HTTP gateway and over MCP (Streamable HTTP, the SDK client)', async () => {
+    const gateway = await createGateway({
+      workspace: join(DEMO, '..'),
+      project: 'demo',
+      inspector: false,
+      engineOptions: { persist: false, watch: false },
+    });
+    const client = new Client({ name: 'wasm-surfaces', version: '1' });
+    try {
+      const base = await gateway.app.listen({ host: '127.0.0.1', port: 0 });
+      const text = 'Arium runs C through WebAssembly';
+      const expected = { bytes: Buffer.byteLength(text), crc32: crc32(Buffer.from(text)).toString(16).padStart(8, '0') };
+      const http = await fetch(`${base}/v1/tools/demo.checksum:run`, {
+        method: 'POST',
+        // The engine's own result, as engine.call gives it, rather than the gateway's envelope.
+        headers: { 'content-type': 'application/json', accept: 'application/vnd.arium.result+json' },
+        body: JSON.stringify({ input: { text } }),
+      });
+      expect(http.status).toBe(200);
+      expect(await http.json()).toMatchObject({ ok: true, data: expected });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`)));
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('demo.checksum');
+      const result = await client.callTool({ name: 'demo.checksum', arguments: { text } });
+      expect(result.isError).toBeFalsy();
+      expect(result.structuredContent).toMatchObject(expected);
+    } finally {
+      await client.close();
+      await gateway.close();
+    }
+  }, 60_000);
 
   describe('called', () => {
     let engine: Engine;
