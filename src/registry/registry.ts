@@ -1,3 +1,4 @@
+// Over 500 lines: one served set changed by the tools folder, the packs and the providers (below).
 /**
  * The registry of served tools. One class on purpose: the folder scan, its watchers and the providers'
  * tools all change one served set and announce one kind of change, and each reads the others' state
