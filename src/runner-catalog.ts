@@ -77,6 +77,13 @@ export class RunnerCatalog {
       .map((d) => d.name);
   }
 
+  /** The runners a remote worker can host (`remote: true`), in definition order. */
+  hostable(): string[] {
+    return this.list()
+      .filter((d) => d.remote === true)
+      .map((d) => d.name);
+  }
+
   /** The `exec.*` permissions of the runners. */
   execPermissions(): string[] {
     return this.list().flatMap((d) => (d.permission === null ? [] : [d.permission]));
@@ -126,6 +133,9 @@ function checkDefinition(definition: RunnerDefinition): void {
     throw new RunnerDefinitionError(
       `${where}: "permission" must be null or "exec.<kind>" in lower-case letters, digits and "-" (e.g. "exec.sh"), got ${JSON.stringify(definition.permission)}`,
     );
+  }
+  if (definition.remote !== undefined && typeof definition.remote !== 'boolean') {
+    throw new RunnerDefinitionError(`${where}: "remote" must be true (a remote worker can host it) or false`);
   }
   for (const [key, schema] of Object.entries(definition.config ?? {})) {
     if (!/^[a-z][a-z0-9_]*$/.test(key) || typeof schema !== 'object' || schema === null) {

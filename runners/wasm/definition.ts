@@ -9,6 +9,7 @@ export const wasmRunner: RunnerDefinition = {
   extensions: ['.wasm'],
   permission: 'exec.wasm',
   grantedByDefault: true,
+  remote: true,
   // No probe of its own: it needs what the JS runner needs, isolated-vm, which that runner's probe checks.
   templates: WASM_TEMPLATES,
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
