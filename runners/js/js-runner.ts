@@ -45,6 +45,7 @@ export class JsRunner implements Runner {
     this.#pool = new SandboxPool({
       runner: this.name,
       label: 'JS',
+      tools: 'JavaScript tools',
       worker: workerPath(),
       where: 'JsRunner option processes',
       ...options,

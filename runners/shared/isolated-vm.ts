@@ -64,12 +64,12 @@ function installedVersion(dir: string): string {
   }
 }
 
-/** What to run to make isolated-vm loadable here, for UNAVAILABLE messages and `status()`. */
-export function installAdvice(node = process.versions.node): string {
+/** What to run to make isolated-vm loadable here, for UNAVAILABLE messages and `status()`; `tools` names whose tools need it. */
+export function installAdvice(node = process.versions.node, tools = 'JavaScript tools'): string {
   const major = Number(node.split('.')[0]);
   const version = major >= 22 ? 'isolated-vm@6' : 'isolated-vm@5';
   return (
-    `JavaScript tools need the native package isolated-vm. On Node ${node}, install it with ` +
+    `${tools} need the native package isolated-vm. On Node ${node}, install it with ` +
     `\`npm install ${version}\` (isolated-vm 5.x builds on Node 20, 6.x on Node 22 and 24); building it needs ` +
     'python3, make and a C++ compiler when no prebuilt binary matches.'
   );

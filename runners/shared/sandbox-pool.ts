@@ -24,6 +24,8 @@ export interface SandboxPoolOptions extends SandboxOwner {
   idleMs?: number;
   /** Cores to size the pool from instead of os.availableParallelism(). */
   cores?: number;
+  /** Whose tools need isolated-vm, in its install advice (e.g. "JavaScript tools"). */
+  tools: string;
   /** Where a bad `processes` or `idleMs` came from, for its error (e.g. "JsRunner option processes"). */
   where: string;
   /** More of the worker's configuration (argv[2]) beyond isolated-vm's folder. */
@@ -140,7 +142,7 @@ export class SandboxPool {
       process_crashes: this.#crashes,
       last_problem: this.#lastProblem,
     };
-    if (!this.#ivmDir()) return { available: false, reason: `isolated-vm is not installed. ${installAdvice()}`, ...base };
+    if (!this.#ivmDir()) return { available: false, reason: `isolated-vm is not installed. ${this.#advice()}`, ...base };
     const sandbox = this.#members[0] ?? (this.#closed ? null : this.#start());
     if (!sandbox) return { available: false, reason: 'the runner is closed', ...base };
     try {
@@ -209,7 +211,7 @@ export class SandboxPool {
   #start(): SandboxProcess {
     const { runner, label, worker } = this.#options;
     const ivmDir = this.#ivmDir();
-    if (!ivmDir) throw new ToolFailure('execution', 'MISCONFIGURED', `isolated-vm is not installed. ${installAdvice()}`, { details: { runner } });
+    if (!ivmDir) throw new ToolFailure('execution', 'MISCONFIGURED', `isolated-vm is not installed. ${this.#advice()}`, { details: { runner } });
     const execArgv = ['--no-node-snapshot', '--no-warnings'];
     const permission = this.#permissionFlag();
     if (permission) {
@@ -313,6 +315,10 @@ export class SandboxPool {
     this.#shrinkTimer.unref();
   }
 
+  #advice(): string {
+    return installAdvice(undefined, this.#options.tools);
+  }
+
   #ivmDir(): string | null {
     return this.#options.isolatedVm ?? isolatedVmDir();
   }
@@ -329,7 +335,7 @@ export class SandboxPool {
     const gist = reason.replace(/(?:\/[^\s'"]+)+/g, '…');
     // isolated-vm that does not load is the machine's setup, which a retry does not change.
     const code = error instanceof IsolatedVmUnloadable ? 'MISCONFIGURED' : 'UNAVAILABLE';
-    return new ToolFailure('execution', code, `The ${this.#options.label} sandbox could not start (${gist}). ${installAdvice()}`, {
+    return new ToolFailure('execution', code, `The ${this.#options.label} sandbox could not start (${gist}). ${this.#advice()}`, {
       details: { runner: this.#options.runner },
     });
   }

@@ -34,6 +34,7 @@ export class WasmRunner implements Runner {
     this.#pool = new SandboxPool({
       runner: this.name,
       label: 'WASM',
+      tools: 'WebAssembly tools',
       worker: wasmWorkerFile('main.mjs'),
       where: 'WasmRunner option processes',
       ...options,
