@@ -23,6 +23,7 @@ export async function loadWorker() {
     RemoteConfigError: settings.RemoteConfigError,
     startWorker: worker.startWorker,
     HOSTABLE_RUNNERS: worker.HOSTABLE_RUNNERS,
+    hostableList: worker.hostableList,
     NatsUnreachable: connect.NatsUnreachable,
   };
 }

@@ -325,7 +325,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   if (remoteConfig) {
     const { openRemote } = await loadRemote();
     try {
-      remote = await openRemote(remoteConfig, runners, bus, projectDir, options.env);
+      remote = await openRemote(remoteConfig, runners, bus, projectDir, options.env, catalog);
     } catch (error) {
       await Promise.allSettled([...runners.values()].map((r) => r.close()));
       state.close();

@@ -1,4 +1,5 @@
 import { EXEC_PERMISSION_PATTERN, PERMISSION_NAMES } from './permissions.js';
+import { TOOL_SPEC_FIELDS } from './registry/meta-schema.js';
 import type { RunnerDefinition } from './runner.js';
 
 const RUNNER_NAME = /^[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
@@ -47,7 +48,19 @@ export class RunnerCatalog {
         keys.set(key, definition.name);
       }
     }
-    this.#signature = JSON.stringify([this.definable(), this.execPermissions(), this.composite()]);
+    const fields = new Map<string, string>(TOOL_SPEC_FIELDS.map((k) => [k, 'every tool']));
+    for (const definition of this.#byName.values()) {
+      for (const key of Object.keys(definition.toolFields ?? {})) {
+        const other = fields.get(key);
+        if (other !== undefined) {
+          throw new RunnerDefinitionError(
+            `Runner "${definition.name}" declares the tool definition field "${key}", which ${other === 'every tool' ? 'every tool has' : `runner "${other}" declares`}; choose another name`,
+          );
+        }
+        fields.set(key, definition.name);
+      }
+    }
+    this.#signature = JSON.stringify([this.definable(), this.execPermissions(), this.composite(), [...this.toolFields()]]);
   }
 
   get(name: string): RunnerDefinition | undefined {
@@ -75,6 +88,22 @@ export class RunnerCatalog {
     return this.list()
       .filter((d) => d.composite === true)
       .map((d) => d.name);
+  }
+
+  /** The runners a remote worker can host (`remote: true`), in definition order. */
+  hostable(): string[] {
+    return this.list()
+      .filter((d) => d.remote === true)
+      .map((d) => d.name);
+  }
+
+  /** The tool definition fields runners add, each with the runner that declares it and its schema. */
+  toolFields(): Map<string, { runner: string; schema: Readonly<Record<string, unknown>> }> {
+    const fields = new Map<string, { runner: string; schema: Readonly<Record<string, unknown>> }>();
+    for (const definition of this.list()) {
+      for (const [key, schema] of Object.entries(definition.toolFields ?? {})) fields.set(key, { runner: definition.name, schema });
+    }
+    return fields;
   }
 
   /** The `exec.*` permissions of the runners. */
@@ -126,6 +155,14 @@ function checkDefinition(definition: RunnerDefinition): void {
     throw new RunnerDefinitionError(
       `${where}: "permission" must be null or "exec.<kind>" in lower-case letters, digits and "-" (e.g. "exec.sh"), got ${JSON.stringify(definition.permission)}`,
     );
+  }
+  if (definition.remote !== undefined && typeof definition.remote !== 'boolean') {
+    throw new RunnerDefinitionError(`${where}: "remote" must be true (a remote worker can host it) or false`);
+  }
+  for (const [key, schema] of Object.entries(definition.toolFields ?? {})) {
+    if (!/^[a-z][a-z0-9_]*$/.test(key) || typeof schema !== 'object' || schema === null) {
+      throw new RunnerDefinitionError(`${where}: "toolFields" maps lower-case tool definition fields to JSON Schemas ("${key}" does not)`);
+    }
   }
   for (const [key, schema] of Object.entries(definition.config ?? {})) {
     if (!/^[a-z][a-z0-9_]*$/.test(key) || typeof schema !== 'object' || schema === null) {

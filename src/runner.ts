@@ -224,6 +224,18 @@ export interface RunnerDefinition {
    * definition (a JSON pointer); a tool with any is not served.
    */
   link?(tool: Tool, lookup: LinkLookup): LinkProblem[];
+  /**
+   * True for a runner a remote worker (`arium worker`) can host: its tools are files a worker can be
+   * sent, and it runs them from the worker's copy of the tools folder. `remote.runners` and
+   * `arium worker --runners` take only these.
+   */
+  readonly remote?: boolean;
+  /**
+   * Fields a tool definition of this runner may carry beyond the common ones, each with its JSON Schema
+   * (which must bound it: the registry checks definitions against it); a definition for another runner
+   * may not have them. Keys are lower-case; no two runners may declare the same one.
+   */
+  readonly toolFields?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** The top-level arium.json keys it reads, each with its JSON Schema. */
   readonly config?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /**

@@ -314,20 +314,28 @@ function findKey(value: unknown, key: string, at: string, depth = 0): string | u
 }
 
 function toViolations(errors: readonly ErrorObject[]): Violation[] {
-  return errors.map((e) => {
-    let pointer = e.instancePath;
-    let message = e.message ?? 'is invalid';
-    if (e.keyword === 'required' && typeof e.params.missingProperty === 'string') {
-      pointer = `${pointer}/${escapePointer(e.params.missingProperty)}`;
-      message = 'is required';
-    } else if (e.keyword === 'additionalProperties' && typeof e.params.additionalProperty === 'string') {
-      pointer = `${pointer}/${escapePointer(e.params.additionalProperty)}`;
-      message = 'is not an allowed property';
-    } else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) {
-      message = `must be one of ${e.params.allowedValues.map((v: unknown) => JSON.stringify(v)).join(', ')}`;
-    }
-    return { pointer, message, keyword: e.keyword, params: { ...e.params } };
-  });
+  // A bad key of an object comes as its own failure (which names the key) and then a `propertyNames`
+  // one that only says "property name must be valid": the first says it all.
+  const named = errors.some((e) => e.propertyName !== undefined);
+  return errors
+    .filter((e) => !(named && e.keyword === 'propertyNames'))
+    .map((e) => {
+      let pointer = e.instancePath;
+      let message = e.message ?? 'is invalid';
+      if (e.propertyName !== undefined) {
+        pointer = `${pointer}/${escapePointer(e.propertyName)}`;
+        message = `the name ${JSON.stringify(e.propertyName)} ${message}`;
+      } else if (e.keyword === 'required' && typeof e.params.missingProperty === 'string') {
+        pointer = `${pointer}/${escapePointer(e.params.missingProperty)}`;
+        message = 'is required';
+      } else if (e.keyword === 'additionalProperties' && typeof e.params.additionalProperty === 'string') {
+        pointer = `${pointer}/${escapePointer(e.params.additionalProperty)}`;
+        message = 'is not an allowed property';
+      } else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) {
+        message = `must be one of ${e.params.allowedValues.map((v: unknown) => JSON.stringify(v)).join(', ')}`;
+      }
+      return { pointer, message, keyword: e.keyword, params: { ...e.params } };
+    });
 }
 
 function escapePointer(token: string): string {

@@ -2,7 +2,7 @@
 // boundary against it on real traffic: the engine checks what it exchanges with the JS sandbox process
 // and the Python fork server, and the fork server checks what it exchanges with its call processes
 // (the same schema, handed to it, and a small validator in arium_proto.py). Also the sandboxes'
-// copies of the operation list. The JS worker's side is also typed from runners/js/protocol.ts (tsconfig.worker.json).
+// copies of the operation list. The JS worker's side is also typed from runners/shared/sandbox-protocol.ts (tsconfig.worker.json).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

@@ -10,6 +10,7 @@ export const jsRunner: RunnerDefinition = {
   extensions: ['.js', '.mjs', '.ts', '.mts'],
   permission: 'exec.js',
   grantedByDefault: true,
+  remote: true,
   probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process')],
   example: {
     'text-upper.json': {

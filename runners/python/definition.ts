@@ -11,6 +11,7 @@ export const pyRunner: RunnerDefinition = {
   extensions: ['.py'],
   permission: 'exec.py',
   grantedByDefault: true,
+  remote: true,
   config: {
     python: {
       type: 'string',

@@ -77,7 +77,7 @@ export class ServerProcess {
   #info: ServerInfo | null = null;
 
   constructor(start: ServerStart) {
-    // node:child_process, not execa, for the reason given in runners/js/sandbox-process.ts: a process
+    // node:child_process, not execa, for the reason given in runners/shared/sandbox-process.ts: a process
     // supervised for the engine's life, whose frames are read as they come.
     this.#child = spawn(start.command, start.args, {
       cwd: start.cwd,

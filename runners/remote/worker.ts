@@ -6,8 +6,9 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node'
 import { ToolFailure } from '../../src/errors.js';
 import type { CallLimits } from '../../src/limits.js';
 import type { RunContext, Runner, RunnerDefinition } from '../../src/runner.js';
+import type { RunnerCatalog } from '../../src/runner-catalog.js';
 import type { ToolVfs } from '../../src/tool-vfs.js';
-import { DEFAULT_CATALOG } from '../index.js';
+import { DEFAULT_CATALOG, runnerCatalog } from '../index.js';
 import { findInterpreter, interpreterTag } from '../python/interpreter.js';
 import { type CacheLimits, ToolCache, type WorkerPython } from './cache.js';
 import { connectNats } from './connect.js';
@@ -19,17 +20,18 @@ import { type CallMessage, decode, encode, type Heartbeat, PROTOCOL, SANDBOX_FIE
 /** How often a worker reads its runners' status again for its heartbeats. */
 const SANDBOX_REFRESH_MS = 30_000;
 
-/** The runners a worker can host: those whose tools are files it can be sent. */
-export const HOSTABLE_RUNNERS: readonly string[] = ['js-runner', 'py-runner', 'wasm-runner'];
+/** The default runners a worker can host: those whose definitions say `remote: true` (their tools are files it can be sent). */
+export const HOSTABLE_RUNNERS: readonly string[] = Object.freeze(DEFAULT_CATALOG.hostable());
 
-/** The hostable runners for a message: "js-runner, py-runner and wasm-runner". */
-export function hostableList(): string {
-  return `${HOSTABLE_RUNNERS.slice(0, -1).join(', ')} and ${HOSTABLE_RUNNERS.at(-1)}`;
+/** The runners of `catalog` a worker can host, for a message: "js-runner, py-runner and …". */
+export function hostableList(catalog: RunnerCatalog = DEFAULT_CATALOG): string {
+  const names = catalog.hostable();
+  return names.length <= 1 ? (names[0] ?? 'no runner') : `${names.slice(0, -1).join(', ')} and ${names.at(-1)}`;
 }
 
 export interface WorkerOptions {
   settings: NatsSettings;
-  /** Runners to host (default all of HOSTABLE_RUNNERS). */
+  /** Runners to host (default every runner of the catalog that can run on a worker, `remote: true`). */
   runners?: readonly string[];
   /** Calls run at once (default the number of CPUs). */
   concurrency?: number;
@@ -71,9 +73,11 @@ const VERSION: string = (() => {
 
 /** Starts a worker: it joins the queue group of each runner it hosts and serves calls until drained or closed. */
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
-  const names = [...(options.runners ?? HOSTABLE_RUNNERS)];
+  const catalog = runnerCatalog(options.definitions ?? []);
+  const hostable = catalog.hostable();
+  const names = [...(options.runners ?? hostable)];
   for (const name of names) {
-    if (!HOSTABLE_RUNNERS.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${hostableList()}`);
+    if (!hostable.includes(name)) throw new Error(`A worker cannot host "${name}": it hosts ${hostableList(catalog)}`);
   }
   const concurrency = options.concurrency ?? Math.max(1, cpus().length);
   if (!Number.isSafeInteger(concurrency) || concurrency < 1)
@@ -100,16 +104,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       }
     })();
   }
-  return new RemoteWorker(
-    nc,
-    options.settings,
-    names,
-    concurrency,
-    cache,
-    options.heartbeatMs ?? 2000,
-    options.definitions ?? [],
-    options.runnerConfig ?? {},
-  );
+  return new RemoteWorker(nc, options.settings, names, concurrency, cache, options.heartbeatMs ?? 2000, catalog, options.runnerConfig ?? {});
 }
 
 interface Running {
@@ -148,7 +143,7 @@ class RemoteWorker implements Worker {
     concurrency: number,
     cache: ToolCache,
     heartbeatMs: number,
-    definitions: readonly RunnerDefinition[],
+    catalog: RunnerCatalog,
     runnerConfig: Readonly<Record<string, unknown>>,
   ) {
     this.#nc = nc;
@@ -160,7 +155,7 @@ class RemoteWorker implements Worker {
     this.#received = new ReceivedTools(cache, () => workerPython(runnerConfig, cache.dir));
     this.#heartbeatMs = heartbeatMs;
     for (const name of names) {
-      const definition = definitions.find((d) => d.name === name) ?? DEFAULT_CATALOG.get(name);
+      const definition = catalog.get(name);
       if (!definition) throw new Error(`no runner named ${name}`);
       this.#runners.set(name, definition.create({ projectDir: cache.dir, config: runnerConfig }));
     }

@@ -1,4 +1,5 @@
 import type { RunnerDefinition } from '../../src/runner.js';
+import { WASM_TOOL_FIELDS } from './setup.js';
 import { WASM_TEMPLATES } from './templates.js';
 import { WasmRunner } from './wasm-runner.js';
 
@@ -9,6 +10,9 @@ export const wasmRunner: RunnerDefinition = {
   extensions: ['.wasm'],
   permission: 'exec.wasm',
   grantedByDefault: true,
+  remote: true,
+  // argv and environment, from the definition only (setup.ts).
+  toolFields: WASM_TOOL_FIELDS,
   // No probe of its own: it needs what the JS runner needs, isolated-vm, which that runner's probe checks.
   templates: WASM_TEMPLATES,
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.

@@ -208,6 +208,12 @@ async function buildTool(data: DefinitionData, text: string, shown: string, ctx:
       .join(' or ');
     throw new DefinitionError(`"${field}" belongs to a macro (runner ${which}); a ${runner} tool has an "entry" instead`, `/${field}`, declaredId);
   }
+  // And a runner's own fields on another runner's tool, which the meta-schema would only call "must NOT be valid".
+  for (const [key, field] of ctx.catalog.toolFields()) {
+    if (Object.hasOwn(raw, key) && runner !== field.runner) {
+      throw new DefinitionError(`"${key}" is a field of ${field.runner} tools; a ${String(runner)} tool cannot have it`, `/${key}`, declaredId);
+    }
+  }
   const violations = metaValidator(ctx.catalog)(raw);
   if (violations) {
     const first = violations[0];

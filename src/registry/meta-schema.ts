@@ -6,6 +6,24 @@ import type { RunnerCatalog } from '../runner-catalog.js';
  * (`arium schema` prints it; a test keeps the published file equal to this object).
  */
 
+/** The fields every tool definition may have, whatever its runner; a runner adds its own (`RunnerDefinition.toolFields`). */
+export const TOOL_SPEC_FIELDS: readonly string[] = Object.freeze([
+  '$schema',
+  'id',
+  'name',
+  'description',
+  'runner',
+  'entry',
+  'schema',
+  'output_schema',
+  'permissions',
+  'examples',
+  'provides',
+  'steps',
+  'output',
+  'limits',
+]);
+
 export const TOOL_ID_PATTERN = '^[a-z0-9][a-z0-9_-]*(\\.[a-z0-9][a-z0-9_-]*)*$';
 
 /** The schema for the runners of `catalog`: their names, and the permissions they and the engine know. */
@@ -13,6 +31,9 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
   const names = catalog.permissionNames();
   const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write' && n !== 'secret.read').map((n) => n.replace(/[.-]/g, '\\$&'));
   const composite = catalog.composite();
+  const fields = [...catalog.toolFields()];
+  const byRunner = new Map<string, string[]>();
+  for (const [key, { runner }] of fields) byRunner.set(runner, [...(byRunner.get(runner) ?? []), key]);
   const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|secret\\.read(?::[A-Za-z][A-Za-z0-9_-]{0,63})?|${unscoped.join('|')})$`;
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
@@ -100,6 +121,9 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
           },
         },
       },
+      ...Object.fromEntries(
+        fields.map(([key, { runner, schema }]) => [key, { ...schema, description: `${String(schema.description ?? key)} (${runner} tools only)` }]),
+      ),
     },
     allOf: [
       {
@@ -114,6 +138,12 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
         then: { required: ['steps'] },
         else: { not: { anyOf: [{ required: ['steps'] }, { required: ['output'] }] } },
       },
+      // A runner's own fields, on its tools only (the registry says so by name before this check).
+      ...[...byRunner].map(([runner, keys]) => ({
+        if: { not: { properties: { runner: { const: runner } }, required: ['runner'] } },
+        // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
+        then: { not: { anyOf: keys.map((key) => ({ required: [key] })) } },
+      })),
     ],
     $defs: {
       condition: {

@@ -1,6 +1,4 @@
-import { openSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { Socket } from 'node:net';
+import { startSandbox } from '../../shared/worker/sandbox.mjs';
 import { CallRun } from './call.mjs';
 import { HostGate } from './host-gate.mjs';
 import { ModuleLoader } from './loader.mjs';
@@ -8,69 +6,12 @@ import { IsolatePool } from './pool.mjs';
 import { setupSource } from './setup-script.mjs';
 
 /**
- * The JS sandbox process. The engine forks it (runners/js/sandbox-process.ts) with
- * `--no-node-snapshot`, which isolated-vm needs on Node 20+, and talks to it over the IPC channel.
- * Tool code never runs in this process's own isolate, only in isolated-vm isolates it owns; this
- * process exists so that a V8 failure that aborts a process (isolated-vm issues #107, #527) takes down
- * this one and not the engine.
- *
- * Messages in: prepare, call, reply, abort, forget, shutdown. Out: ready | unavailable, vfs, done,
- * draining. Shapes are documented in runners/js/protocol.ts.
+ * The JS sandbox process: ES modules in isolated-vm isolates, one isolate and a fresh context per call.
+ * The process itself (start-up, the engine's messages, the bulk pipe, probes) is the shared sandbox's
+ * (runners/shared/worker/sandbox.mjs); this is what it runs.
  */
 
-const config = JSON.parse(process.argv[2] ?? '{}');
-const post = (message) => {
-  if (process.connected) process.send(message);
-};
-/**
- * The bulk pipe: large write contents go to the engine here as raw bytes (a 4-byte little-endian
- * length, then the bytes), before the `vfs` message that says `blob: length`. The engine matches the
- * two in order. Without it (an engine that did not open fd 4) they travel as base64 in the message.
- */
-const bulk = config.bulkFd === 4 ? new Socket({ fd: 4, readable: false, writable: true }) : null;
-bulk?.on('error', () => {});
-const postBulk = bulk
-  ? (bytes) => {
-      const header = Buffer.allocUnsafe(4);
-      header.writeUInt32LE(bytes.length, 0);
-      bulk.cork();
-      bulk.write(header);
-      bulk.write(bytes);
-      bulk.uncork();
-    }
-  : null;
-/** SIGKILL, not exit(): exit() waits for every isolate thread, and one parked by a V8 OOM never returns. */
-const die = () => process.kill(process.pid, 'SIGKILL');
-
-const require = createRequire(import.meta.url);
-let ivm = null;
-try {
-  ivm = require(config.ivmDir ?? 'isolated-vm');
-} catch (error) {
-  // No isolates exist yet, so a normal exit is safe; the callback waits until the message is written.
-  process.send({ t: 'unavailable', reason: String(error?.message ?? error).split('\n')[0] }, () => process.exit(1));
-}
-if (ivm) serve(ivm);
-
-/** What this process may do outside its job: the engine's tests check the permission model is in force. */
-function probe() {
-  const attempt = (fn) => {
-    try {
-      fn();
-      return 'allowed';
-    } catch (error) {
-      return error?.code === 'ERR_ACCESS_DENIED' ? 'denied' : `failed (${error?.code ?? 'error'})`;
-    }
-  };
-  return {
-    read_outside: attempt(() => openSync(process.execPath, 'r')),
-    child_process: attempt(() => require('node:child_process').spawnSync(process.execPath, ['--version'])),
-    env_keys: Object.keys(process.env).length,
-  };
-}
-
-function serve(ivm) {
-  const calls = new Map();
+startSandbox(({ ivm, config, post, postBulk, calls, finished }) => {
   let draining = false;
   const compiler = new ivm.Isolate({ memoryLimit: 512 });
   const loader = new ModuleLoader(ivm, compiler, config.typescriptDir);
@@ -91,61 +32,17 @@ function serve(ivm) {
     },
   });
   const gate = new HostGate();
-  const deps = {
-    ivm,
-    pool,
-    loader,
-    gate,
-    post,
-    postBulk,
-    logCap,
-    onFinished: (run) => calls.delete(run.id),
+  const deps = { ivm, pool, loader, gate, post, postBulk, logCap, onFinished: finished };
+  return {
+    call: (msg) => new CallRun(msg, deps),
+    prepare(msg) {
+      if (draining) return;
+      pool.warm(msg.memoryMb);
+      loader.graph(msg.tool.entry, msg.tool.root).catch(() => {
+        // Reported by the call itself, with the tool's own message.
+      });
+    },
+    forget: (msg) => loader.forget(msg.entry),
+    stats: () => ({ pool: pool.stats(), host: gate.stats() }),
   };
-
-  process.on('message', (/** @type {import('../protocol.js').ToWorker} */ msg) => {
-    switch (msg?.t) {
-      case 'call': {
-        const run = new CallRun(msg, deps);
-        calls.set(msg.id, run);
-        run.start().catch((error) => run.stop('INTERNAL', `The sandbox failed while running the tool: ${error?.message ?? error}`));
-        break;
-      }
-      case 'reply':
-        calls.get(msg.id)?.onReply(msg);
-        break;
-      case 'abort':
-        calls.get(msg.id)?.stop(msg.code ?? 'CANCELLED', msg.message ?? 'The call was cancelled');
-        break;
-      case 'prepare':
-        if (draining) break;
-        pool.warm(msg.memoryMb);
-        loader.graph(msg.tool.entry, msg.tool.root).catch(() => {
-          // Reported by the call itself, with the tool's own message.
-        });
-        break;
-      case 'forget':
-        loader.forget(msg.entry);
-        break;
-      case 'stats':
-        post({
-          t: 'stats',
-          id: msg.id,
-          pool: pool.stats(),
-          host: gate.stats(),
-          calls: calls.size,
-          rss: process.memoryUsage.rss(),
-          cpu: process.cpuUsage(),
-        });
-        break;
-      case 'probe':
-        post({ t: 'probe', id: msg.id, ...probe() });
-        break;
-      case 'shutdown':
-        die();
-        break;
-    }
-  });
-  // The engine is gone: nothing left to serve.
-  process.on('disconnect', die);
-  post({ t: 'ready', node: process.version, isolatedVm: require(`${config.ivmDir ?? 'isolated-vm'}/package.json`).version });
-}
+});

@@ -80,9 +80,9 @@ export class WasmCall {
     const input = new TextEncoder().encode(`${JSON.stringify(msg.input)}\n`);
     const cfg = {
       input,
-      args: msg.wasm.args,
-      env: msg.wasm.env,
-      preopens: msg.wasm.preopens,
+      args: msg.setup.args,
+      env: msg.setup.env,
+      preopens: msg.setup.preopens,
       capPages,
       outputBytes: msg.limits.output_bytes,
       logBytes: this.#deps.logCap,

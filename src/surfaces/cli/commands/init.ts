@@ -178,9 +178,12 @@ async function run(ctx: Context): Promise<number> {
   return built && !built.ok ? EXIT.engine : EXIT.ok;
 }
 
+/** The templates the runners offer, for the help: "c|rust". */
+const TEMPLATE_NAMES = [...templates().keys()].join('|');
+
 export const initSpec: CommandSpec = {
   name: 'init',
-  usage: 'arium init [project] [--format json|yaml] [--template c|rust] [--force]',
+  usage: `arium init [project] [--format json|yaml] [--template ${TEMPLATE_NAMES}] [--force]`,
   summary: 'create a project folder with example tools (a JavaScript and a Python tool)',
   details: `Creates <workspace>/<project>/ with tools/ (text-upper.json + upper.js for the js-runner,
 text-words.json + words.py for the py-runner) and an arium.json granting what they need, with the
@@ -188,12 +191,13 @@ audit log on (arium events shows every call). --format yaml writes the definitio
 text-upper.yaml and text-words.yaml instead: the same data in YAML.
 The project name defaults to --project, then "demo". An existing, non-empty project is refused
 unless --force, which rewrites the example files and leaves every other file alone.
---template c|rust creates a WebAssembly tool from source instead (tools/src/, the definition, and
-the module built with clang or rustc for wasm32-wasi); init runs its build command once and prints it.`,
+--template ${TEMPLATE_NAMES} creates a tool from source instead (tools/src/, the definition, and what
+its runner's build command makes); init runs its build command once and prints it:
+${[...templates().entries()].map(([name, { template }]) => `  ${name}: ${template.summary}`).join('\n')}`,
   flags: {
     force: { help: 'rewrite the example files in an existing project' },
     format: { value: true, arg: '<json|yaml>', help: 'write the example tool definitions as JSON (default) or YAML' },
-    template: { value: true, arg: '<name>', help: 'a tool built from source instead of the examples: c or rust (WebAssembly)' },
+    template: { value: true, arg: '<name>', help: `a tool built from source instead of the examples: ${TEMPLATE_NAMES.replaceAll('|', ', ')}` },
   },
   run,
 };

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadWorker } from '../../../defaults.js';
+import { DEFAULT_CATALOG, loadWorker } from '../../../defaults.js';
 import { int, maxPositionals, str, UsageError } from '../args.js';
 import { type CommandSpec, HostError } from '../command.js';
 import type { Context } from '../context.js';
@@ -11,13 +11,10 @@ async function run(ctx: Context): Promise<number> {
   const url = str(ctx.parsed, 'nats') ?? ctx.io.env.ARIUM_NATS_URL;
   if (!url) throw new UsageError('Name the NATS server: --nats nats://host:4222 (or set ARIUM_NATS_URL)');
   // Loaded here: the NATS client and the worker cost every other command their import.
-  const { checkSettings, resolveAuth, RemoteConfigError, startWorker, HOSTABLE_RUNNERS, NatsUnreachable } = await loadWorker();
+  const { checkSettings, resolveAuth, RemoteConfigError, startWorker, HOSTABLE_RUNNERS, hostableList, NatsUnreachable } = await loadWorker();
   const runners = (str(ctx.parsed, 'runners') ?? HOSTABLE_RUNNERS.join(',')).split(',').filter((r) => r !== '');
   for (const name of runners) {
-    if (!HOSTABLE_RUNNERS.includes(name))
-      throw new UsageError(
-        `Option --runners: a worker hosts ${HOSTABLE_RUNNERS.slice(0, -1).join(', ')} and ${HOSTABLE_RUNNERS.at(-1)} (got "${name}")`,
-      );
+    if (!HOSTABLE_RUNNERS.includes(name)) throw new UsageError(`Option --runners: a worker hosts ${hostableList()} (got "${name}")`);
   }
   const refs = {
     ...(str(ctx.parsed, 'user')
@@ -124,7 +121,7 @@ export const workerSpec: CommandSpec = {
   flags: {
     nats: { value: true, arg: '<url>', help: 'NATS server URL(s), comma-separated (default $ARIUM_NATS_URL)' },
     deployment: { value: true, arg: '<name>', help: 'namespace of the subjects, as the engines’ remote.deployment (default "default")' },
-    runners: { value: true, arg: '<list>', help: 'runners to host (default js-runner,py-runner,wasm-runner)' },
+    runners: { value: true, arg: '<list>', help: `runners to host (default ${DEFAULT_CATALOG.hostable().join(',')})` },
     concurrency: { value: true, arg: '<n>', help: 'calls run at once (default the number of CPUs)' },
     cache: { value: true, arg: '<dir>', help: 'where received tool files are kept (default <tmp>/arium-worker-cache)' },
     'cache-mb': {

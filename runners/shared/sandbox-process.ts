@@ -1,5 +1,5 @@
-// Over 500 lines: one sandbox process and everything that crosses its pipe (calls, programs, wasm
-// calls, ctx.vfs answers and their budget) share one message loop and one crash path.
+// Over 500 lines: one sandbox process and everything that crosses its pipe (calls, programs, a
+// runner's setup, ctx.vfs answers and their budget) share one message loop and one crash path.
 import { type ChildProcess, fork } from 'node:child_process';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -7,18 +7,26 @@ import { ERROR_CODES, type ErrorCode, ToolFailure } from '../../src/errors.js';
 import type { LogLine } from '../../src/result.js';
 import type { RunContext } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
-import { observe } from '../shared/protocol.js';
-import { SupervisedCalls, serveVfs, tail, type VfsAnswer } from '../shared/supervision.js';
-import { uncaughtVfsCode, type WireError } from '../shared/vfs-ops.js';
-import type { FromWorker, ToolRef, ToWorker, WasmSetup } from './protocol.js';
+import { observe } from './protocol.js';
+import type { FromWorker, ToolRef, ToWorker } from './sandbox-protocol.js';
+import { SupervisedCalls, serveVfs, tail, type VfsAnswer } from './supervision.js';
+import { uncaughtVfsCode, type WireError } from './vfs-ops.js';
 
 /**
- * One JS sandbox process (runners/js/worker/main.mjs) and the calls it is running. The engine process
- * never loads isolated-vm; when V8 aborts in here, only this process dies, its calls fail, and the
- * runner starts another one.
+ * One isolated-vm sandbox process (a runner's worker/main.mjs, on the bootstrap of worker/sandbox.mjs)
+ * and the calls it is running. The engine process never loads isolated-vm; when V8 aborts in here, only
+ * this process dies, its calls fail, and the runner's pool (sandbox-pool.ts) starts another one.
  */
 
-export interface SandboxConfig {
+/** Which runner a sandbox serves, for what its failures say. */
+export interface SandboxOwner {
+  /** The runner's name (`js-runner`), given in failures' details. */
+  runner: string;
+  /** What its sandbox is called in messages (`JS`, as in "the JS sandbox process stopped"). */
+  label: string;
+}
+
+export interface SandboxConfig extends SandboxOwner {
   workerPath: string;
   execArgv: string[];
   /** Passed to the worker as JSON in argv[2]. */
@@ -122,6 +130,7 @@ export class SandboxProcess {
   /** Called when the worker asks to be replaced (a catastrophic V8 error in one of its isolates). */
   onDrain: (() => void) | null = null;
   readonly #child: ChildProcess;
+  readonly #owner: SandboxOwner;
   readonly #calls: SupervisedCalls<ProgramEntry> = new SupervisedCalls<ProgramEntry>({
     graceMs: STOP_GRACE_MS,
     kill: () => this.#child.kill('SIGKILL'),
@@ -158,12 +167,13 @@ export class SandboxProcess {
   #closing: Promise<void> | null = null;
 
   constructor(config: SandboxConfig) {
+    this.#owner = { runner: config.runner, label: config.label };
     this.#answers = config.answers ?? new AnswerBudget();
     this.#unwatch = this.#answers.watch(() => this.#serveHeld());
     // node:child_process, not execa: this process lives as long as the engine and is supervised here
     // (grace-period kills, exit reasons, restarts); execa's result promise and output buffering serve
     // a command that runs and ends, and would hold an always-pending promise for this one.
-    this.#child = fork(config.workerPath, [JSON.stringify({ ...config.workerConfig, bulkFd: 4 })], {
+    this.#child = fork(config.workerPath, [JSON.stringify({ ...config.workerConfig, label: config.label, bulkFd: 4 })], {
       execArgv: config.execArgv,
       // JSON costs a third less CPU per message than 'advanced' here; small bytes travel as flagged
       // base64, large writes on the bulk pipe (fd 4).
@@ -201,7 +211,9 @@ export class SandboxProcess {
         if (owed > 0) this.#answers.release(owed);
         if (!this.#info && !this.#unavailable) {
           reject(
-            new Error(`the sandbox process exited during start-up (${signal ?? `code ${code}`}): ${this.#stderr.trim().split('\n').pop() ?? ''}`),
+            new Error(
+              `the ${this.#owner.label} sandbox process exited during start-up (${signal ?? `code ${code}`}): ${this.#stderr.trim().split('\n').pop() ?? ''}`,
+            ),
           );
         }
         this.#failAll(code, signal);
@@ -239,10 +251,10 @@ export class SandboxProcess {
   }
 
   /**
-   * Runs a call; `ref` names the module to load instead of the tool's entry (its bundle); `wasm` is what
-   * the wasm runner's worker, which speaks this protocol too, needs beyond it.
+   * Runs a call; `ref` names the module to load instead of the tool's entry (its bundle); `setup` is
+   * what the runner's worker needs beyond it to start the tool (plain JSON, passed through as it is).
    */
-  call(ctx: RunContext, ref: ToolRef = toolRef(ctx.tool), wasm?: WasmSetup): Promise<unknown> {
+  call(ctx: RunContext, ref: ToolRef = toolRef(ctx.tool), setup?: Record<string, unknown>): Promise<unknown> {
     return this.#calls.open(ctx, {}, (id) => {
       const tool = ctx.tool;
       this.#send({
@@ -254,7 +266,7 @@ export class SandboxProcess {
         limits: { timeout_ms: ctx.limits.timeout_ms, memory_mb: ctx.limits.memory_mb, output_bytes: ctx.limits.output_bytes },
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
         ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
-        ...(wasm ? { wasm } : {}),
+        ...(setup ? { setup } : {}),
       });
     });
   }
@@ -537,21 +549,24 @@ export class SandboxProcess {
     const how = signal ? `signal ${signal}` : `exit code ${code}`;
     const outOfMemory = /out of memory|invalid size error|heap limit|allocation failed|CALL_AND_RETRY_LAST/i.test(this.#stderr);
     this.#calls.failAll((pending, running) => {
-      if (this.#stopping) return new ToolFailure('execution', 'UNAVAILABLE', 'The JS runner was shut down while the tool ran');
+      const { runner, label } = this.#owner;
+      if (this.#stopping) {
+        return new ToolFailure('execution', 'UNAVAILABLE', `The ${runner} was shut down while the tool ran`, { details: { runner } });
+      }
       if (running === 1 && outOfMemory) {
         const mb = pending.ctx.limits.memory_mb;
         return new ToolFailure(
           'execution',
           'MEMORY_LIMIT',
           `${pending.ctx.tool.spec.id} exceeded its memory limit of ${mb} MB (V8 aborted the sandbox process, which was replaced)`,
-          { details: { memory_mb: mb, reason: 'the sandbox process aborted' } },
+          { details: { memory_mb: mb, reason: 'the sandbox process aborted', runner } },
         );
       }
       return new ToolFailure(
         'execution',
         'UNAVAILABLE',
-        `The JS sandbox process stopped (${how}) while ${running} call(s) ran; it has been replaced and the call can be retried`,
-        { details: { calls: running } },
+        `The ${label} sandbox process stopped (${how}) while ${running} call(s) ran; it has been replaced and the call can be retried`,
+        { details: { calls: running, runner } },
       );
     });
     for (const resolve of this.#probes.values()) resolve({ error: 'the sandbox process exited' });

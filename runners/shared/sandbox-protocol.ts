@@ -1,13 +1,15 @@
 import type { ErrorCode } from '../../src/errors.js';
 import type { CallLimits } from '../../src/limits.js';
 import type { LogLine } from '../../src/result.js';
-import type { VfsOp, WireError } from '../shared/vfs-ops.js';
+import type { VfsOp, WireError } from './vfs-ops.js';
 
 /**
- * Messages between the engine and the JS sandbox process (runners/js/worker/main.mjs), over Node's IPC
- * channel as JSON (small bytes cross as base64 strings, flagged by `bytes` / `binary`; large writes as
- * raw bytes on a pipe of their own, see `blob`). The worker is plain
- * JavaScript; these types are the contract it follows.
+ * Messages between the engine and an isolated-vm sandbox process (sandbox-process.ts, with a runner's
+ * worker, runners/<name>/worker/main.mjs, started by runners/shared/worker/sandbox.mjs), over
+ * Node's IPC channel as JSON (small bytes cross as base64 strings, flagged by `bytes` / `binary`; large
+ * writes as raw bytes on a pipe of their own, see `blob`). The workers are plain JavaScript; these types
+ * are the contract they follow, and runners/shared/protocol.schema.json ("js.toWorker", "js.fromWorker")
+ * describes the same messages for the checks.
  *
  * The engine treats what comes back as untrusted data: a tool cannot write these messages, but if V8
  * were ever compromised in the sandbox process it could, so every field is checked before use.
@@ -20,14 +22,7 @@ export interface ToolRef {
   root: string;
 }
 
-export { VFS_OPS, type VfsOp, type WireError } from '../shared/vfs-ops.js';
-
-/** What a wasm module is started with (runners/wasm/worker/): its argv, its environment, and the VFS folders it may open. */
-export interface WasmSetup {
-  args: string[];
-  env: string[];
-  preopens: string[];
-}
+export { VFS_OPS, type VfsOp, type WireError } from './vfs-ops.js';
 
 export type ToWorker =
   | {
@@ -44,7 +39,8 @@ export type ToWorker =
        * function of `tools`. Its tool calls come back as `vfs` messages with `op: 'tool'`.
        */
       program?: string;
-      wasm?: WasmSetup;
+      /** What the runner's own worker needs beyond the tool to start it (e.g. a module's argv, environment and preopened folders); plain JSON. */
+      setup?: Record<string, unknown>;
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
