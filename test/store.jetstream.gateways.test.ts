@@ -219,6 +219,26 @@ describe('gateways in front of one project in JetStream', () => {
     }
   });
 
+  it('refuses a request or an answer larger than a NATS message, saying so', async () => {
+    const [a, b] = await setUp();
+    expect((await settled(() => ask(b, '/v1/tools'))).status).toBe(200);
+    const big = await write(b, '/big.txt', 'x'.repeat(1_050_000));
+    expect(big.status).toBe(413);
+    expect(big.body.error?.code).toBe('INPUT_TOO_LARGE');
+    expect(big.body.error?.message).toMatch(/over the NATS server's max_payload \(1048576\), so this gateway cannot forward it/);
+    // 900 KB of quotes: 1.8 MB once escaped in the JSON answer of a read.
+    for (let i = 0; i < 3; i++) {
+      expect((await ask(a, '/v1/tools/fs.write:run', { input: { path: '/quotes.txt', content: '"'.repeat(300_000), append: true } })).status).toBe(
+        200,
+      );
+    }
+    expect((await ask(a, '/v1/fs/read?path=/quotes.txt')).status).toBe(200);
+    const read = await ask(b, '/v1/fs/read?path=/quotes.txt');
+    expect(read.status).toBe(502);
+    expect(read.body.error?.code).toBe('OUTPUT_LIMIT');
+    expect(read.body.error?.message).toMatch(/cannot go back to the gateway that forwarded the request/);
+  });
+
   it('takes over when the holder is killed (-9) mid-burst, losing no acknowledged write', async () => {
     const [a, b] = await setUp();
     expect((await settled(() => ask(b, '/v1/tools'))).status).toBe(200);
