@@ -86,7 +86,7 @@ describe('gateways in front of one project in JetStream', () => {
   let storeName = '';
 
   /** Two workspaces (two machines' copies of the project), each with its gateway; `a` opens the project first. */
-  const setUp = async (): Promise<[Served, Served]> => {
+  const setUp = async (warm = true): Promise<[Served, Served]> => {
     storeName = `gw-${process.pid}-${++names}`;
     const config = {
       store: { nats: { servers: cluster.urls }, name: storeName, lease_ms: LEASE_MS, forward: { secret_env: 'ARIUM_FORWARD_SECRET' } },
@@ -102,7 +102,7 @@ describe('gateways in front of one project in JetStream', () => {
     });
     const a = await serve(workspaces[0] as string);
     gateways.push(a);
-    expect((await ask(a, '/v1/tools')).status).toBe(200);
+    if (warm) expect((await ask(a, '/v1/tools')).status).toBe(200);
     const b = await serve(workspaces[1] as string);
     gateways.push(b);
     return [a, b];
@@ -148,6 +148,18 @@ describe('gateways in front of one project in JetStream', () => {
     expect((snapshots.body.snapshots as { label: string | null }[]).map((s) => s.label)).toContain('after-burst');
     const listing = await ask(b, '/v1/fs/list?path=/c3&at=after-burst');
     expect((listing.body.entries as unknown[]).length).toBe(50);
+  });
+
+  it('lets the gateway that loses the race for the lease forward instead of failing', async () => {
+    const [a, b] = await setUp(false);
+    // Both see nobody holding the project and open it; one takes the lease, the other is refused it.
+    const [first, second] = await Promise.all([write(a, '/a.txt', 'a'), write(b, '/b.txt', 'b')]);
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+    expect(second.status, JSON.stringify(second.body)).toBe(200);
+    for (const gateway of [a, b]) {
+      expect((await ask(gateway, '/v1/fs/read?path=/a.txt')).body.text).toBe('a');
+      expect((await ask(gateway, '/v1/fs/read?path=/b.txt')).body.text).toBe('b');
+    }
   });
 
   it('applies the profile and grants on the holder to forwarded calls', async () => {
