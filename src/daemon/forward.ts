@@ -262,7 +262,8 @@ export class ProjectLink {
     const nc = await this.#connection();
     const sub = nc.subscribe(this.#subject, {
       callback: (error, msg) => {
-        if (!error) void this.#answer(engine, msg);
+        // An answer that cannot be sent (the connection closed meanwhile) leaves the caller to its timeout.
+        if (!error) this.#answer(engine, msg).catch(() => {});
       },
     });
     const watch = setInterval(
