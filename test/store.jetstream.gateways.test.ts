@@ -79,7 +79,8 @@ beforeAll(async () => {
 });
 afterAll(() => cluster?.remove());
 
-describe('gateways in front of one project in JetStream', () => {
+// Two gateway processes, a nats-server and hundreds of requests on a machine that may be loaded.
+describe('gateways in front of one project in JetStream', { timeout: 120_000 }, () => {
   const roots: string[] = [];
   const gateways: Served[] = [];
   let names = 0;
