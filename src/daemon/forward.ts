@@ -76,8 +76,14 @@ export class GatewayForwarding {
     if (!link) {
       link = this.#open(project);
       this.#links.set(project, link);
-      // A setting fixed since (a secret exported, a typo in arium.json) is read again by the next request.
-      link.catch(() => this.#links.delete(project));
+      // A setting fixed since (a secret exported, a typo in arium.json) is read again by the next request;
+      // and only links are kept, so that requests naming made-up projects do not fill the map.
+      link.then(
+        (made) => {
+          if (!made) this.#links.delete(project);
+        },
+        () => this.#links.delete(project),
+      );
     }
     return link;
   }
