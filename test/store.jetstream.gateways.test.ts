@@ -3,7 +3,7 @@
 // gateways (bin/arium.js on dist/), real HTTP, a real kill -9.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
@@ -85,6 +85,7 @@ describe('gateways in front of one project in JetStream', { timeout: 120_000 }, 
   const gateways: Served[] = [];
   let names = 0;
   let storeName = '';
+  let workspaces: string[] = [];
 
   /** Two workspaces (two machines' copies of the project), each with its gateway; `a` opens the project first. */
   const setUp = async (warm = true): Promise<[Served, Served]> => {
@@ -93,8 +94,9 @@ describe('gateways in front of one project in JetStream', { timeout: 120_000 }, 
       store: { nats: { servers: cluster.urls }, name: storeName, lease_ms: LEASE_MS, forward: { secret_env: 'ARIUM_FORWARD_SECRET' } },
       // The profile of HTTP callers: fs.delete is not offered to them.
       surfaces: { http: { tools: ['fs.write', 'fs.read', 'fs.list', 'vfs.snapshot'] } },
+      audit_log: true,
     };
-    const workspaces = [0, 1].map(() => {
+    workspaces = [0, 1].map(() => {
       const root = mkdtempSync(join(tmpdir(), 'arium-gateways-'));
       roots.push(root);
       mkdirSync(join(root, 'p', 'tools'), { recursive: true });
@@ -181,6 +183,38 @@ describe('gateways in front of one project in JetStream', { timeout: 120_000 }, 
     // The forwarding gateway checks the caller's key before anything is forwarded.
     const unkeyed = await fetch(`${b.address}/p/p/v1/tools`);
     expect(unkeyed.status).toBe(401);
+  });
+
+  it('runs a forwarded call as the caller the forwarding gateway named, which a client cannot name itself', async () => {
+    const [a, b] = await setUp();
+    const run = (gateway: Served, traceId: string, extra: Record<string, string> = {}) =>
+      fetch(`${gateway.address}/p/p/v1/tools/fs.write:run`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json', 'x-trace-id': traceId, ...extra },
+        body: JSON.stringify({ input: { path: `/${traceId}.txt`, content: traceId } }),
+      }).then((r) => r.status);
+    expect(await settled(async () => ({ status: await run(b, 'via-b'), body: {} }))).toMatchObject({ status: 200 });
+    // Headers naming the caller count on the holder only with its own process's token.
+    const spoof = { 'x-arium-forwarded-caller': 'admin', 'x-arium-forward-token': 'a'.repeat(64) };
+    expect(await run(a, 'spoof-a', spoof)).toBe(200);
+    expect(await run(b, 'spoof-b', spoof)).toBe(200);
+    const log = join(workspaces[0] as string, 'p', '.arium', 'audit.jsonl');
+    const callers = async () => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const lines = existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n') : [];
+        const invocations = lines
+          .map((l) => JSON.parse(l) as { type: string; trace_id: string; caller: string })
+          .filter((e) => e.type === 'ToolInvocationEvent');
+        const found = new Map(invocations.map((e) => [e.trace_id, e.caller]));
+        if (found.size >= 3 || Date.now() > deadline) return found;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    const found = await callers();
+    expect(found.get('via-b')).toBe('http:127.0.0.1');
+    expect(found.get('spoof-a')).toBe('http:127.0.0.1');
+    expect(found.get('spoof-b')).toBe('http:127.0.0.1');
   });
 
   it('refuses a forged request on the bus, and a replayed one', async () => {
