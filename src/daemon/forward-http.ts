@@ -60,7 +60,7 @@ export async function answerForwarded(
     'UNAVAILABLE',
     holder === null
       ? `No gateway holds project "${project}" at this moment (another one is taking it over); try again`
-      : `No gateway answers for project "${project}": the engine holding it (pid ${holder.pid} on ${holder.host}) stopped answering; a gateway takes it over once its lease runs out (store.lease_ms), try again then`,
+      : `No gateway answers for project "${project}": the engine holding it (pid ${holder.pid} on ${holder.host}) does not answer forwarded requests. Either it stopped, and a gateway takes the project over once its lease runs out (store.lease_ms): try again then; or it is not a gateway with store.forward (a library engine, \`arium call\`), which never answers them`,
     { details: { reason: 'no_holder' } },
   );
 }
