@@ -232,6 +232,8 @@ export class ProjectLink {
           reject(new Error('the engine holding the project lost its lease (it died or was cut off) while the request was in flight'));
       }, this.#settings.leaseMs);
     });
+    // Handled here too: it may reject after the race has settled, before the interval is cleared.
+    holderGone.catch(() => {});
     try {
       reply = await Promise.race([nc.request(this.#subject, data, { timeout: DEFAULT_GATEWAY_FORWARD.timeout_ms, headers }), holderGone]);
     } catch (error) {
@@ -245,7 +247,6 @@ export class ProjectLink {
       );
     } finally {
       clearInterval(watch);
-      holderGone.catch(() => {});
     }
     const answer = unseal<AnswerMeta>(this.#key, reply.data, reply.headers?.get(SIGNATURE_HEADER));
     if (!answer || answer.meta.re !== nonce) {
