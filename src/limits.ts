@@ -391,3 +391,23 @@ export const DEFAULT_JETSTREAM_STORE = Object.freeze({
   /** One request to NATS (an append and its acknowledgment) fails after this long without an answer. */
   timeout_ms: 10_000,
 });
+
+/**
+ * Gateways that share a project kept in NATS JetStream (README "Gateways in front of one project"): a
+ * gateway that does not hold the project forwards its requests to the one that does, over NATS.
+ */
+export const DEFAULT_GATEWAY_FORWARD = Object.freeze({
+  /** A forwarded request fails (UNAVAILABLE, its outcome unknown) after this long without the holder's answer. */
+  timeout_ms: 300_000,
+  /** A read of the project's lease (is some gateway holding it?) fails after this long. */
+  lease_read_ms: 5_000,
+  /**
+   * A forwarded request is refused when its time differs from the holder's clock by more than this: a
+   * message captured on the bus cannot be replayed later (and within it, its nonce is remembered).
+   */
+  clock_skew_ms: 60_000,
+  /** Nonces a holder remembers within clock_skew_ms; past this, forwarded requests are refused (retryable) until some expire. */
+  max_nonces: 200_000,
+  /** The shortest shared secret (store.forward.secret_env) accepted: it signs every forwarded request and answer. */
+  min_secret_chars: 32,
+});

@@ -458,6 +458,24 @@ async function runSatelliteExample(block: Block): Promise<void> {
   expect(out).toContain("[ [ 'box-1', [ 'echo', 'sleep' ] ] ]");
 }
 
+const GATEWAYS_EXAMPLE = /^# Gateways in front of one project: three clustered nats-servers/;
+
+/** The gateways example: run by bash in this checkout (it uses dist/), its fixed ports made free ones, with the nats-server the tests use. */
+async function runGatewaysExample(block: Block): Promise<void> {
+  const server = natsServerPath();
+  if (!server) {
+    if (process.env.CI) throw new Error('CI must run the README gateways example, but nats-server is not installed');
+    console.log('readme.examples: the gateways example is not run: nats-server is not installed');
+    return;
+  }
+  let code = block.code.replace(/^nats-server /gm, `${server} `);
+  for (const fixed of ['4221', '4222', '4223', '6231', '6232', '6233', '8701', '8702']) code = code.replaceAll(fixed, String(await freePort()));
+  const out = execFileSync('bash', ['-e', '-c', code], { cwd: ROOT, encoding: 'utf8', timeout: 120_000, stdio: ['ignore', 'pipe', 'ignore'] });
+  expect(out).toContain('"ok":true,"tool_id":"fs.write"');
+  // Read through B twice: forwarded to A, then after A was killed, from B's own engine.
+  expect(out.match(/"path":"\/hello.txt","size":2/g)).toHaveLength(2);
+}
+
 /** arium.json's providers: each `nats` provider's settings as the kind parses them. */
 function checkNatsProviders(block: Block): void {
   const providers = (JSON.parse(block.code) as { providers: Record<string, Record<string, unknown>> }).providers;
@@ -546,6 +564,7 @@ describe('every code block of the README', () => {
         (GATEWAY_EXAMPLE.test(block.first) ||
           SHELL_EXAMPLE.test(block.first) ||
           SATELLITE_EXAMPLE.test(block.first) ||
+          GATEWAYS_EXAMPLE.test(block.first) ||
           PACKS_EXAMPLE.test(block.first))
       )
         return false;
@@ -609,6 +628,12 @@ describe('every code block of the README', () => {
     'the gateway example at %s runs against `arium serve`',
     { timeout: 60_000 },
     async (_name, block) => runGatewayExample(block),
+  );
+
+  it.each(all.filter((b) => b.lang === 'sh' && GATEWAYS_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(
+    'the gateways example at %s forwards to the holder and takes over when it is killed',
+    { timeout: 150_000 },
+    async (_name, block) => runGatewaysExample(block),
   );
 
   it.each(all.filter((b) => b.lang === 'sh' && SATELLITE_EXAMPLE.test(b.first)).map((b) => [`line ${b.line}`, b] as const))(

@@ -1,8 +1,8 @@
 // arium.json's `store`: where the project's state is kept when not in `<project>/.arium`. Checked by
 // config.ts with the rest of arium.json; the engine opens the store it names (openConfiguredStore).
 import { resolve } from 'node:path';
-import { checkSettings, resolveAuth } from '../../../runners/remote/settings.js';
-import { DEFAULT_JETSTREAM_STORE } from '../../limits.js';
+import { checkSettings, type NatsSettings, resolveAuth } from '../../../runners/remote/settings.js';
+import { DEFAULT_GATEWAY_FORWARD, DEFAULT_JETSTREAM_STORE } from '../../limits.js';
 import { type CredentialRefs, REMOTE_CONFIG_SCHEMA } from '../../remote-config.js';
 import { JetStreamStore, STORE_NAME } from '../jetstream-store.js';
 
@@ -35,6 +35,20 @@ export const STORE_CONFIG_SCHEMA = {
       maximum: DEFAULT_JETSTREAM_STORE.max_lease_ms,
       description: `another engine takes the project over this long after its holder stopped renewing its lease (default ${DEFAULT_JETSTREAM_STORE.lease_ms})`,
     },
+    forward: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['secret_env'],
+      description:
+        'gateways that share this project forward requests to the one holding it, over NATS, signed with a shared secret (README "Gateways in front of one project")',
+      properties: {
+        secret_env: {
+          type: 'string',
+          pattern: '^[A-Za-z_][A-Za-z0-9_]*$',
+          description: `the environment variable holding the secret every gateway of the project shares (at least ${DEFAULT_GATEWAY_FORWARD.min_secret_chars} characters)`,
+        },
+      },
+    },
   },
 } as const;
 
@@ -44,6 +58,7 @@ export interface StoreConfig {
   name?: string;
   replicas?: 1 | 3;
   lease_ms?: number;
+  forward?: { secret_env: string };
 }
 
 /** A setting of `store` that cannot be used: what is wrong, and the field. */
@@ -57,13 +72,23 @@ export class StoreConfigError extends Error {
   }
 }
 
-/** Opens the store arium.json's `store` names, with its secrets read from `env` and files under `projectDir`. */
-export function openConfiguredStore(
+/** Where and as whom the store of arium.json's `store` is reached: the servers, credentials and TLS, and the project's name there. */
+export interface StoreSettings {
+  name: string;
+  servers: string[];
+  auth: NatsSettings['auth'];
+  tls: NatsSettings['tls'];
+  replicas: 1 | 3;
+  leaseMs: number;
+}
+
+/** arium.json's `store` with its secrets read from `env` and files under `projectDir`. */
+export function storeSettings(
   config: StoreConfig,
   project: string,
   env: Readonly<Record<string, string | undefined>>,
   projectDir: string,
-): JetStreamStore {
+): StoreSettings {
   const name = config.name ?? project;
   if (!STORE_NAME.test(name)) {
     throw new StoreConfigError(
@@ -71,7 +96,7 @@ export function openConfiguredStore(
       'store.name',
     );
   }
-  let settings: ReturnType<typeof checkSettings>;
+  let settings: NatsSettings;
   try {
     settings = checkSettings(
       {
@@ -85,12 +110,22 @@ export function openConfiguredStore(
   } catch (error) {
     throw new StoreConfigError((error as Error).message, 'store.nats');
   }
-  return new JetStreamStore({
+  return {
+    name,
     servers: settings.servers,
     auth: settings.auth,
     tls: settings.tls,
-    name,
     replicas: config.replicas ?? 1,
     leaseMs: config.lease_ms ?? DEFAULT_JETSTREAM_STORE.lease_ms,
-  });
+  };
+}
+
+/** Opens the store arium.json's `store` names, with its secrets read from `env` and files under `projectDir`. */
+export function openConfiguredStore(
+  config: StoreConfig,
+  project: string,
+  env: Readonly<Record<string, string | undefined>>,
+  projectDir: string,
+): JetStreamStore {
+  return new JetStreamStore(storeSettings(config, project, env, projectDir));
 }

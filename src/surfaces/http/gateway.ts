@@ -3,6 +3,8 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import { GatewayForwarding } from '../../daemon/forward.js';
+import { answerForwarded, localHandler } from '../../daemon/forward-http.js';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
 import { ToolFailure } from '../../errors.js';
 import type { SecurityEvent } from '../../events.js';
@@ -118,6 +120,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const mcp = new McpSessions(limits);
   const inspector = options.inspector !== false;
   let closing = false;
+  // A project kept in NATS with store.forward: requests for it that another gateway holds go there.
+  const forwarding = new GatewayForwarding(options.workspace, options.engineOptions?.env ?? process.env, localHandler(app, options.apiKey));
+  // The engine lost the project to another gateway's: requests go back to being forwarded.
+  const drop = (project: string) => {
+    const entry = served.get(project);
+    served.delete(project);
+    opened.delete(project);
+    entry
+      ?.then(({ engine, events }) => {
+        events.detach();
+        return engine.close();
+      })
+      .catch(() => {});
+  };
 
   const open = (project: string): Promise<Served> => {
     let entry = served.get(project);
@@ -133,6 +149,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         if (closing) {
           await engine.close();
           throw new ToolFailure('transport', 'UNAVAILABLE', 'The gateway is shutting down');
+        }
+        try {
+          await (await forwarding.link(project))?.serve(engine, () => drop(project));
+        } catch (error) {
+          await engine.close();
+          throw error;
         }
         opened.set(project, engine);
         const profile = engine.config.surfaces?.http;
@@ -308,11 +330,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
     if (fixed === null) scope.addHook('onRoute', (route) => withProjectParam(route.schema));
     // Which engine a request is for: the default project, or the one named in the path.
-    scope.addHook('preHandler', async (request) => {
+    scope.addHook('preHandler', async (request, reply) => {
       const project = fixed ?? (request.params as { project?: string }).project ?? '';
+      const path = fixed === null ? request.url.replace(/^\/p\/[^/?]*/, '') : request.url;
+      if (!served.has(project) && (await answerForwarded(forwarding, project, path, request, reply, false))) return reply;
       try {
         (request as FastifyRequest & { served: Served }).served = await open(project);
       } catch (error) {
+        // Another gateway's engine took the project first: it answers.
+        if (error instanceof ProjectLockedError && (await answerForwarded(forwarding, project, path, request, reply, true))) return reply;
         if (error instanceof EngineConfigError && error.field === 'project') {
           throw new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
         }
@@ -346,6 +372,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     mcpSessions: () => mcp.stats(),
     close: async () => {
       closing = true;
+      await forwarding.close();
       await mcp.close();
       await app.close();
       const all = await Promise.allSettled([...served.values()]);

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Server, Socket } from 'node:net';
 import type { FastifyRequest } from 'fastify';
 import { CLIENT_HEADER } from '../../daemon/wire.js';
@@ -47,6 +47,8 @@ const CLIENT_NAME = /^[A-Za-z0-9._:@-]{1,64}$/;
  * the header says, since a remote client's word about itself is not the local user's.
  */
 export function clientName(request: FastifyRequest, tcpFallback: string): string {
+  const forwarded = forwardedCaller(request);
+  if (forwarded !== null) return forwarded;
   if (!overSocket(request)) return tcpFallback;
   const given = request.headers[CLIENT_HEADER];
   if (given === undefined) return 'local';
@@ -59,6 +61,23 @@ export function clientName(request: FastifyRequest, tcpFallback: string): string
     );
   }
   return given;
+}
+
+/**
+ * A request another gateway forwarded (src/daemon/forward.ts) is run here through `app.inject` as the
+ * caller that gateway authenticated. The headers naming it count only with this process's token, which
+ * never leaves the process: a client cannot name itself so.
+ */
+const FORWARD_TOKEN = randomBytes(32).toString('hex');
+
+export function forwardedHeaders(caller: string): Record<string, string> {
+  return { 'x-arium-forwarded-caller': caller, 'x-arium-forward-token': FORWARD_TOKEN };
+}
+
+function forwardedCaller(request: FastifyRequest): string | null {
+  const token = header(request.headers['x-arium-forward-token']);
+  if (token === null || !timingSafeEqual(digest(token), digest(FORWARD_TOKEN))) return null;
+  return header(request.headers['x-arium-forwarded-caller']);
 }
 
 /**
