@@ -16,7 +16,7 @@ import { builtInspector, isInspectorAsset, registerInspector } from './inspector
 import { jsonBreak } from './json-body.js';
 import { type McpSessionStats, McpSessions } from './mcp-http.js';
 import { failureStatus } from './replies.js';
-import { bearer, decoded, digest, header, overSocket } from './request.js';
+import { bearer, decoded, digest, header, hostChecked, hostPassed, overSocket } from './request.js';
 import { approvalRoutes } from './routes/approvals.js';
 import { cliRoutes } from './routes/cli.js';
 import type { RouteContext, Served } from './routes/context.js';
@@ -161,7 +161,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
     const text = body as string;
-    if (text.trim() === '') {
+    // A search for any non-space character, not a trimmed copy of every body.
+    if (!/\S/.test(text)) {
       done(Object.assign(new Error('empty body'), { code: 'FST_ERR_CTP_EMPTY_JSON_BODY', statusCode: 400 }), undefined);
       return;
     }
@@ -219,29 +220,39 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   // First of all: a request by a name or from a page this gateway does not answer is refused before
   // anything else looks at it (also /healthz, which names the open projects, and the inspector's files).
-  app.addHook('onRequest', async (request, reply) => {
-    const refused = refusal(rules, request.headers.host, header(request.headers.origin) ?? undefined);
-    if (!refused) return;
+  app.addHook('onRequest', (request, reply, done) => {
+    const host = request.headers.host;
+    const origin = header(request.headers.origin) ?? undefined;
+    // The answer depends on these two headers alone: a keep-alive connection that sends the pair it sent
+    // last, and was let through with, is let through again without parsing them anew.
+    if (hostChecked(request, host, origin)) return done();
+    const refused = refusal(rules, host, origin);
+    if (!refused) {
+      hostPassed(request, host, origin);
+      return done();
+    }
     reportRefused(request, refused);
-    return reply
+    reply
       .code(403)
       .send(errorEnvelope('DENIED', refused.message, { stage: 'permission', details: { header: refused.header, value: refused.value } }));
   });
 
   const expected = options.apiKey ? digest(options.apiKey) : null;
-  app.addHook('onRequest', async (request, reply) => {
-    if (!expected || request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return;
-    // The socket is the local user's own (0600 in a 0700 folder): the key guards the TCP port only.
-    if (overSocket(request)) return;
-    const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
-    // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
-    if (given === null || !timingSafeEqual(digest(given), expected)) {
+  // Registered only on a gateway that has a key: with none, a request has nothing to check here.
+  if (expected !== null) {
+    app.addHook('onRequest', (request, reply, done) => {
+      if (request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return done();
+      // The socket is the local user's own (0600 in a 0700 folder): the key guards the TCP port only.
+      if (overSocket(request)) return done();
+      const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
+      // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
+      if (given !== null && timingSafeEqual(digest(given), expected)) return done();
       reply.header('www-authenticate', 'Bearer');
-      return reply
+      reply
         .code(401)
         .send(errorEnvelope('DENIED', 'This gateway needs an API key: Authorization: Bearer <key> or X-API-Key', { stage: 'permission' }));
-    }
-  });
+    });
+  }
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const traceId = header(request.headers['x-trace-id']);
@@ -307,25 +318,23 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     // Under /p/:project a route that declares its own path parameters must declare `project` too, or
     // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
     if (fixed === null) scope.addHook('onRoute', (route) => withProjectParam(route.schema));
-    // Which engine a request is for: the default project, or the one named in the path.
-    scope.addHook('preHandler', async (request) => {
-      const project = fixed ?? (request.params as { project?: string }).project ?? '';
-      try {
-        (request as FastifyRequest & { served: Served }).served = await open(project);
-      } catch (error) {
-        if (error instanceof EngineConfigError && error.field === 'project') {
-          throw new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
-        }
-        if (error instanceof ProjectLockedError) {
-          throw new ToolFailure('transport', 'UNAVAILABLE', `Project "${project}" is held by another engine: ${error.message}`);
-        }
-        if (error instanceof EngineConfigError) {
-          throw new ToolFailure('validation', 'MISCONFIGURED', `Project "${project}" cannot be opened: ${error.message}`, {
-            details: { field: error.field ?? null },
-          });
-        }
-        throw error;
+    // Which engine a request is for: the default project, or the one named in the path. Once the default
+    // project is open, its requests are given it at once (no promise to wait on per request).
+    let ready: Served | null = null;
+    scope.addHook('preHandler', (request, _reply, done) => {
+      if (ready !== null) {
+        (request as FastifyRequest & { served: Served }).served = ready;
+        return done();
       }
+      const project = fixed ?? (request.params as { project?: string }).project ?? '';
+      open(project).then(
+        (entry) => {
+          if (fixed !== null) ready = entry;
+          (request as FastifyRequest & { served: Served }).served = entry;
+          done();
+        },
+        (error: unknown) => done(openFailure(project, error) as FastifyError),
+      );
     });
     toolRoutes(scope);
     skillRoutes(scope);
@@ -353,6 +362,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
+}
+
+/** Why a project could not be opened, as the error a request for it gets. */
+function openFailure(project: string, error: unknown): unknown {
+  if (error instanceof EngineConfigError && error.field === 'project') {
+    return new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
+  }
+  if (error instanceof ProjectLockedError) {
+    return new ToolFailure('transport', 'UNAVAILABLE', `Project "${project}" is held by another engine: ${error.message}`);
+  }
+  if (error instanceof EngineConfigError) {
+    return new ToolFailure('validation', 'MISCONFIGURED', `Project "${project}" cannot be opened: ${error.message}`, {
+      details: { field: error.field ?? null },
+    });
+  }
+  return error;
 }
 
 function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimits> {
