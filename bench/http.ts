@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import Fastify from 'fastify';
 import { createEngine } from '../src/index.js';
+import { EventLog } from '../src/surfaces/http/event-log.js';
 import { createGateway, type Gateway } from '../src/surfaces/http/gateway.js';
 import { median } from './stats.js';
 
@@ -52,12 +53,15 @@ interface Side {
  * - `fastify_floor`: Fastify validating the same body against the same schema, answering that fixed body;
  * - `fastify_engine_floor`: the same, then `engine.call` of the same tool (an engine without listeners)
  *   and `JSON.stringify` of its result, nothing else: the least any gateway on this design does;
+ * - `fastify_engine_log_floor`: the same, with the gateway's EventLog on its engine (no reader): each
+ *   call's events built and the last 1,000 kept for resumption, which every gateway owes `/v1/events`;
  * - `gateway`: `createGateway` as `arium serve` runs it (host and origin checks, the per-project
  *   event log kept for `/v1/events` resumption, the profile, cancellation on disconnect, the envelope);
  * - `gateway_subscribed`: the same gateway with a `/v1/events` reader (curl, a third process) connected
  *   while it is measured: each call's events are also serialized and written to it. The reader must get
  *   every result event of every call answered, their ids without a hole;
- * - `base_gateway` (with `--base <checkout>`): the gateway of another build, for a before/after in one run.
+ * - `base_gateway`, `base_gateway_subscribed` (with `--base <checkout>`): the gateway of another build,
+ *   without and with a reader, for a before/after in one run.
  *
  * Flags: `--seconds` per measurement (default 5), `--rounds` (default 3), `--base <dir>`.
  */
@@ -66,7 +70,7 @@ export async function benchHttp(flags: ReadonlyMap<string, string> = new Map()):
   const rounds = Number(flags.get('rounds') ?? 3);
   const base = flags.get('base');
   const dir = mkdtempSync(join(tmpdir(), 'arium-bench-http-'));
-  for (const project of ['bench', 'floor', 'base']) mkdirSync(join(dir, project, 'tools'), { recursive: true });
+  for (const project of ['bench', 'floor', 'logged', 'base']) mkdirSync(join(dir, project, 'tools'), { recursive: true });
   const closers: Array<() => Promise<unknown>> = [];
   try {
     const gateway = await createGateway({ workspace: dir, project: 'bench', engineOptions: { watch: false } });
@@ -103,27 +107,39 @@ export async function benchHttp(flags: ReadonlyMap<string, string> = new Map()):
     });
     closers.push(() => engineFloorApp.close());
 
+    // The same with the one thing the gateway must do per call that this floor does not: build each
+    // call's events and keep the last 1,000 for /v1/events resumption (the gateway's EventLog, no reader).
+    const loggedEngine = await createEngine({ workspace: dir, project: 'logged', watch: false, persist: false });
+    closers.push(() => loggedEngine.close());
+    loggedEngine.vfs.write('/data/a.txt', CONTENT);
+    const log = new EventLog(loggedEngine, 1000);
+    closers.push(async () => log.detach());
+    const loggedApp = Fastify({ logger: false });
+    loggedApp.post('/v1/tools/:id(^[^:/]+)::run', { schema: { body: FLOOR_BODY_SCHEMA } }, async (request, reply) => {
+      const result = await loggedEngine.call((request.params as { id: string }).id, (request.body as { input: unknown }).input);
+      return reply.header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(result));
+    });
+    closers.push(() => loggedApp.close());
+
     const subscriber = { result_events: 0, answered_2xx: 0, id_holes: 0, streams: 0 };
+    const subscribed = (at: string) => async (measure: () => Promise<Load>) => {
+      const read = await readEvents(`${at}/v1/events`, join(dir, `events-${subscriber.streams++}.txt`));
+      const load = await measure();
+      // The calls in flight when the client stopped counting finish too: wait for their events.
+      await new Promise((r) => setTimeout(r, 300));
+      const seen = await read.stop();
+      subscriber.result_events += seen.results;
+      subscriber.id_holes += seen.holes;
+      subscriber.answered_2xx += load.requests - load.non_2xx - load.errors;
+      return load;
+    };
     const sides: Side[] = [
       { name: 'bare_node_http', url: `http://127.0.0.1:${(bare.address() as AddressInfo).port}${RUN_PATH}` },
       { name: 'fastify_floor', url: `${await floorApp.listen({ host: '127.0.0.1', port: 0 })}${RUN_PATH}` },
       { name: 'fastify_engine_floor', url: `${await engineFloorApp.listen({ host: '127.0.0.1', port: 0 })}${RUN_PATH}` },
       { name: 'gateway', url: `${address}${RUN_PATH}` },
-      {
-        name: 'gateway_subscribed',
-        url: `${address}${RUN_PATH}`,
-        around: async (measure) => {
-          const read = await readEvents(`${address}/v1/events`, join(dir, `events-${subscriber.streams++}.txt`));
-          const load = await measure();
-          // The calls in flight when the client stopped counting finish too: wait for their events.
-          await new Promise((r) => setTimeout(r, 300));
-          const seen = await read.stop();
-          subscriber.result_events += seen.results;
-          subscriber.id_holes += seen.holes;
-          subscriber.answered_2xx += load.requests - load.non_2xx - load.errors;
-          return load;
-        },
-      },
+      { name: 'fastify_engine_log_floor', url: `${await loggedApp.listen({ host: '127.0.0.1', port: 0 })}${RUN_PATH}` },
+      { name: 'gateway_subscribed', url: `${address}${RUN_PATH}`, around: subscribed(address) },
     ];
     if (base) {
       const module = (await import(join(resolve(base), 'dist', 'src', 'surfaces', 'http', 'gateway.js'))) as { createGateway: typeof createGateway };
@@ -132,6 +148,7 @@ export async function benchHttp(flags: ReadonlyMap<string, string> = new Map()):
       const oldAddress = await old.app.listen({ host: '127.0.0.1', port: 0 });
       (await old.project('base')).vfs.write('/data/a.txt', CONTENT);
       sides.push({ name: 'base_gateway', url: `${oldAddress}${RUN_PATH}` });
+      sides.push({ name: 'base_gateway_subscribed', url: `${oldAddress}${RUN_PATH}`, around: subscribed(oldAddress) });
     }
 
     const measured = new Map<string, Load[]>(sides.map((side) => [side.name, []]));
@@ -178,18 +195,31 @@ export async function benchHttp(flags: ReadonlyMap<string, string> = new Map()):
       ratios: {
         gateway_to_engine_floor: ratio('gateway', 'fastify_engine_floor'),
         gateway_to_bare: ratio('gateway', 'bare_node_http'),
+        gateway_to_engine_log_floor: ratio('gateway', 'fastify_engine_log_floor'),
+        engine_log_floor_to_engine_floor: ratio('fastify_engine_log_floor', 'fastify_engine_floor'),
         subscribed_to_engine_floor: ratio('gateway_subscribed', 'fastify_engine_floor'),
         engine_floor_to_bare: ratio('fastify_engine_floor', 'bare_node_http'),
         floor_to_bare: ratio('fastify_floor', 'bare_node_http'),
         ...(base
-          ? { base_to_engine_floor: ratio('base_gateway', 'fastify_engine_floor'), base_to_bare: ratio('base_gateway', 'bare_node_http') }
+          ? {
+              base_to_engine_floor: ratio('base_gateway', 'fastify_engine_floor'),
+              base_to_bare: ratio('base_gateway', 'bare_node_http'),
+              base_subscribed_to_engine_floor: ratio('base_gateway_subscribed', 'fastify_engine_floor'),
+            }
           : {}),
       },
       cpu_per_request: {
         gateway_over_engine_floor: cpuRatio('gateway', 'fastify_engine_floor'),
+        gateway_over_engine_log_floor: cpuRatio('gateway', 'fastify_engine_log_floor'),
+        engine_log_floor_over_engine_floor: cpuRatio('fastify_engine_log_floor', 'fastify_engine_floor'),
         subscribed_over_engine_floor: cpuRatio('gateway_subscribed', 'fastify_engine_floor'),
         engine_floor_over_floor: cpuRatio('fastify_engine_floor', 'fastify_floor'),
-        ...(base ? { base_over_engine_floor: cpuRatio('base_gateway', 'fastify_engine_floor') } : {}),
+        ...(base
+          ? {
+              base_over_engine_floor: cpuRatio('base_gateway', 'fastify_engine_floor'),
+              base_subscribed_over_engine_floor: cpuRatio('base_gateway_subscribed', 'fastify_engine_floor'),
+            }
+          : {}),
       },
       events_subscriber: { ...subscriber, none_lost: subscriber.result_events >= subscriber.answered_2xx && subscriber.id_holes === 0 },
       targets: { requests_per_s: 5000, gateway_to_engine_floor: 0.8 },
