@@ -121,6 +121,43 @@ describe('/v1/events under concurrent calls', () => {
   });
 });
 
+describe('resuming /v1/events after the buffer wrapped around', () => {
+  it('replays exactly the kept events, in order, after the gap, whatever Last-Event-ID says', async () => {
+    const calls = 50;
+    for (let i = 0; i < calls; i++) {
+      await fetch(`${base}/v1/tools/fs.write:run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: { path: `/wrap/f${i}.txt`, content: `${i}` } }),
+      });
+    }
+    // The log keeps 64 events: the 100 of these calls went round its ring more than once.
+    const live = await openEvents(`${base}/v1/events?last_event_id=0`);
+    await waitFor(() => live.events.filter((e) => e.event !== 'gap').length >= 64);
+    live.close();
+    const kept = live.events.filter((e) => e.event !== 'gap');
+    expect(live.events[0]?.event).toBe('gap');
+    expect(kept).toHaveLength(64);
+    const last = kept[63]?.id as number;
+    expect(kept.map((e) => e.id)).toEqual(kept.map((_, i) => last - 63 + i));
+    expect(kept.at(-1)?.data.input).toMatchObject({ path: `/wrap/f${calls - 1}.txt`, content: `${calls - 1}` });
+
+    const resume = async (lastEventId: string) => {
+      const stream = await openEvents(`${base}/v1/events?last_event_id=${encodeURIComponent(lastEventId)}`);
+      await new Promise((r) => setTimeout(r, 300));
+      stream.close();
+      return stream.events;
+    };
+    // A number that is no event's: the ones after it.
+    expect((await resume(`${last - 3}.5`)).map((e) => e.id)).toEqual([last - 2, last - 1, last]);
+    expect(await resume(String(last))).toEqual([]);
+    expect(await resume(String(last + 1000))).toEqual([]);
+    const fromBefore = await resume('-7');
+    expect(fromBefore[0]).toMatchObject({ event: 'gap', data: { after: -7, resumed_at: last - 63 } });
+    expect(fromBefore.slice(1).map((e) => e.id)).toEqual(kept.map((e) => e.id));
+  });
+});
+
 /** Raw HTTP/1.1 requests on one keep-alive connection, answered one after another. */
 function connection(address: string): { ask(head: string): Promise<number>; close(): void } {
   const { hostname, port } = new URL(address);
