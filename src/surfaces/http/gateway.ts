@@ -2,7 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
-import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type ConnectionError, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { GatewayForwarding } from '../../daemon/forward.js';
 import { answerForwarded, localHandler } from '../../daemon/forward-http.js';
 import { createEngine, type Engine, EngineConfigError, type EngineOptions } from '../../engine.js';
@@ -18,7 +18,7 @@ import { builtInspector, isInspectorAsset, registerInspector } from './inspector
 import { jsonBreak } from './json-body.js';
 import { type McpSessionStats, McpSessions } from './mcp-http.js';
 import { failureStatus } from './replies.js';
-import { bearer, decoded, digest, header, overSocket } from './request.js';
+import { bearer, decoded, digest, header, hostChecked, hostPassed, overSocket } from './request.js';
 import { approvalRoutes } from './routes/approvals.js';
 import { cliRoutes } from './routes/cli.js';
 import type { RouteContext, Served } from './routes/context.js';
@@ -116,6 +116,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     clientErrorHandler: clientErrorAnswer(limits),
   });
   const served = new Map<string, Promise<Served>>();
+  /** The projects of `served` that are open, for requests to take without waiting on a promise. */
+  const ready = new Map<string, Served>();
   const opened = new Map<string, Engine>();
   const mcp = new McpSessions(limits);
   const inspector = options.inspector !== false;
@@ -126,6 +128,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const drop = (project: string) => {
     const entry = served.get(project);
     served.delete(project);
+    ready.delete(project);
     opened.delete(project);
     entry
       ?.then(({ engine, events }) => {
@@ -159,7 +162,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         opened.set(project, engine);
         const profile = engine.config.surfaces?.http;
         const access = new SurfaceAccess(engine, profile, 'http');
-        return {
+        const entry: Served = {
           engine,
           events: new EventLog(engine, options.eventBuffer ?? 1000),
           visible: access.offered,
@@ -167,6 +170,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           grants: profile?.grants,
           access,
         };
+        ready.set(project, entry);
+        return entry;
       })();
       served.set(project, entry);
       // A project that failed to open is tried again by the next request (it may have been made since).
@@ -183,7 +188,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
     const text = body as string;
-    if (text.trim() === '') {
+    // A search for any non-space character, not a trimmed copy of every body.
+    if (!/\S/.test(text)) {
       done(Object.assign(new Error('empty body'), { code: 'FST_ERR_CTP_EMPTY_JSON_BODY', statusCode: 400 }), undefined);
       return;
     }
@@ -241,29 +247,39 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   // First of all: a request by a name or from a page this gateway does not answer is refused before
   // anything else looks at it (also /healthz, which names the open projects, and the inspector's files).
-  app.addHook('onRequest', async (request, reply) => {
-    const refused = refusal(rules, request.headers.host, header(request.headers.origin) ?? undefined);
-    if (!refused) return;
+  app.addHook('onRequest', (request, reply, done) => {
+    const host = request.headers.host;
+    const origin = header(request.headers.origin) ?? undefined;
+    // The answer depends on these two headers alone: a keep-alive connection that sends the pair it sent
+    // last, and was let through with, is let through again without parsing them anew.
+    if (hostChecked(request, host, origin)) return done();
+    const refused = refusal(rules, host, origin);
+    if (!refused) {
+      hostPassed(request, host, origin);
+      return done();
+    }
     reportRefused(request, refused);
-    return reply
+    reply
       .code(403)
       .send(errorEnvelope('DENIED', refused.message, { stage: 'permission', details: { header: refused.header, value: refused.value } }));
   });
 
   const expected = options.apiKey ? digest(options.apiKey) : null;
-  app.addHook('onRequest', async (request, reply) => {
-    if (!expected || request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return;
-    // The socket is the local user's own (0600 in a 0700 folder): the key guards the TCP port only.
-    if (overSocket(request)) return;
-    const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
-    // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
-    if (given === null || !timingSafeEqual(digest(given), expected)) {
+  // Registered only on a gateway that has a key: with none, a request has nothing to check here.
+  if (expected !== null) {
+    app.addHook('onRequest', (request, reply, done) => {
+      if (request.url === '/healthz' || (inspector && isInspectorAsset(request.method, request.url))) return done();
+      // The socket is the local user's own (0600 in a 0700 folder): the key guards the TCP port only.
+      if (overSocket(request)) return done();
+      const given = bearer(request.headers.authorization) ?? header(request.headers['x-api-key']);
+      // Compared as digests of equal length, in constant time; the key itself is never logged or echoed.
+      if (given !== null && timingSafeEqual(digest(given), expected)) return done();
       reply.header('www-authenticate', 'Bearer');
-      return reply
+      reply
         .code(401)
         .send(errorEnvelope('DENIED', 'This gateway needs an API key: Authorization: Bearer <key> or X-API-Key', { stage: 'permission' }));
-    }
-  });
+    });
+  }
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const traceId = header(request.headers['x-trace-id']);
@@ -329,29 +345,35 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     // Under /p/:project a route that declares its own path parameters must declare `project` too, or
     // the OpenAPI document lists a path template with a parameter it does not define (invalid 3.1).
     if (fixed === null) scope.addHook('onRoute', (route) => withProjectParam(route.schema));
-    // Which engine a request is for: the default project, or the one named in the path.
-    scope.addHook('preHandler', async (request, reply) => {
-      const project = fixed ?? (request.params as { project?: string }).project ?? '';
+    // Which engine a request is for: the default project, or the one named in the path. A project open
+    // here is given to its requests at once (no promise to wait on per request); any other is opened, or
+    // forwarded to the gateway that holds it.
+    const find = async (project: string, request: FastifyRequest, reply: FastifyReply): Promise<boolean> => {
       const path = fixed === null ? request.url.replace(/^\/p\/[^/?]*/, '') : request.url;
-      if (!served.has(project) && (await answerForwarded(forwarding, project, path, request, reply, false))) return reply;
+      if (!served.has(project) && (await answerForwarded(forwarding, project, path, request, reply, false))) return true;
       try {
         (request as FastifyRequest & { served: Served }).served = await open(project);
+        return false;
       } catch (error) {
         // Another gateway's engine took the project first: it answers.
-        if (error instanceof ProjectLockedError && (await answerForwarded(forwarding, project, path, request, reply, true))) return reply;
-        if (error instanceof EngineConfigError && error.field === 'project') {
-          throw new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
-        }
-        if (error instanceof ProjectLockedError) {
-          throw new ToolFailure('transport', 'UNAVAILABLE', `Project "${project}" is held by another engine: ${error.message}`);
-        }
-        if (error instanceof EngineConfigError) {
-          throw new ToolFailure('validation', 'MISCONFIGURED', `Project "${project}" cannot be opened: ${error.message}`, {
-            details: { field: error.field ?? null },
-          });
-        }
-        throw error;
+        if (error instanceof ProjectLockedError && (await answerForwarded(forwarding, project, path, request, reply, true))) return true;
+        throw openFailure(project, error);
       }
+    };
+    scope.addHook('preHandler', (request, reply, done) => {
+      const project = fixed ?? (request.params as { project?: string }).project ?? '';
+      const entry = ready.get(project);
+      if (entry !== undefined) {
+        (request as FastifyRequest & { served: Served }).served = entry;
+        return done();
+      }
+      // An answer a forwarded request got is already sent: the route's handler must not run.
+      find(project, request, reply).then(
+        (answered) => {
+          if (!answered) done();
+        },
+        (error: unknown) => done(error as FastifyError),
+      );
     });
     toolRoutes(scope);
     skillRoutes(scope);
@@ -380,6 +402,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await Promise.all([...opened.values()].map((engine) => engine.close()));
     },
   };
+}
+
+/** Why a project could not be opened, as the error a request for it gets. */
+function openFailure(project: string, error: unknown): unknown {
+  if (error instanceof EngineConfigError && error.field === 'project') {
+    return new ToolFailure('validation', 'NOT_FOUND', `No project "${project}" in this workspace`, { details: { project } });
+  }
+  if (error instanceof ProjectLockedError) {
+    return new ToolFailure('transport', 'UNAVAILABLE', `Project "${project}" is held by another engine: ${error.message}`);
+  }
+  if (error instanceof EngineConfigError) {
+    return new ToolFailure('validation', 'MISCONFIGURED', `Project "${project}" cannot be opened: ${error.message}`, {
+      details: { field: error.field ?? null },
+    });
+  }
+  return error;
 }
 
 function gatewayLimits(given: Partial<GatewayLimits> = {}): Readonly<GatewayLimits> {

@@ -7,7 +7,7 @@ import type { ToolDescription } from '../../../project-api.js';
 import type { ToolInfo } from '../../../tool.js';
 import { ENVELOPE_SCHEMA, errorEnvelope, runEnvelope, statusOf } from '../envelope.js';
 import { ERROR_RESPONSES, send } from '../replies.js';
-import { clientName, connectionSignal, header, overSocket } from '../request.js';
+import { connectionSignal, header, overSocket, tcpCaller } from '../request.js';
 import { servedOf } from './context.js';
 
 /** The tools a project offers here, and their runs: by id, or by a capability one of them provides. */
@@ -57,7 +57,7 @@ function runGrants(profile: readonly string[] | undefined, asked: string[] | und
 }
 
 /** Runs `target` as the request asks, and answers with the envelope, or the engine's result when asked for it. */
-async function run(request: FastifyRequest, reply: FastifyReply, target: CallTarget, more: Partial<CallOptions> = {}): Promise<FastifyReply> {
+async function run(request: FastifyRequest, reply: FastifyReply, target: CallTarget): Promise<FastifyReply> {
   const body = request.body as RunBody;
   // A person's word that the run is approved is the local user's to give (`arium call --approve` through
   // the daemon, connect()): a client over TCP answers a waiting run with POST /v1/approvals/{run_id}.
@@ -69,21 +69,21 @@ async function run(request: FastifyRequest, reply: FastifyReply, target: CallTar
       { details: { field: 'approval' } },
     );
   }
-  const traceId = body.trace_id ?? header(request.headers['x-trace-id']) ?? undefined;
+  const traceId = body.trace_id ?? header(request.headers['x-trace-id']);
   const { engine, grants, visible } = servedOf(request);
   const callGrants = runGrants(grants, body.grants);
-  const result = await engine.call(target, body.input, {
-    // What a capability may resolve to, and what tools.search and tools.call may reach.
+  const options: CallOptions = {
+    // What a capability may resolve to, and what tools.search, tools.call and a code.run program may reach.
     offered: visible,
-    caller: clientName(request, `http:${request.ip}`),
+    caller: tcpCaller(request),
     // A client that goes away cancels its run: nothing it would have written lands.
     signal: connectionSignal(request.raw.socket),
-    ...more,
-    ...(traceId ? { trace_id: traceId } : {}),
-    ...(body.timeout_ms ? { timeout_ms: body.timeout_ms } : {}),
-    ...(callGrants ? { grants: callGrants } : {}),
-    ...(body.approval ? { approval: body.approval } : {}),
-  });
+  };
+  if (traceId) options.trace_id = traceId;
+  if (body.timeout_ms) options.timeout_ms = body.timeout_ms;
+  if (callGrants) options.grants = callGrants;
+  if (body.approval) options.approval = body.approval;
+  const result = await engine.call(target, body.input, options);
   const status = result.ok ? 200 : statusOf(result.error.code);
   if (status === 429) reply.header('retry-after', '1');
   if (header(request.headers.accept) === TOOL_RESULT_TYPE) {
@@ -182,8 +182,7 @@ export function toolRoutes(scope: FastifyInstance): void {
         const traceId = (request.body as RunBody).trace_id ?? header(request.headers['x-trace-id']);
         return send(reply, 404, errorEnvelope('UNKNOWN_TOOL', `No tool "${id}" is offered here; GET /v1/tools lists them`, { toolId: id, traceId }));
       }
-      // A code.run program may call only the tools offered here.
-      return run(request, reply, id, { offered: servedOf(request).visible });
+      return run(request, reply, id);
     },
   );
 

@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { asText } from '../../../vfs/text-diff.js';
 import { errorEnvelope, runEnvelope } from '../envelope.js';
 import { ERROR_RESPONSES, failureStatus, send } from '../replies.js';
-import { clientName, connectionSignal, header } from '../request.js';
+import { connectionSignal, header, tcpCaller } from '../request.js';
 import { type RouteContext, servedOf } from './context.js';
 
 /** The project's VFS: snapshots, diffs, restore, the tree and files of the live VFS or a snapshot, a run's changes. */
@@ -66,7 +66,7 @@ async function runBuiltin(request: FastifyRequest, reply: FastifyReply, id: stri
     );
   }
   const result = await engine.call(id, input, {
-    caller: clientName(request, `http:${request.ip}`),
+    caller: tcpCaller(request),
     signal: connectionSignal(request.raw.socket),
     ...(traceId ? { trace_id: traceId } : {}),
     ...(grants ? { grants } : {}),
