@@ -195,7 +195,7 @@ describe('many sessions at once', () => {
   }, 120_000);
 });
 
-describe('a client that takes only application/json', () => {
+describe('a client that takes one type, or reuses an id', () => {
   it('initializes, is told of nothing it cannot take, and gets its calls answered as JSON', async () => {
     const base = await serve();
     const accept = { accept: 'application/json' };
@@ -229,6 +229,33 @@ describe('a client that takes only application/json', () => {
     );
     expect(progress).toMatchObject({ status: 200, type: 'application/json' });
     expect(JSON.parse(progress.text)).toMatchObject({ id: 3, result: { structuredContent: { p: 1 } } });
+  });
+
+  it('a client that takes only text/event-stream gets its answers as streams', async () => {
+    const base = await serve();
+    const accept = { accept: 'text/event-stream' };
+    const init = await post(
+      base,
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'sse-only', version: '1' } },
+      },
+      accept,
+    );
+    expect(init).toMatchObject({ status: 200, type: 'text/event-stream' });
+    const data = (text: string) => JSON.parse(text.match(/^data: (\{.*)$/m)?.[1] ?? 'null') as Record<string, unknown>;
+    expect(data(init.text)).toMatchObject({ id: 1, result: { serverInfo: { name: `arium-${project.project}` } } });
+    const session = { ...accept, 'mcp-session-id': init.session as string };
+    expect((await post(base, { jsonrpc: '2.0', method: 'notifications/initialized' }, session)).status).toBe(202);
+    const call = await post(
+      base,
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'demo.echo', arguments: { only: 'sse' } } },
+      session,
+    );
+    expect(call).toMatchObject({ status: 200, type: 'text/event-stream' });
+    expect(data(call.text)).toMatchObject({ id: 2, result: { structuredContent: { only: 'sse' } } });
   });
 
   it('a second request under an id still in flight is refused, and the first still gets its answer', async () => {

@@ -29,8 +29,10 @@ const KEEP_ALIVE_MS = 15_000;
  * when its answer is the first thing the server sends about it. Should the server send a request or a
  * notification tied to it first (an elicitation for an approval), the response becomes an SSE stream
  * then, and the answer ends it. A request that asks for progress (`_meta.progressToken`) goes to the SDK
- * at once: its stream is resumable (`Last-Event-ID`). A client whose `Accept` lacks `text/event-stream`
- * gets every answer as JSON, and what is tied to a request goes to its GET stream instead.
+ * at once: its stream is resumable (`Last-Event-ID`). The spec has clients accept both types and the
+ * SDK refuses others (406); here a client whose `Accept` lacks `text/event-stream` gets every answer as
+ * JSON (what is tied to a request then goes to its GET stream), and one that takes only
+ * `text/event-stream` (a proxy in front of some clients sends that) gets every answer as a stream.
  */
 export class SessionTransport implements Transport {
   readonly #sdk: StreamableHTTPServerTransport;
@@ -71,7 +73,9 @@ export class SessionTransport implements Transport {
    */
   async handleRequest(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
     if (this.#answersHere(req, res, body)) return;
-    if (req.method === 'POST' && isRequest(body) && body.method === 'initialize' && !streams(req)) return this.#initializeAsJson(req, res, body);
+    const { json, stream } = accepts(req);
+    // The SDK takes only clients that accept both (else 406): one that accepts one of them is answered so.
+    if (req.method === 'POST' && isRequest(body) && body.method === 'initialize' && json !== stream) return this.#initializeFor(req, res, body, json);
     await this.#sdk.handleRequest(req, res, body);
   }
 
@@ -103,19 +107,23 @@ export class SessionTransport implements Transport {
     // this response, now a stream; another on its GET stream, where the SDK sends what is tied to none.
     if (!direct.canStream) return this.#sdk.send(message);
     if (res.destroyed) return;
-    if (!direct.streaming) {
-      direct.streaming = true;
-      res.writeHead(200, {
-        'content-type': 'text/event-stream',
-        'cache-control': 'no-cache, no-transform',
-        'x-accel-buffering': 'no',
-        ...(this.sessionId ? { 'mcp-session-id': this.sessionId } : {}),
-      });
-      direct.keepAlive = setInterval(() => res.write(': keepalive\n\n'), KEEP_ALIVE_MS);
-      direct.keepAlive.unref();
-      res.once('close', () => clearInterval(direct.keepAlive));
-    }
+    if (!direct.streaming) this.#openStream(direct);
     res.write(event(message));
+  }
+
+  /** Makes a held response an SSE stream: its messages, then its answer, go out as events. */
+  #openStream(direct: Direct): void {
+    const { res } = direct;
+    direct.streaming = true;
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+      ...(this.sessionId ? { 'mcp-session-id': this.sessionId } : {}),
+    });
+    direct.keepAlive = setInterval(() => res.write(': keepalive\n\n'), KEEP_ALIVE_MS);
+    direct.keepAlive.unref();
+    res.once('close', () => clearInterval(direct.keepAlive));
   }
 
   #deliver(message: JSONRPCMessage, extra?: MessageExtraInfo): void {
@@ -158,10 +166,10 @@ export class SessionTransport implements Transport {
       this.#deliver(body as JSONRPCMessage, { requestInfo: { headers: req.headers } });
       return true;
     }
-    if (!isRequest(body) || body.method === 'initialize' || !(req.headers.accept ?? '').includes('application/json')) return false;
-    const canStream = streams(req);
-    // Progress goes to the SDK's stream, which a client can resume; one that takes no stream is answered here.
-    if (canStream && body.params?._meta?.progressToken !== undefined) return false;
+    const { json, stream } = accepts(req);
+    if (!isRequest(body) || body.method === 'initialize' || !(json || stream)) return false;
+    // Progress goes to the SDK's stream, which a client can resume, when the client takes both.
+    if (json && stream && body.params?._meta?.progressToken !== undefined) return false;
     if (this.#direct.has(body.id)) {
       // Two requests in flight under one id could not be told apart by their answers.
       const json = JSON.stringify({
@@ -173,17 +181,19 @@ export class SessionTransport implements Transport {
       res.end(json);
       return true;
     }
-    this.#direct.set(body.id, { res, canStream, streaming: false });
+    const direct: Direct = { res, canStream: stream, streaming: false };
+    this.#direct.set(body.id, direct);
+    // A client that takes no JSON gets a stream from the start, its answer the last event.
+    if (!json) this.#openStream(direct);
     this.#deliver(body as JSONRPCMessage, { requestInfo: { headers: req.headers } });
     return true;
   }
 
   /**
-   * `initialize` from a client that takes only JSON: the SDK answers it (it makes the session), on a
-   * stream as it insists, and its one message is sent on as JSON. The SDK refuses such a client
-   * outright (406), though a request that needs no stream can be answered to it in full.
+   * `initialize` from a client that accepts JSON or a stream but not both: the SDK answers it (it makes
+   * the session) on a stream, as it insists, and that is sent on as it is, or its one message as JSON.
    */
-  async #initializeAsJson(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
+  async #initializeFor(req: IncomingMessage, res: ServerResponse, body: unknown, json: boolean): Promise<void> {
     // The Node transport hands requests to its web-standard one; only that takes a request built here.
     const web = (this.#sdk as unknown as { _webStandardTransport?: WebStandardStreamableHTTPServerTransport })._webStandardTransport;
     if (web === undefined) return this.#sdk.handleRequest(req, res, body);
@@ -195,22 +205,33 @@ export class SessionTransport implements Transport {
     const answer = await web.handleRequest(new Request(`http://localhost${req.url ?? '/mcp'}`, { method: 'POST', headers }), { parsedBody: body });
     const text = await answer.text();
     const session = answer.headers.get('mcp-session-id');
-    const kind = answer.headers.get('content-type') ?? '';
+    const sse = (answer.headers.get('content-type') ?? '').startsWith('text/event-stream');
+    const type = sse && !json ? 'text/event-stream' : 'application/json';
     // An SSE answer holds its message in a `data:` line; the empty one before it only primes resumption.
-    const json = kind.startsWith('text/event-stream')
-      ? (text
-          .split('\n')
-          .filter((line) => line.startsWith('data:') && line.slice(5).trim() !== '')
-          .map((line) => line.slice(5).trim())[0] ?? '')
-      : text;
-    res.writeHead(answer.status, { 'content-type': 'application/json', ...(session ? { 'mcp-session-id': session } : {}) });
-    res.end(json);
+    // (A refusal is JSON whatever the client takes, as the SDK sends it.)
+    const out =
+      sse && json
+        ? (text
+            .split('\n')
+            .filter((line) => line.startsWith('data:') && line.slice(5).trim() !== '')
+            .map((line) => line.slice(5).trim())[0] ?? '')
+        : text;
+    res.writeHead(answer.status, { 'content-type': type, ...(session ? { 'mcp-session-id': session } : {}) });
+    res.end(out);
   }
 }
 
-/** The client's `Accept` names `text/event-stream`: it can take an answer as a stream. */
-function streams(req: IncomingMessage): boolean {
-  return (req.headers.accept ?? '').includes('text/event-stream');
+/**
+ * What the client's `Accept` takes: JSON (`application/json`, or any type: `*\/*`, `application/*`, no
+ * header at all, as RFC 9110 reads them) and an SSE stream (`text/event-stream`).
+ */
+function accepts(req: IncomingMessage): { json: boolean; stream: boolean } {
+  const accept = req.headers.accept;
+  if (accept === undefined) return { json: true, stream: false };
+  return {
+    json: accept.includes('application/json') || accept.includes('*/*') || accept.includes('application/*'),
+    stream: accept.includes('text/event-stream'),
+  };
 }
 
 function isNotificationOrResponse(body: unknown): boolean {
