@@ -34,11 +34,11 @@ const SESSIONS = 8;
  *   each POSTing its JSON-RPC request and checking the id of the answer): the servers' cost without the
  *   SDK client's fetch and validation, which on 2 shared cores weighs as much as the server.
  *
- * `--rounds N` (default 3), `--round-ms N` (default 3000), `--only side,side` (to profile one side).
+ * `--rounds N` (default 8), `--round-ms N` (default 1500), `--only side,side` (to profile one side).
  */
 export async function benchMcpHttp(flags: ReadonlyMap<string, string> = new Map()): Promise<Record<string, unknown>> {
-  const rounds = Number(flags.get('rounds') ?? 3);
-  const roundMs = Number(flags.get('round-ms') ?? 3000);
+  const rounds = Number(flags.get('rounds') ?? 8);
+  const roundMs = Number(flags.get('round-ms') ?? 1500);
   const dir = mkdtempSync(join(tmpdir(), 'arium-bench-mcp-http-'));
   const content = `${'x'.repeat(1023)}\n`;
   for (const p of ['web', 'served']) mkdirSync(join(dir, p, 'tools'), { recursive: true });

@@ -151,10 +151,10 @@ export class SessionTransport implements Transport {
   }
 
   /**
-   * Takes a POST of one JSON-RPC message in JSON: a request that asks for no progress, from a client
-   * that takes JSON, in a protocol version the SDK knows; or a notification or a response (the answer
-   * to an elicitation), which has no answer but 202. Anything else (batches, `initialize`, bad headers,
-   * which the SDK answers with its own errors) is left to the SDK.
+   * Takes a POST of one JSON-RPC message in JSON, in a protocol version the SDK knows: a request (but
+   * one asking for progress from a client that takes both types); or a notification or a response (the
+   * answer to an elicitation), which has no answer but 202. Anything else (batches, `initialize`, bad
+   * headers, which the SDK answers with its own errors) is left to the SDK.
    */
   #answersHere(req: IncomingMessage, res: ServerResponse, body: unknown): boolean {
     if (this.#closed || req.method !== 'POST' || !isJsonContentType(req.headers['content-type'])) return false;
@@ -172,13 +172,13 @@ export class SessionTransport implements Transport {
     if (json && stream && body.params?._meta?.progressToken !== undefined) return false;
     if (this.#direct.has(body.id)) {
       // Two requests in flight under one id could not be told apart by their answers.
-      const json = JSON.stringify({
+      const refusal = JSON.stringify({
         jsonrpc: '2.0',
         id: body.id,
         error: { code: -32600, message: `Request id ${JSON.stringify(body.id)} is already in flight in this session; give each request its own id` },
       });
       res.writeHead(400, { 'content-type': 'application/json' });
-      res.end(json);
+      res.end(refusal);
       return true;
     }
     const direct: Direct = { res, canStream: stream, streaming: false };
