@@ -105,8 +105,13 @@ export async function benchMcpHttp(flags: ReadonlyMap<string, string> = new Map(
         rounds: runs.map((r) => r.per_s),
       };
     }
-    const rate = (name: string) => (summary[name] as { calls_per_s: number } | undefined)?.calls_per_s ?? Number.NaN;
-    const ratio = (a: string, b: string) => Math.round((rate(a) / rate(b)) * 100) / 100;
+    // The load of a shared machine moves within a run: each ratio is the median of the rounds' ratios
+    // (the two sides measured seconds apart), not the ratio of the medians.
+    const ratio = (a: string, b: string) => {
+      const [x, y] = [figures.get(a), figures.get(b)];
+      if (!x || !y) return Number.NaN;
+      return Math.round(median(x.map((r, i) => r.per_s / (y[i]?.per_s ?? Number.NaN))) * 100) / 100;
+    };
     return {
       sessions: SESSIONS,
       round_ms: roundMs,
