@@ -67,8 +67,11 @@ export class McpSessions {
     return { sessions: this.#sessions.size, subscriptions, subscriptions_examined: examined, replay_bytes: replay };
   }
 
-  /** `key` names who asks (the API key's digest, or the client's address): sessions are counted by it. */
-  async handle(engine: Engine, key: string, req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
+  /**
+   * `keyOf` names who asks (the API key's digest, or the client's address): sessions are counted by it.
+   * Only an `initialize` needs it; a session's other requests skip the digest.
+   */
+  async handle(engine: Engine, keyOf: () => string, req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
     const id = req.headers['mcp-session-id'];
     if (typeof id === 'string') {
       const session = this.#sessions.get(id);
@@ -81,6 +84,7 @@ export class McpSessions {
     if (req.method !== 'POST' || !isInitializeRequest(body)) {
       return reply(res, 400, -32000, 'No Mcp-Session-Id header: the first request of a session is an initialize request (POST)');
     }
+    const key = keyOf();
     const refused = this.#refusal(key);
     if (refused) return refuse(res, refused.status, refused.envelope);
     const release = this.#take(key);
