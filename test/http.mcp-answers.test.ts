@@ -258,6 +258,32 @@ describe('a client that takes one type, or reuses an id', () => {
     expect(data(call.text)).toMatchObject({ id: 2, result: { structuredContent: { only: 'sse' } } });
   });
 
+  it('a request the client cancels is ended with 202 and no answer, not left open', async () => {
+    const base = await serve();
+    const accept = { accept: 'application/json, text/event-stream' };
+    const init = await post(
+      base,
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'cancel', version: '1' } },
+      },
+      accept,
+    );
+    const session = { ...accept, 'mcp-session-id': init.session as string };
+    const slow = post(base, { jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'slow', arguments: { n: 5, seconds: 30 } } }, session);
+    await new Promise((r) => setTimeout(r, 300));
+    const cancel = await post(
+      base,
+      { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 5, reason: 'changed my mind' } },
+      session,
+    );
+    expect(cancel.status).toBe(202);
+    // MCP gives a cancelled request no answer; its POST ends now rather than when the session does.
+    expect(await slow).toMatchObject({ status: 202, text: '' });
+  }, 60_000);
+
   it('a second request under an id still in flight is refused, and the first still gets its answer', async () => {
     const base = await serve();
     const accept = { accept: 'application/json, text/event-stream' };

@@ -22,10 +22,10 @@ const KEEP_ALIVE_MS = 15_000;
  * body; everything else goes to the SDK's transport, which answers as server-sent events.
  *
  * The SDK answers each POST as an SSE stream (or, in its JSON mode, every POST as JSON and nothing tied
- * to a request ever reaches the client): building a web `Request`, a `ReadableStream` and the SSE frames
- * for every call cost about 10× the call's own time. The spec lets the server choose per request
- * (`application/json` or `text/event-stream`, the client must take both), so here the choice is made
- * as late as it can be: a `tools/call` (any request) is held as a plain response, and answered as JSON
+ * to a request ever reaches the client), through a web `Request`, a `ReadableStream` and SSE frames per
+ * call: answered here as JSON, the gateway's calls/s double (bench/mcp-http.ts). The spec lets the
+ * server choose per request (`application/json` or `text/event-stream`, the client must take both), so
+ * here the choice is made as late as it can be: a `tools/call` (any request) is held as a plain response, and answered as JSON
  * when its answer is the first thing the server sends about it. Should the server send a request or a
  * notification tied to it first (an elicitation for an approval), the response becomes an SSE stream
  * then, and the answer ends it. A request that asks for progress (`_meta.progressToken`) goes to the SDK
