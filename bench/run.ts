@@ -44,6 +44,7 @@ const suites: Array<[string, Bench | null]> = [
   ['mix', await optional('./mix.js', 'benchMix')],
   ['scale', await optional('./scale.js', 'benchScale')],
   ['mcp', await optional('./mcp.js', 'benchMcp')],
+  ['mcp-http', await optional('./mcp-http.js', 'benchMcpHttp')],
   ['daemon-start', await optional('./daemon-start.js', 'benchDaemonStart')],
   ['http', await optional('./http.js', 'benchHttp')],
   ['exec', await optional('./exec.js', 'benchExec')],

@@ -217,7 +217,10 @@ describe('replay', () => {
     const { gateway, base } = await serve({ mcp_replay_bytes: budget });
     const client = await connect(base);
     const big = 'x'.repeat(20 * 1024);
-    for (let i = 0; i < 20; i++) await client.callTool({ name: 'demo.echo', arguments: { big, i } });
+    // Calls that ask for progress are answered as streams, which a client can resume (a plain call is
+    // answered as JSON: nothing to resume, nothing kept).
+    const onprogress = () => {};
+    for (let i = 0; i < 20; i++) await client.callTool({ name: 'demo.echo', arguments: { big, i } }, undefined, { onprogress });
     // Twenty answers of 20 KB each were sent; only the newest that fit in 64 KB are kept.
     const held = gateway.mcpSessions().replay_bytes;
     expect(held).toBeGreaterThan(20 * 1024);
@@ -227,7 +230,7 @@ describe('replay', () => {
     const session = (client.transport as StreamableHTTPClientTransport).sessionId as string;
     const answer = await post(
       base,
-      { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'demo.echo', arguments: { big } } },
+      { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'demo.echo', arguments: { big }, _meta: { progressToken: 99 } } },
       {
         'mcp-session-id': session,
       },

@@ -158,6 +158,8 @@ export class McpBridge {
       if (cancelled !== undefined) session.drop(cancelled);
     } catch (error) {
       if (session.lost) return; // Settled with the others in flight.
+      // Cancelled by the client, and its POST dropped by the bridge before an answer came: no one waits for it.
+      if (id !== undefined && !session.inflight.has(id)) return;
       const code = (error as NodeJS.ErrnoException).code;
       const status = typeof code === 'number' ? code : null;
       if (id !== undefined) session.inflight.delete(id);

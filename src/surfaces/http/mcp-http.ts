@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { EventStore } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { isInitializeRequest, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import type { Engine } from '../../engine.js';
 import type { GatewayLimits } from '../../limits.js';
 import { type AriumMcpServer, createMcpServer } from '../mcp/server.js';
 import { errorEnvelope, type RunEnvelope } from './envelope.js';
+import { SessionTransport } from './mcp-transport.js';
 
 /** What `/mcp` holds: open sessions, their subscriptions, and the subscriptions changes have looked at. */
 export interface McpSessionStats {
@@ -19,7 +19,7 @@ export interface McpSessionStats {
 }
 
 interface Session {
-  readonly transport: StreamableHTTPServerTransport;
+  readonly transport: SessionTransport;
   readonly engine: Engine;
   readonly mcp: AriumMcpServer;
   readonly replay: BoundedEventStore;
@@ -31,7 +31,8 @@ interface Session {
 
 /**
  * MCP over Streamable HTTP (`/mcp`): one SDK transport and one server per session, made by an
- * `initialize` request and named by the `Mcp-Session-Id` header after it. Streams are resumable: each
+ * `initialize` request and named by the `Mcp-Session-Id` header after it. A request that needs no stream
+ * is answered as JSON (mcp-transport.ts). Streams are resumable: each
  * session keeps its last messages so a client that lost a stream replays them with `Last-Event-ID`.
  * Sessions are bounded (limits.ts, `GatewayLimits`): so many in all and per key, and one left idle is
  * closed, since a client that goes away without `DELETE` leaves its server behind (about 50 KB each, measured).
@@ -66,8 +67,11 @@ export class McpSessions {
     return { sessions: this.#sessions.size, subscriptions, subscriptions_examined: examined, replay_bytes: replay };
   }
 
-  /** `key` names who asks (the API key's digest, or the client's address): sessions are counted by it. */
-  async handle(engine: Engine, key: string, req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
+  /**
+   * `keyOf` names who asks (the API key's digest, or the client's address): sessions are counted by it.
+   * Only an `initialize` needs it; a session's other requests skip the digest.
+   */
+  async handle(engine: Engine, keyOf: () => string, req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
     const id = req.headers['mcp-session-id'];
     if (typeof id === 'string') {
       const session = this.#sessions.get(id);
@@ -80,6 +84,7 @@ export class McpSessions {
     if (req.method !== 'POST' || !isInitializeRequest(body)) {
       return reply(res, 400, -32000, 'No Mcp-Session-Id header: the first request of a session is an initialize request (POST)');
     }
+    const key = keyOf();
     const refused = this.#refusal(key);
     if (refused) return refuse(res, refused.status, refused.envelope);
     const release = this.#take(key);
@@ -97,7 +102,7 @@ export class McpSessions {
     });
     const replay = new BoundedEventStore(1000, this.limits.mcp_replay_bytes);
     let session: Session | undefined;
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+    const transport: SessionTransport = new SessionTransport({
       sessionIdGenerator: () => randomUUID(),
       eventStore: replay,
       onsessioninitialized: (sessionId) => {

@@ -124,13 +124,25 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
   // With search discovery only the discovery tools are listed; the others stay offered (found, called).
   const tools = () => engine.tools().filter((t) => listed(t.id));
 
+  // Whether a name is a tool's id, until the registry changes: `engine.tool` copies the whole definition,
+  // which cost 4% of a call over HTTP. Bounded, since the names come from the client.
+  const known = new Map<string, boolean>();
+  const isTool = (id: string): boolean => {
+    let found = known.get(id);
+    if (found === undefined) {
+      found = engine.tool(id) !== undefined;
+      if (known.size < 1000) known.set(id, found);
+    }
+    return found;
+  };
+
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools().flatMap((t) => mcpTool(t) ?? []) }));
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     const id = request.params.name;
     // A name that is no offered tool's id may be a capability: the one offered tool that provides it
     // and that these grants may call runs (AMBIGUOUS when several do). An id always wins.
-    const offered = visible(id) && engine.tool(id) !== undefined;
+    const offered = visible(id) && isTool(id);
     const capability = !offered && engine.tools().some((tool) => visible(tool.id) && tool.provides?.includes(id));
     if (!offered && !capability) {
       // A tool the profile hides is as unknown as one that does not exist: nothing tells them apart.
@@ -366,6 +378,7 @@ export function createMcpServer(engine: Engine, options: McpServerOptions = {}):
     for (const uri of subscriptions.affected(changed)) void server.sendResourceUpdated({ uri }).catch(() => {});
   };
   const onRegistry = () => {
+    known.clear();
     void server.sendToolListChanged().catch(() => {});
   };
   engine.events.on('result', onResult);

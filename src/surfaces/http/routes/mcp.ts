@@ -8,6 +8,6 @@ export function mcpRoutes(scope: FastifyInstance, ctx: RouteContext): void {
   scope.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
     const { engine } = servedOf(request);
     reply.hijack();
-    await ctx.mcp.handle(engine, sessionKey(request, ctx.keyed), request.raw, reply.raw, request.body);
+    await ctx.mcp.handle(engine, () => sessionKey(request, ctx.keyed), request.raw, reply.raw, request.body);
   });
 }
