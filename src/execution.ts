@@ -115,7 +115,8 @@ export class Executor {
   async run(call: Execution): Promise<Outcome> {
     const { tool, limits } = call;
     const attempts = tool.declared.some((p) => OUTSIDE_EFFECTS.has(p.name)) ? 1 : limits.max_attempts;
-    if (call.runner.ready) await call.runner.ready(tool);
+    const preparing = call.runner.ready?.(tool);
+    if (preparing) await preparing;
     const started = performance.now();
     for (let attempt = 1; ; attempt++) {
       const alone = attempt > 1 && attempt === attempts;

@@ -85,15 +85,19 @@ export class JsRunner implements Runner {
   }
 
   async run(ctx: RunContext): Promise<unknown> {
-    const bundled = await this.#bundle(ctx.tool);
+    // A warm call finds its tool's outcome known and its process started: it waits for neither.
+    const known = this.#current(ctx.tool);
+    const bundled = known !== undefined ? known : await this.#bundle(ctx.tool);
     if (bundled && 'problem' in bundled) throw loadFailure(ctx.tool, bundled.problem);
     const sandbox = this.#sandbox(ctx.tool);
     this.#load.set(sandbox, (this.#load.get(sandbox) ?? 0) + 1);
     try {
-      try {
-        await sandbox.ready;
-      } catch (error) {
-        throw this.#unavailable(error);
+      if (sandbox.info === null) {
+        try {
+          await sandbox.ready;
+        } catch (error) {
+          throw this.#unavailable(error);
+        }
       }
       if (!bundled) return await sandbox.call(ctx);
       const { ref } = bundled;
@@ -140,9 +144,17 @@ export class JsRunner implements Runner {
     };
   }
 
-  async ready(tool: Tool): Promise<void> {
+  ready(tool: Tool): Promise<void> | undefined {
+    try {
+      if (this.#current(tool) !== undefined) return undefined;
+    } catch {
+      // Reported by the call's `run`.
+    }
     // The bundle's outcome is kept: `run` finds it built and reports a problem it had.
-    await this.#bundle(tool).catch(() => {});
+    return this.#bundle(tool).then(
+      () => {},
+      () => {},
+    );
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {
@@ -181,7 +193,17 @@ export class JsRunner implements Runner {
 
   /** The bundle of a tool that imports packages (its folder readable by the sandbox process), or null. */
   async #bundle(tool: Tool): Promise<BundleOutcome | null> {
-    const outcome = await this.#bundler.outcome(tool);
+    return this.#readable(await this.#bundler.outcome(tool));
+  }
+
+  /** `#bundle`'s answer when it is known without waiting (see Bundler.current); undefined otherwise. */
+  #current(tool: Tool): BundleOutcome | null | undefined {
+    const outcome = this.#bundler.current(tool);
+    return outcome === undefined ? undefined : this.#readable(outcome);
+  }
+
+  /** A bundle's folder joins those the sandbox processes may read. */
+  #readable(outcome: BundleOutcome | null): BundleOutcome | null {
     if (outcome && 'ref' in outcome) {
       const bundles = dirname(outcome.ref.root);
       if (!this.#roots.has(bundles)) {
@@ -253,7 +275,7 @@ export class JsRunner implements Runner {
       // With the permission model on, a running process cannot read the new folder: start ones that can.
       if (this.#permissionFlag() !== null) this.#retireAll();
     }
-    this.#members = this.#members.filter((m) => m.accepting);
+    if (!this.#members.every((m) => m.accepting)) this.#members = this.#members.filter((m) => m.accepting);
     const load = (m: SandboxProcess) => this.#load.get(m) ?? 0;
     const best = leastLoaded(this.#members, load, (m) => m.info !== null);
     // A process that just failed to start would fail again: answer from that failure for a while
