@@ -115,7 +115,8 @@ export class Executor {
   async run(call: Execution): Promise<Outcome> {
     const { tool, limits } = call;
     const attempts = tool.declared.some((p) => OUTSIDE_EFFECTS.has(p.name)) ? 1 : limits.max_attempts;
-    if (call.runner.ready) await call.runner.ready(tool);
+    const preparing = call.runner.ready?.(tool);
+    if (preparing) await preparing;
     const started = performance.now();
     for (let attempt = 1; ; attempt++) {
       const alone = attempt > 1 && attempt === attempts;
@@ -360,10 +361,21 @@ function withDeadline<T>(
     };
     if (external?.aborted) onAbort();
     else external?.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => {
+    // Cleared before settling, in the reactions themselves: a `finally` would cost every call one more promise.
+    const cleared = () => {
       clearTimeout(timer);
       external?.removeEventListener('abort', onAbort);
-    });
+    };
+    work.then(
+      (value) => {
+        cleared();
+        resolve(value);
+      },
+      (error: unknown) => {
+        cleared();
+        reject(error);
+      },
+    );
   });
 }
 

@@ -143,8 +143,9 @@ export interface Runner {
    * Work a call of `tool` needs done that is not the tool's own run (the JS runner bundling a tool's
    * npm packages after an edit): awaited before the call's clock starts, so `timeout_ms` measures the
    * tool and not the engine's preparation of it. A failure here is reported by `run`, not thrown.
+   * Returns nothing when there is nothing to wait for, so that a warm call does not wait a turn.
    */
-  ready?(tool: Tool): Promise<void>;
+  ready?(tool: Tool): Promise<void> | undefined;
   /** Called when a tool is removed or replaced, so the runner may drop what it cached for it. */
   forget?(tool: Tool): void;
   /**

@@ -101,13 +101,23 @@ export class Bundler {
     const entry = tool.entryPath;
     const toolsDir = tool.toolsDir;
     if (!entry || !toolsDir) return null;
-    const known = this.#known.get(entry);
-    if (known?.watched.every((w) => stamp(w.path) === w.stamp)) return known.outcome;
+    const current = this.current(tool);
+    if (current !== undefined) return current;
     const pending = this.#building.get(entry);
     if (pending) return pending;
     const promise = this.#resolve(entry, toolsDir).finally(() => this.#building.delete(entry));
     this.#building.set(entry, promise);
     return promise;
+  }
+
+  /**
+   * What `outcome` would answer at once, without waiting: the outcome found before, while none of the
+   * files it depends on has changed (a stat each); undefined when it must be worked out again.
+   */
+  current(tool: Tool): BundleOutcome | null | undefined {
+    if (!tool.entryPath || !tool.toolsDir) return null;
+    const known = this.#known.get(tool.entryPath);
+    return known?.watched.every((w) => stamp(w.path) === w.stamp) ? known.outcome : undefined;
   }
 
   forget(tool: Tool): void {

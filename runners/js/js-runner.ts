@@ -61,7 +61,9 @@ export class JsRunner implements Runner {
   }
 
   async run(ctx: RunContext): Promise<unknown> {
-    const bundled = await this.#bundle(ctx.tool);
+    // A warm call finds its tool's outcome known and its process started: it waits for neither.
+    const known = this.#current(ctx.tool);
+    const bundled = known !== undefined ? known : await this.#bundle(ctx.tool);
     if (bundled && 'problem' in bundled) throw loadFailure(ctx.tool, bundled.problem);
     return this.#pool.use(ctx.tool, (sandbox) => {
       if (!bundled) return sandbox.call(ctx);
@@ -98,9 +100,17 @@ export class JsRunner implements Runner {
     };
   }
 
-  async ready(tool: Tool): Promise<void> {
+  ready(tool: Tool): Promise<void> | undefined {
+    try {
+      if (this.#current(tool) !== undefined) return undefined;
+    } catch {
+      // Reported by the call's `run`.
+    }
     // The bundle's outcome is kept: `run` finds it built and reports a problem it had.
-    await this.#bundle(tool).catch(() => {});
+    return this.#bundle(tool).then(
+      () => {},
+      () => {},
+    );
   }
 
   async check(tool: Tool): Promise<CodeProblem | null> {
@@ -129,7 +139,17 @@ export class JsRunner implements Runner {
 
   /** The bundle of a tool that imports packages (its folder readable by the sandbox process), or null. */
   async #bundle(tool: Tool): Promise<BundleOutcome | null> {
-    const outcome = await this.#bundler.outcome(tool);
+    return this.#readable(await this.#bundler.outcome(tool));
+  }
+
+  /** `#bundle`'s answer when it is known without waiting (see Bundler.current); undefined otherwise. */
+  #current(tool: Tool): BundleOutcome | null | undefined {
+    const outcome = this.#bundler.current(tool);
+    return outcome === undefined ? undefined : this.#readable(outcome);
+  }
+
+  /** A bundle's folder joins those the sandbox processes may read. */
+  #readable(outcome: BundleOutcome | null): BundleOutcome | null {
     if (outcome && 'ref' in outcome) this.#pool.allowRead(dirname(outcome.ref.root));
     return outcome;
   }

@@ -40,9 +40,9 @@ export class RoutedRunner implements Runner {
     return this.#local.check?.(tool) ?? Promise.resolve(null);
   }
 
-  ready(tool: Tool): Promise<void> {
+  ready(tool: Tool): Promise<void> | undefined {
     // A remote call ships what the local runner builds (a JS tool's bundle): built off the call's clock too.
-    return this.#local.ready?.(tool) ?? Promise.resolve();
+    return this.#local.ready?.(tool);
   }
 
   prepare(tool: Tool): void {

@@ -95,10 +95,13 @@ export class SandboxPool {
     const sandbox = this.#sandbox(tool);
     this.#load.set(sandbox, (this.#load.get(sandbox) ?? 0) + 1);
     try {
-      try {
-        await sandbox.ready;
-      } catch (error) {
-        throw this.#unavailable(error);
+      // A started process is not waited on: a warm call goes straight to it.
+      if (sandbox.info === null) {
+        try {
+          await sandbox.ready;
+        } catch (error) {
+          throw this.#unavailable(error);
+        }
       }
       return await work(sandbox);
     } finally {
