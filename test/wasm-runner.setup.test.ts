@@ -137,6 +137,11 @@ describe.runIf(toolchain('c'))('a wasm tool started from its definition', () => 
     expect(error).toMatchObject({ code: 'UNAVAILABLE', retryable: true, details: { runner: 'wasm-runner' } });
     expect(error.message).toMatch(/^The WASM sandbox process stopped \(signal SIGKILL\)/);
     expect(error.message).not.toMatch(/JS/);
+    // The other killed processes' ends are seen a moment later; a call sent to one before that is
+    // refused the same retryable way, so the next call waits until the pool has let them all go.
+    await expect
+      .poll(async () => ((await status()).processes?.pids ?? []).some((pid) => pids.includes(pid)), { timeout: 30_000, interval: 50 })
+      .toBe(false);
     expect(dataOf(await engine.call('plain', {}))).toEqual({ argv: ['argv.wasm'], environ: ['ARIUM_TOOL=plain'] });
   });
 });
