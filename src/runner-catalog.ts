@@ -47,7 +47,7 @@ export class RunnerCatalog {
         keys.set(key, definition.name);
       }
     }
-    this.#signature = JSON.stringify([this.definable(), this.execPermissions(), this.composite()]);
+    this.#signature = JSON.stringify([this.definable(), this.execPermissions(), this.composite(), [...this.toolFields()]]);
   }
 
   get(name: string): RunnerDefinition | undefined {
@@ -91,6 +91,19 @@ export class RunnerCatalog {
   /** The `exec.*` permissions callers get when no grants are named. */
   defaultExecGrants(): string[] {
     return this.list().flatMap((d) => (d.permission !== null && d.grantedByDefault === true ? [d.permission] : []));
+  }
+
+  /** The tool definition fields particular runners add: field -> its schema and the runners that take it. */
+  toolFields(): Map<string, { schema: Readonly<Record<string, unknown>>; runners: string[] }> {
+    const fields = new Map<string, { schema: Readonly<Record<string, unknown>>; runners: string[] }>();
+    for (const definition of this.list()) {
+      for (const [field, schema] of Object.entries(definition.toolFields ?? {})) {
+        const known = fields.get(field);
+        if (known) known.runners.push(definition.name);
+        else fields.set(field, { schema, runners: [definition.name] });
+      }
+    }
+    return fields;
   }
 
   /** The arium.json keys the runners read, with their schemas. */

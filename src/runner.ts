@@ -224,6 +224,11 @@ export interface RunnerDefinition {
    * definition (a JSON pointer); a tool with any is not served.
    */
   link?(tool: Tool, lookup: LinkLookup): LinkProblem[];
+  /**
+   * Fields a tool definition of this runner may carry beyond the common ones, each with its JSON Schema
+   * (the JS runner's `context`). A definition of another runner that gives one is refused at load.
+   */
+  readonly toolFields?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** The top-level arium.json keys it reads, each with its JSON Schema. */
   readonly config?: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /**

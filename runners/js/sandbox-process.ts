@@ -255,6 +255,7 @@ export class SandboxProcess {
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
         ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
         ...(wasm ? { wasm } : {}),
+        ...(tool.spec.context === 'persistent' ? { persistent: true as const } : {}),
       });
     });
   }
@@ -299,7 +300,7 @@ export class SandboxProcess {
   }
 
   forget(tool: Tool): void {
-    if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath });
+    if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath, tool: tool.spec.id });
   }
 
   /** Stops the process; calls still running fail with UNAVAILABLE. */

@@ -208,6 +208,15 @@ async function buildTool(data: DefinitionData, text: string, shown: string, ctx:
       .join(' or ');
     throw new DefinitionError(`"${field}" belongs to a macro (runner ${which}); a ${runner} tool has an "entry" instead`, `/${field}`, declaredId);
   }
+  // Before the meta-schema too: a field of another runner would only be "must NOT be valid" there.
+  if (typeof runner === 'string') {
+    for (const [field, { runners }] of ctx.catalog.toolFields()) {
+      if (Object.hasOwn(raw, field) && !runners.includes(runner)) {
+        const which = runners.map((n) => `"${n}"`).join(' or ');
+        throw new DefinitionError(`"${field}" is a field of ${which} tools; a ${runner} tool does not take it`, `/${field}`, declaredId);
+      }
+    }
+  }
   const violations = metaValidator(ctx.catalog)(raw);
   if (violations) {
     const first = violations[0];

@@ -13,6 +13,7 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
   const names = catalog.permissionNames();
   const unscoped = names.filter((n) => n !== 'vfs.read' && n !== 'vfs.write' && n !== 'secret.read').map((n) => n.replace(/[.-]/g, '\\$&'));
   const composite = catalog.composite();
+  const runnerFields = [...catalog.toolFields()];
   const permissionPattern = `^(?:(?:vfs\\.read|vfs\\.write)(?::/[^\\u0000\\\\]*)?|secret\\.read(?::[A-Za-z][A-Za-z0-9_-]{0,63})?|${unscoped.join('|')})$`;
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
@@ -85,6 +86,7 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
       output: {
         description: "A macro's output: a template over { input, steps } like a step's input; the last step's output when absent",
       },
+      ...Object.fromEntries(runnerFields.map(([field, { schema }]) => [field, schema])),
       limits: {
         type: 'object',
         additionalProperties: false,
@@ -114,6 +116,12 @@ export function toolMetaSchema(catalog: RunnerCatalog) {
         then: { required: ['steps'] },
         else: { not: { anyOf: [{ required: ['steps'] }, { required: ['output'] }] } },
       },
+      // A field one runner adds is refused in the definitions of the others.
+      ...runnerFields.map(([field, { runners }]) => ({
+        if: { not: { properties: { runner: { enum: runners } }, required: ['runner'] } },
+        // biome-ignore lint/suspicious/noThenProperty: "then" is a JSON Schema keyword here
+        then: { not: { required: [field] } },
+      })),
     ],
     $defs: {
       condition: {

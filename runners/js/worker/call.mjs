@@ -80,8 +80,11 @@ export class CallRun {
   #graceTimer = null;
   #released = false;
   #acquiring = false;
+  /** Whether tool code ran in the leased context: a persistent one a call left untouched is not reset. */
+  #touched = false;
+  #ok = false;
 
-  /** deps: { pool, loader, gate (host-gate.mjs), post(message), logCap, onFinished(run) } */
+  /** deps: { pool, persistent (persistent.mjs), loader, gate (host-gate.mjs), post(message), logCap, onFinished(run) } */
   constructor(msg, deps) {
     this.#msg = msg;
     this.#deps = deps;
@@ -99,6 +102,11 @@ export class CallRun {
   /** A code-mode program (code.run), which may call tools through the host: not a tool's module. */
   get #program() {
     return typeof this.#msg.program === 'string';
+  }
+
+  /** A tool whose context is kept between its calls (persistent.mjs); a program never is. */
+  get #persistent() {
+    return this.#msg.persistent === true && !this.#program;
   }
 
   get slot() {
@@ -135,7 +143,9 @@ export class CallRun {
     }
     this.#acquiring = true;
     try {
-      this.#lease = await pool.acquire(msg.limits.memory_mb);
+      this.#lease = this.#persistent
+        ? await this.#deps.persistent.acquire(msg.info.tool, msg.limits.memory_mb, graph)
+        : await pool.acquire(msg.limits.memory_mb);
     } catch (error) {
       this.#acquiring = false;
       if (this.#ended) return this.#cleanup();
@@ -146,9 +156,11 @@ export class CallRun {
     if (this.#ended) return this.#cleanup();
     const { slot, context } = this.#lease;
     slot.call = this;
+    this.#touched = true;
+    if (this.#lease.kernel?.loaded) return this.#invoke();
     slot.serial = context.serial;
-    // A program is new each time: no warm context is worth linking for it.
-    if (!this.#program) pool.hint(msg.limits.memory_mb, graph, generated);
+    // A program is new each time, and a persistent context links its tool once: no warm context is worth linking for them.
+    if (!this.#program && !this.#persistent) pool.hint(msg.limits.memory_mb, graph, generated);
     let main;
     try {
       // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
@@ -179,6 +191,25 @@ export class CallRun {
     await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
+  }
+
+  /**
+   * A later call of a persistent context, whose modules were evaluated by an earlier call: one isolate
+   * task starts the tool with this call's own serial, input and `ctx` (prelude.js, kind 3).
+   */
+  async #invoke() {
+    const { slot, context } = this.#lease;
+    const serial = this.#deps.pool.nextSerial();
+    slot.serial = serial;
+    const { info, limits } = this.#msg;
+    await this.#task(
+      context.entry.apply(
+        undefined,
+        [3, serial, this.#msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes],
+        { arguments: { copy: true } },
+      ),
+      'invoke',
+    );
   }
 
   /** Where the prelude says the call is: 0 the tool has not started, 1 it runs, 2 it has its outcome. */
@@ -375,6 +406,7 @@ export class CallRun {
   #end(outcome) {
     if (this.#ended) return;
     this.#ended = true;
+    this.#ok = outcome.ok === true;
     clearTimeout(this.#timer);
     const message = { t: 'done', id: this.id, ...outcome, logs: this.#logs, dropped: this.#dropped };
     this.#deps.post(message);
@@ -408,7 +440,12 @@ export class CallRun {
     clearTimeout(this.#graceTimer);
     clearTimeout(this.#timer);
     const lease = this.#lease;
-    if (lease) {
+    if (lease?.kernel) {
+      if (lease.slot.call === this) lease.slot.call = null;
+      // Kept only after a call that ended with its result and left nothing running; a call that ended
+      // before its tool ran (its deadline passed while it waited its turn) leaves the context as it was.
+      this.#deps.persistent.release(lease.kernel, this.#touched ? this.#ok && this.#kill === null : lease.kernel.loaded);
+    } else if (lease) {
       if (lease.slot.call === this) lease.slot.call = null;
       if (this.#kill !== 'catastrophe') {
         release(lease.context.linked);

@@ -4,6 +4,7 @@ import { Socket } from 'node:net';
 import { CallRun } from './call.mjs';
 import { HostGate } from './host-gate.mjs';
 import { ModuleLoader } from './loader.mjs';
+import { PersistentContexts } from './persistent.mjs';
 import { IsolatePool } from './pool.mjs';
 import { setupSource } from './setup-script.mjs';
 
@@ -90,10 +91,12 @@ function serve(ivm) {
       for (const run of calls.values()) if (run.slot === slot) run.catastrophe();
     },
   });
+  const persistent = new PersistentContexts(pool);
   const gate = new HostGate();
   const deps = {
     ivm,
     pool,
+    persistent,
     loader,
     gate,
     post,
@@ -125,12 +128,14 @@ function serve(ivm) {
         break;
       case 'forget':
         loader.forget(msg.entry);
+        if (typeof msg.tool === 'string') persistent.forget(msg.tool);
         break;
       case 'stats':
         post({
           t: 'stats',
           id: msg.id,
           pool: pool.stats(),
+          persistent: persistent.stats(),
           host: gate.stats(),
           calls: calls.size,
           rss: process.memoryUsage.rss(),

@@ -111,6 +111,24 @@ export class IsolatePool {
     this.warm(slot.memoryMb);
   }
 
+  /**
+   * An isolate of its own for a persistent context (persistent.mjs), outside the pool: never leased
+   * to other calls, never trimmed; its owner disposes it. It hears the host as pooled isolates do.
+   */
+  dedicated(memoryMb) {
+    return this.#create(memoryMb, false);
+  }
+
+  /** A context with the setup script run in it, on `slot`'s isolate, linking nothing ahead. */
+  context(slot) {
+    return this.#newContext(slot, false);
+  }
+
+  /** The serial of a call that runs in a context made earlier (a persistent one): new for each call. */
+  nextSerial() {
+    return ++this.#serial;
+  }
+
   /** An isolate lost to a catastrophic V8 error: never touched again (its thread is parked forever). */
   abandon(slot) {
     slot.dead = true;
@@ -151,7 +169,7 @@ export class IsolatePool {
     }
   }
 
-  #create(memoryMb) {
+  #create(memoryMb, pooled = true) {
     const slot = { isolate: null, script: null, memoryMb, warm: [], leased: false, refilling: false, dead: false, calls: 0, serial: 0, call: null };
     slot.isolate = new this.#ivm.Isolate({
       memoryLimit: memoryMb,
@@ -168,7 +186,7 @@ export class IsolatePool {
     const heard = (serial) => (serial === slot.serial ? slot.call : null);
     slot.send = new ivm.Callback((serial, op, rid, a, b) => heard(serial)?.onSend(op, rid, a, b), { ignored: true });
     slot.done = new ivm.Callback((serial, kind, a, b, c) => heard(serial)?.onDone(kind, a, b, c), { ignored: true });
-    this.#slots.add(slot);
+    if (pooled) this.#slots.add(slot);
     return slot;
   }
 
@@ -192,7 +210,7 @@ export class IsolatePool {
    * A context with the setup script run in it, and the hinted tool's modules linked when there is one.
    * `serial` is what the context's prelude says when it calls the host; a call listens to one serial.
    */
-  async #newContext(slot) {
+  async #newContext(slot, linkHint = true) {
     // Two async steps (making a context and running the prelude are the heavy parts, done on the
     // isolate's thread); the short steps run synchronously between them, all together, while the
     // isolate is idle: each async isolated-vm call costs this process's thread tens of µs (it captures
@@ -207,7 +225,7 @@ export class IsolatePool {
     // No global.release(): the context owns that handle and releases it with itself.
     let linked = null;
     const hint = this.#hints.get(slot.memoryMb);
-    if (hint && !slot.leased) {
+    if (hint && linkHint && !slot.leased) {
       // Linking runs no code in the context (see link.mjs), so it may come before the prelude.
       try {
         linked = await link(slot.isolate, context, hint.graph, hint.generated);
