@@ -158,32 +158,39 @@ export class CallRun {
     slot.call = this;
     this.#touched = true;
     if (this.#lease.kernel?.loaded) return this.#invoke();
-    slot.serial = context.serial;
     // A program is new each time, and a persistent context links its tool once: no warm context is worth linking for them.
-    if (!this.#program && !this.#persistent) pool.hint(msg.limits.memory_mb, graph, generated);
+    if (!this.#program && !this.#persistent) pool.hint(msg.limits.memory_mb, graph, generated, msg.limits.timeout_ms);
+    if (context.ahead) {
+      if (context.linked.graph === graph) return this.#startAhead();
+      // Another tool's code ran in it: no other call may use it. A new one, made on this isolate now.
+      await this.#replaceContext();
+      if (this.#ended) return;
+    }
+    slot.serial = this.#lease.context.serial;
     let main;
     try {
       // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
       const { info, limits } = msg;
-      context.entry.applySync(
+      const fresh = this.#lease.context;
+      fresh.entry.applySync(
         undefined,
         [0, msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes, this.#program],
         { arguments: { copy: true } },
       );
-      if (context.linked && context.linked.graph !== graph) {
-        release(context.linked);
-        context.linked = null;
+      if (fresh.linked && fresh.linked.graph !== graph) {
+        release(fresh.linked);
+        fresh.linked = null;
       }
-      if (!context.linked) {
-        const linked = await link(slot.isolate, context.context, graph, generated);
+      if (!fresh.linked) {
+        const linked = await link(slot.isolate, fresh.context, graph, generated);
         if (this.#ended) {
           // Stopped while a large graph was compiled: the context and its isolate are gone already.
           release(linked);
           return;
         }
-        context.linked = linked;
+        fresh.linked = linked;
       }
-      main = context.linked.main;
+      main = fresh.linked.main;
     } catch (error) {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
     }
@@ -191,6 +198,37 @@ export class CallRun {
     await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
+  }
+
+  /** A warm context whose modules were evaluated ahead for this tool: one isolate task starts it (prelude.js, kind 4). */
+  async #startAhead() {
+    const { slot, context } = this.#lease;
+    slot.serial = context.serial;
+    const { info, limits } = this.#msg;
+    await this.#task(
+      context.entry.apply(
+        undefined,
+        [4, this.#msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes, false],
+        { arguments: { copy: true } },
+      ),
+      'invoke',
+    );
+  }
+
+  /** The leased context goes, unused, and a new one takes its place (made on the leased isolate). */
+  async #replaceContext() {
+    const old = this.#lease.context;
+    release(old.linked);
+    try {
+      old.entry.release();
+      old.context.release();
+    } catch {}
+    this.#lease.context = { context: null, entry: null, serial: 0, linked: null, ahead: false };
+    try {
+      this.#lease.context = await this.#deps.pool.context(this.#lease.slot);
+    } catch (error) {
+      if (!this.#ended) this.#end(failure('INTERNAL', `No sandbox could be prepared for the call: ${error?.message ?? error}`));
+    }
   }
 
   /**

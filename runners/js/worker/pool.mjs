@@ -27,8 +27,12 @@ export class IsolatePool {
   #slots = new Set();
   #waiting = [];
   #lastUsed = new Map();
-  /** Per memory class, the tool last called: warm contexts come with its modules already linked. */
+  /** Per memory class, the tool last called: warm contexts come with its modules already linked and evaluated. */
   #hints = new Map();
+  /** Graphs whose evaluation ahead did not end ready (it threw, timed out, awaited forever): only linked ahead from then on. */
+  #notAhead = new WeakSet();
+  /** Warm contexts evaluated ahead, and those whose evaluation did not end ready. */
+  #ahead = { evaluated: 0, refused: 0 };
   #serial = 0;
   #options;
   #trimTimer;
@@ -54,7 +58,7 @@ export class IsolatePool {
       if (slot.leased) leased++;
       warm += slot.warm.length;
     }
-    return { isolates: this.#slots.size, leased, warm_contexts: warm, waiting: this.#waiting.length };
+    return { isolates: this.#slots.size, leased, warm_contexts: warm, waiting: this.#waiting.length, evaluated_ahead: { ...this.#ahead } };
   }
 
   /** Makes sure isolates of this class are ready (called when a tool is prepared and after calls). */
@@ -86,9 +90,12 @@ export class IsolatePool {
     return { slot, context };
   }
 
-  /** The tool to link into the next warm contexts of its memory class (see link.mjs). */
-  hint(memoryMb, graph, generated) {
-    this.#hints.set(memoryMb, { graph, generated });
+  /**
+   * The tool to link into the next warm contexts of its memory class (see link.mjs), and to evaluate
+   * there within `timeoutMs` (its top-level code, packages included, runs before its call comes).
+   */
+  hint(memoryMb, graph, generated, timeoutMs) {
+    this.#hints.set(memoryMb, { graph, generated, timeoutMs });
   }
 
   /** Takes an isolate back after a call; `dispose` when the call ended abnormally or the isolate is suspect. */
@@ -240,7 +247,36 @@ export class IsolatePool {
       release(linked);
       throw error;
     }
-    return { context, entry, serial, linked };
+    const made = { context, entry, serial, linked, ahead: false };
+    if (linked && !this.#notAhead.has(linked.graph)) await this.#evaluateAhead(made, hint.timeoutMs);
+    return made;
+  }
+
+  /**
+   * Evaluates the tool's modules in a warm context before its call: the call then only starts the tool
+   * (prelude.js, kind 4), and a package's top-level code is off the call's path. The context is still
+   * used by one call only. What did not end ready (an error, the timeout, a top-level await still
+   * pending, a memory fault) is not worth repeating for this graph: the context and its isolate go,
+   * and the call that comes evaluates the tool itself and reports what happened.
+   */
+  async #evaluateAhead(made, timeoutMs) {
+    const graph = made.linked.graph;
+    try {
+      await made.linked.main.evaluate({ timeout: timeoutMs });
+      made.ahead = made.entry.applySync(undefined, [5], { timeout: 1000 }) === 1;
+    } catch {}
+    if (made.ahead) {
+      this.#ahead.evaluated++;
+      return;
+    }
+    this.#ahead.refused++;
+    this.#notAhead.add(graph);
+    release(made.linked);
+    try {
+      made.entry.release();
+      made.context.release();
+    } catch {}
+    throw new Error('the tool did not evaluate ahead of its call');
   }
 
   /** Brings an idle isolate back to WARM_CONTEXTS, one context at a time, stopping when a call leases it. */

@@ -129,6 +129,9 @@
       pendingBytes: 0,
       input: undefined,
       info: null,
+      /** Log lines written before the call's facts came (modules evaluated ahead): sent when the call starts. */
+      early: null,
+      earlyCount: 0,
     });
     /** The call running now: where `console` writes and `deliver` answers go. */
     let current = newCall(firstSerial);
@@ -166,7 +169,12 @@
       }
       text = clip(text, logCap - state.logBytes);
       state.logBytes += text.length;
-      send(state, 'log', 0, level, text);
+      if (state.info === null) {
+        if (state.early === null) state.early = new CMap();
+        call(mapSet, state.early, state.earlyCount++, [level, text]);
+      } else {
+        send(state, 'log', 0, level, text);
+      }
     };
     // `console` belongs to the context, so it writes to the call running now.
     const log = (level, args) => logTo(current, level, args);
@@ -411,6 +419,8 @@
 
     /** The tool's default export, kept for the calls after the first in a persistent context. */
     let toolFn = null;
+    /** The tool's namespace, when its modules were evaluated before the call came (pool.mjs, "ahead"). */
+    let aheadNamespace = null;
 
     /** Runs the tool for the call `state`, with a `ctx` that is that call's alone. */
     const invoke = (state, fn) => {
@@ -435,7 +445,12 @@
     /** Called once, by the generated module that imports the tool, right after the tool's module evaluated. */
     function start(namespace) {
       const state = current;
-      if (state.started || state.info === null || toolFn !== null) return;
+      if (state.started || toolFn !== null || aheadNamespace !== null) return;
+      if (state.info === null) {
+        // Evaluated ahead of its call: the tool starts when the call's facts come (kind 4).
+        aheadNamespace = namespace;
+        return;
+      }
       let fn;
       try {
         fn = namespace.default;
@@ -470,7 +485,9 @@
      * copying objects into a fresh context costs the worker's thread more. 1: the answer to a VFS
      * request. 2: where the call is (0 not started, 1 running, 2 done). 3: the next call of a persistent
      * context, once the call before it is over: its serial, then the input and facts as for 0; the
-     * tool's function runs at once, with a new call state and a new `ctx`.
+     * tool's function runs at once, with a new call state and a new `ctx`. 4: the call of a context whose
+     * modules were evaluated ahead: its input and facts as for 0; the lines logged while they were
+     * evaluated go out, then the tool starts. 5: whether this context is ready for 4 (1) or not (0).
      */
     const facts = (state, a, b, c, d, e, f, g, h) => {
       state.input = a;
@@ -485,6 +502,18 @@
         current = newCall(a);
         facts(current, b, c, d, e, f, g, h, false);
         invoke(current, toolFn);
+      } else if (kind === 4 && aheadNamespace !== null && current.info === null && !current.closed) {
+        const state = current;
+        facts(state, a, b, c, d, e, f, g, h);
+        for (let i = 0; i < state.earlyCount; i++) {
+          const line = call(mapGet, state.early, i);
+          send(state, 'log', 0, line[0], line[1]);
+        }
+        const namespace = aheadNamespace;
+        aheadNamespace = null;
+        start(namespace);
+      } else if (kind === 5) {
+        return aheadNamespace !== null && current.info === null && !current.closed ? 1 : 0;
       }
       return current.closed ? 2 : current.started ? 1 : 0;
     };
