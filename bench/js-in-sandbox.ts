@@ -71,9 +71,15 @@ export interface InSandboxTool {
 
 /**
  * Calls of each tool, interleaved in rounds (`perRound` calls of one tool, then the next), after
- * `warmup` calls each: the time of each call in the sandbox, in ms, by tool id.
+ * `warmup` calls each, back to back or `gapMs` apart: the time of each call in the sandbox, in ms, by tool id.
  */
-export async function inSandboxCalls(tools: InSandboxTool[], rounds: number, perRound: number, warmup: number): Promise<Record<string, number[]>> {
+export async function inSandboxCalls(
+  tools: InSandboxTool[],
+  rounds: number,
+  perRound: number,
+  warmup: number,
+  gapMs = 0,
+): Promise<Record<string, number[]>> {
   const w = await worker();
   let seq = 0;
   const one = (tool: InSandboxTool, n: number) =>
@@ -102,7 +108,11 @@ export async function inSandboxCalls(tools: InSandboxTool[], rounds: number, per
     const times: Record<string, number[]> = Object.fromEntries(tools.map((t) => [t.id, []]));
     for (let round = 0; round < rounds; round++) {
       for (const tool of tools) {
-        for (let i = 0; i < perRound; i++) (times[tool.id] as number[]).push(await one(tool, i));
+        for (let i = 0; i < perRound; i++) {
+          // A gap before a call, as between an agent's steps: what is made ahead is ready when it starts.
+          if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
+          (times[tool.id] as number[]).push(await one(tool, i));
+        }
       }
     }
     return times;
