@@ -13,7 +13,8 @@ import { median } from './stats.js';
  * `semver` (a larger CommonJS one), `yaml` (a large ES-module one) and `@sindresorhus/slugify` (called,
  * and imported but not called) against the same tool importing nothing, interleaved in one run; the
  * first call after a change to the tool (its bundle rebuilt). Every call of a fresh-context tool has a
- * context of its own, whose modules the pool evaluates ahead of the call when it can (worker/pool.mjs).
+ * context of its own, whose modules the pool evaluates ahead of the call when it can (tools of 16 KB of
+ * source or more: worker/pool.mjs).
  * Beside it: the floor of evaluating each bundle in a fresh context (bare isolated-vm: the bundle
  * compiled once with its code cache, then instantiated and evaluated in a new context per iteration);
  * each tool's own work per call in plain Node (its default export called warm), which no sandbox takes
