@@ -128,6 +128,25 @@ describe('a persistent context', () => {
   });
 });
 
+describe('a pool of sandbox processes', () => {
+  it("sends all of a persistent tool's calls to one process, so they share one state", async () => {
+    const own = await openEngine(project, { pools: { js: { processes: 2, idle_ms: 60_000 } } });
+    try {
+      // Calls in flight make the pool start its second process; wait until it takes calls.
+      const running = async () => (await own.status()).runners['js-runner']?.processes as { running: number } | undefined;
+      for (let i = 0; i < 100 && ((await running())?.running ?? 0) < 2; i++) {
+        await Promise.all(Array.from({ length: 4 }, () => own.call('fresh', {})));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect((await running())?.running).toBe(2);
+      const runs = await Promise.all(Array.from({ length: 8 }, () => own.call('race', {})));
+      expect(runs.map((r) => dataOf(r).n).sort((a, b) => Number(a) - Number(b))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe('the context field', () => {
   it.each([
     [{ context: 'sticky' }, 'context'],
