@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine, installProject } from '../src/index.js';
 import { dataOf } from './support/js-engine.js';
-import { definition, type TempProject, tempProject } from './support/project.js';
+import { definition, nextEvent, openEngine, type TempProject, tempProject } from './support/project.js';
 
 // A package's module state between calls. A fresh-context tool's package is evaluated in each call's own
 // context (ahead of the call, in a warm context no other call uses: runners/js/worker/pool.mjs), so what
@@ -66,6 +66,22 @@ describe("a package's module state", () => {
       arrayMarker: 'first',
       valid: 'hijacked by first',
     });
+  });
+});
+
+describe('a persistent tool with a package, its definition reloaded', () => {
+  it('starts over with the package evaluated again', async () => {
+    const own = await openEngine(project, { watch: true });
+    try {
+      expect(dataOf(await own.call('kept', { tag: 'before' }))).toEqual(clean);
+      expect(dataOf(await own.call('kept', { tag: 'again' })).exportMarker).toBe('before');
+      const reloaded = nextEvent(own, 'registry', (e) => e.updated.includes('kept'), 15_000);
+      project.write('kept.json', definition({ id: 'kept', entry: 'mutates.js', context: 'persistent', description: 'reloaded' }));
+      await reloaded;
+      expect(dataOf(await own.call('kept', { tag: 'after' }))).toEqual(clean);
+    } finally {
+      await own.close();
+    }
   });
 });
 

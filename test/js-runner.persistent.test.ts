@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/index.js';
 import { dataOf, errorOf } from './support/js-engine.js';
-import { definition, openEngine, type TempProject, tempProject } from './support/project.js';
+import { definition, nextEvent, openEngine, type TempProject, tempProject } from './support/project.js';
 
 // Tools with `"context": "persistent"` (runners/js/worker/persistent.mjs): their context, and with it
 // their modules' top-level state, is kept between calls; each call still has a ctx of its own.
@@ -125,6 +125,22 @@ describe('a persistent context', () => {
     for (let i = 0; i < 12; i++) ns.push(dataOf(await engine.call('hold', { hold: 4 * 1024 * 1024 })).n);
     expect(ns.slice(0, 2)).toEqual([1, 2]);
     expect(ns.filter((n) => n === 1).length).toBeGreaterThan(1);
+  });
+});
+
+describe('a reloaded definition', () => {
+  it('resets the context of the tool it defines', async () => {
+    const own = await openEngine(project, { watch: true });
+    try {
+      expect(dataOf(await own.call('counter', {})).n).toBe(1);
+      expect(dataOf(await own.call('counter', {})).n).toBe(2);
+      const reloaded = nextEvent(own, 'registry', (e) => e.updated.includes('counter'), 15_000);
+      project.write('counter.json', persistent('counter', 'counter.js', { description: 'counts, reloaded' }));
+      await reloaded;
+      expect(dataOf(await own.call('counter', {})).n).toBe(1);
+    } finally {
+      await own.close();
+    }
   });
 });
 
