@@ -7,6 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { runInNewContext } from 'node:vm';
 import { getQuickJS } from 'quickjs-emscripten';
 import { createEngine, type Engine } from '../src/index.js';
+import { benchPersistent } from './js-persistent.js';
 import { cpuPerOp, machineCpu, median, percentile, threadCpu } from './stats.js';
 
 /**
@@ -328,6 +329,8 @@ export async function benchJs(): Promise<Record<string, unknown>> {
       reused_context_floor_median_ms: ms(reusedMedian),
       ratio_reused_context_floor_to_node_vm: ms(reusedMedian / base.node_vm_per_call_ms),
       ...spaced,
+      // A trivial tool with a persistent context against a fresh one, in the sandbox and end to end.
+      persistent_context: await benchPersistent(),
     };
   } finally {
     sandbox.close();

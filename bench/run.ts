@@ -32,6 +32,8 @@ const NAMED_ONLY = new Set(['soak']);
 const suites: Array<[string, Bench | null]> = [
   ['builtin', benchBuiltin],
   ['js', await optional('./js.js', 'benchJs')],
+  // The persistent-context figures of the `js` suite alone.
+  ['js-persistent', await optional('./js-persistent.js', 'benchPersistent')],
   ['python', await optional('./python.js', 'benchPython')],
   ['write', await optional('./write.js', 'benchWrite')],
   ['packages', await optional('./packages.js', 'benchPackages')],

@@ -20,6 +20,11 @@ export interface ToolSpec {
   examples?: Record<string, unknown>[];
   /** Capabilities a caller may ask for instead of this id (`engine.call({ capability }, …)`). */
   provides?: string[];
+  /**
+   * js-runner only: `persistent` keeps the tool's context (its modules' top-level state) between its
+   * calls; `fresh`, the default, gives each call a new one (runners/js/worker/persistent.mjs).
+   */
+  context?: 'fresh' | 'persistent';
   /** A macro's steps (runner "macro", instead of `entry`): each calls a tool with an input template. */
   steps?: StepSpec[];
   /** A macro's output template over `{ input, steps }`; the last step's output when absent. */

@@ -11,6 +11,13 @@ export const jsRunner: RunnerDefinition = {
   permission: 'exec.js',
   grantedByDefault: true,
   remote: true,
+  toolFields: {
+    context: {
+      enum: ['fresh', 'persistent'],
+      description:
+        '"fresh" (the default): every call runs in a new context. "persistent": the tool\'s context is kept between its calls, so its modules\' top-level state survives like a notebook kernel\'s (one context per tool per sandbox process, calls one at a time; reset after a failed call, on memory pressure and when the tool changes)',
+    },
+  },
   probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process')],
   example: {
     'text-upper.json': {

@@ -198,6 +198,9 @@ export class SandboxPool {
       if (this.#permissionFlag() !== null) this.#retireAll();
     }
     this.#members = this.#members.filter((m) => m.accepting);
+    // A persistent context lives in one process: its tool's calls all go to the oldest one, the last to be retired.
+    const oldest = this.#members[0];
+    if (tool.spec.context === 'persistent' && oldest?.info) return oldest;
     const load = (m: SandboxProcess) => this.#load.get(m) ?? 0;
     const best = leastLoaded(this.#members, load, (m) => m.info !== null);
     // A process that just failed to start would fail again: answer from that failure for a while

@@ -267,6 +267,7 @@ export class SandboxProcess {
         info: { tool: tool.spec.id, runId: ctx.runId, traceId: ctx.traceId },
         ...(ctx.streamLogs ? { stream_logs: true as const } : {}),
         ...(setup ? { setup } : {}),
+        ...(tool.spec.context === 'persistent' ? { persistent: true as const } : {}),
       });
     });
   }
@@ -311,7 +312,7 @@ export class SandboxProcess {
   }
 
   forget(tool: Tool): void {
-    if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath });
+    if (tool.entryPath) this.#send({ t: 'forget', entry: tool.entryPath, tool: tool.spec.id });
   }
 
   /** Stops the process; calls still running fail with UNAVAILABLE. */

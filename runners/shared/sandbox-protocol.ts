@@ -41,12 +41,14 @@ export type ToWorker =
       program?: string;
       /** What the runner's own worker needs beyond the tool to start it (e.g. a module's argv, environment and preopened folders); plain JSON. */
       setup?: Record<string, unknown>;
+      /** The tool keeps its context between calls (its definition's `"context": "persistent"`; worker/persistent.mjs). */
+      persistent?: true;
     }
   | { t: 'reply'; id: number; rid: number; ok: true; value: unknown; bytes?: true }
   | { t: 'reply'; id: number; rid: number; ok: false; error: WireError }
   | { t: 'abort'; id: number; code: ErrorCode; message: string }
   | { t: 'prepare'; tool: ToolRef; memoryMb: number }
-  | { t: 'forget'; entry: string }
+  | { t: 'forget'; entry: string; tool?: string }
   | { t: 'stats'; id: number }
   | { t: 'probe'; id: number }
   | { t: 'shutdown' };

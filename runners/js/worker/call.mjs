@@ -80,8 +80,11 @@ export class CallRun {
   #graceTimer = null;
   #released = false;
   #acquiring = false;
+  /** Whether tool code ran in the leased context: a persistent one a call left untouched is not reset. */
+  #touched = false;
+  #ok = false;
 
-  /** deps: { pool, loader, gate (host-gate.mjs), post(message), logCap, onFinished(run) } */
+  /** deps: { pool, persistent (persistent.mjs), loader, gate (host-gate.mjs), post(message), logCap, onFinished(run) } */
   constructor(msg, deps) {
     this.#msg = msg;
     this.#deps = deps;
@@ -99,6 +102,11 @@ export class CallRun {
   /** A code-mode program (code.run), which may call tools through the host: not a tool's module. */
   get #program() {
     return typeof this.#msg.program === 'string';
+  }
+
+  /** A tool whose context is kept between its calls (persistent.mjs); a program never is. */
+  get #persistent() {
+    return this.#msg.persistent === true && !this.#program;
   }
 
   get slot() {
@@ -135,7 +143,9 @@ export class CallRun {
     }
     this.#acquiring = true;
     try {
-      this.#lease = await pool.acquire(msg.limits.memory_mb);
+      this.#lease = this.#persistent
+        ? await this.#deps.persistent.acquire(msg.info.tool, msg.limits.memory_mb, graph)
+        : await pool.acquire(msg.limits.memory_mb);
     } catch (error) {
       this.#acquiring = false;
       if (this.#ended) return this.#cleanup();
@@ -146,32 +156,41 @@ export class CallRun {
     if (this.#ended) return this.#cleanup();
     const { slot, context } = this.#lease;
     slot.call = this;
-    slot.serial = context.serial;
-    // A program is new each time: no warm context is worth linking for it.
-    if (!this.#program) pool.hint(msg.limits.memory_mb, graph, generated);
+    this.#touched = true;
+    if (this.#lease.kernel?.loaded) return this.#invoke();
+    // A program is new each time, and a persistent context links its tool once: no warm context is worth linking for them.
+    if (!this.#program && !this.#persistent) pool.hint(msg.limits.memory_mb, graph, generated, msg.limits.timeout_ms);
+    if (context.ahead) {
+      if (context.linked.graph === graph) return this.#startAhead();
+      // Another tool's code ran in it: no other call may use it. A new one, made on this isolate now.
+      await this.#replaceContext();
+      if (this.#ended) return;
+    }
+    slot.serial = this.#lease.context.serial;
     let main;
     try {
       // No tool code has run in this context yet, so these steps run only the prelude and V8's linker.
       const { info, limits } = msg;
-      context.entry.applySync(
+      const fresh = this.#lease.context;
+      fresh.entry.applySync(
         undefined,
         [0, msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes, this.#program],
         { arguments: { copy: true } },
       );
-      if (context.linked && context.linked.graph !== graph) {
-        release(context.linked);
-        context.linked = null;
+      if (fresh.linked && fresh.linked.graph !== graph) {
+        release(fresh.linked);
+        fresh.linked = null;
       }
-      if (!context.linked) {
-        const linked = await link(slot.isolate, context.context, graph, generated);
+      if (!fresh.linked) {
+        const linked = await link(slot.isolate, fresh.context, graph, generated);
         if (this.#ended) {
           // Stopped while a large graph was compiled: the context and its isolate are gone already.
           release(linked);
           return;
         }
-        context.linked = linked;
+        fresh.linked = linked;
       }
-      main = context.linked.main;
+      main = fresh.linked.main;
     } catch (error) {
       return this.#end(failure('TOOL_ERROR', `${error?.name ?? 'Error'}: ${error?.message ?? error}`, { details: { phase: 'link' } }));
     }
@@ -179,6 +198,56 @@ export class CallRun {
     await this.#task(main.evaluate({ timeout: this.#remaining() }), 'evaluate');
     if (this.#ended) return;
     if (this.#state() === 0) this.#end(failure('TOOL_ERROR', 'The tool module did not finish loading: a top-level await never settled'));
+  }
+
+  /** A warm context whose modules were evaluated ahead for this tool: one isolate task starts it (prelude.js, kind 4). */
+  async #startAhead() {
+    const { slot, context } = this.#lease;
+    slot.serial = context.serial;
+    const { info, limits } = this.#msg;
+    await this.#task(
+      context.entry.apply(
+        undefined,
+        [4, this.#msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes, false],
+        { arguments: { copy: true } },
+      ),
+      'invoke',
+    );
+  }
+
+  /** The leased context goes, unused, and a new one takes its place (made on the leased isolate). */
+  async #replaceContext() {
+    const old = this.#lease.context;
+    release(old.linked);
+    try {
+      old.entry.release();
+      old.context.release();
+    } catch {}
+    this.#lease.context = { context: null, entry: null, serial: 0, linked: null, ahead: false };
+    try {
+      this.#lease.context = await this.#deps.pool.context(this.#lease.slot);
+    } catch (error) {
+      if (!this.#ended) this.#end(failure('INTERNAL', `No sandbox could be prepared for the call: ${error?.message ?? error}`));
+    }
+  }
+
+  /**
+   * A later call of a persistent context, whose modules were evaluated by an earlier call: one isolate
+   * task starts the tool with this call's own serial, input and `ctx` (prelude.js, kind 3).
+   */
+  async #invoke() {
+    const { slot, context } = this.#lease;
+    const serial = this.#deps.pool.nextSerial();
+    slot.serial = serial;
+    const { info, limits } = this.#msg;
+    await this.#task(
+      context.entry.apply(
+        undefined,
+        [3, serial, this.#msg.input, info.tool, info.runId, info.traceId, limits.timeout_ms, limits.memory_mb, limits.output_bytes],
+        { arguments: { copy: true } },
+      ),
+      'invoke',
+    );
   }
 
   /** Where the prelude says the call is: 0 the tool has not started, 1 it runs, 2 it has its outcome. */
@@ -375,6 +444,7 @@ export class CallRun {
   #end(outcome) {
     if (this.#ended) return;
     this.#ended = true;
+    this.#ok = outcome.ok === true;
     clearTimeout(this.#timer);
     const message = { t: 'done', id: this.id, ...outcome, logs: this.#logs, dropped: this.#dropped };
     this.#deps.post(message);
@@ -408,7 +478,12 @@ export class CallRun {
     clearTimeout(this.#graceTimer);
     clearTimeout(this.#timer);
     const lease = this.#lease;
-    if (lease) {
+    if (lease?.kernel) {
+      if (lease.slot.call === this) lease.slot.call = null;
+      // Kept only after a call that ended with its result and left nothing running; a call that ended
+      // before its tool ran (its deadline passed while it waited its turn) leaves the context as it was.
+      this.#deps.persistent.release(lease.kernel, this.#touched ? this.#ok && this.#kill === null : lease.kernel.loaded);
+    } else if (lease) {
       if (lease.slot.call === this) lease.slot.call = null;
       if (this.#kill !== 'catastrophe') {
         release(lease.context.linked);

@@ -2,6 +2,7 @@ import { startSandbox } from '../../shared/worker/sandbox.mjs';
 import { CallRun } from './call.mjs';
 import { HostGate } from './host-gate.mjs';
 import { ModuleLoader } from './loader.mjs';
+import { PersistentContexts } from './persistent.mjs';
 import { IsolatePool } from './pool.mjs';
 import { setupSource } from './setup-script.mjs';
 
@@ -31,8 +32,9 @@ startSandbox(({ ivm, config, post, postBulk, calls, finished }) => {
       for (const run of calls.values()) if (run.slot === slot) run.catastrophe();
     },
   });
+  const persistent = new PersistentContexts(pool);
   const gate = new HostGate();
-  const deps = { ivm, pool, loader, gate, post, postBulk, logCap, onFinished: finished };
+  const deps = { ivm, pool, persistent, loader, gate, post, postBulk, logCap, onFinished: finished };
   return {
     call: (msg) => new CallRun(msg, deps),
     prepare(msg) {
@@ -42,7 +44,10 @@ startSandbox(({ ivm, config, post, postBulk, calls, finished }) => {
         // Reported by the call itself, with the tool's own message.
       });
     },
-    forget: (msg) => loader.forget(msg.entry),
-    stats: () => ({ pool: pool.stats(), host: gate.stats() }),
+    forget(msg) {
+      loader.forget(msg.entry);
+      if (typeof msg.tool === 'string') persistent.forget(msg.tool);
+    },
+    stats: () => ({ pool: pool.stats(), persistent: persistent.stats(), host: gate.stats() }),
   };
 });

@@ -109,18 +109,35 @@
   /**
    * Connects this context to the worker. `hostSend` and `hostDone` are shared by every context of the
    * isolate (ignored-mode isolated-vm callbacks: they copy their arguments and return nothing); `serial`
-   * tells the worker which context speaks, so a context whose call has ended is not heard.
+   * tells the worker which call speaks, so a call that has ended is not heard.
+   *
+   * A context runs one call, or, for a tool with a persistent context, one call after another. Each
+   * call has a state of its own (`newCall`), and its `ctx` and everything reachable from it close over
+   * that state only: a `ctx` a tool kept in a global from an earlier call finds its call closed, and is
+   * refused, whatever call runs now.
    */
-  return function install(hostSend, hostDone, memoryMb, logCap, serial, guardMemory) {
+  return function install(hostSend, hostDone, memoryMb, logCap, firstSerial, guardMemory) {
+    const newCall = (serial) => ({
+      __proto__: null,
+      serial,
+      pending: new CMap(),
+      nextRequest: 1,
+      started: false,
+      closed: false,
+      logBytes: 0,
+      logsDropped: 0,
+      pendingBytes: 0,
+      input: undefined,
+      info: null,
+      /** Log lines written before the call's facts came (modules evaluated ahead): sent when the call starts. */
+      early: null,
+      earlyCount: 0,
+    });
+    /** The call running now: where `console` writes and `deliver` answers go. */
+    let current = newCall(firstSerial);
     // Fixed arity, no spread: spreading would use Array.prototype[Symbol.iterator], which tools can replace.
-    const send = (op, rid, a, b) => hostSend(serial, op, rid, a, b);
-    const done = (kind, a, b, c) => hostDone(serial, kind, a, b, c);
-    const pending = new CMap();
-    let nextRequest = 1;
-    let started = false;
-    let closed = false;
-    let logBytes = 0;
-    let logsDropped = 0;
+    const send = (state, op, rid, a, b) => hostSend(state.serial, op, rid, a, b);
+    const done = (state, kind, a, b, c) => hostDone(state.serial, kind, a, b, c);
     const MAX_PENDING = 256;
     // What one call's pending VFS requests may carry to the host at once (strings' lengths and binary
     // contents; one larger request is taken when nothing else is pending), and how large any other
@@ -128,33 +145,39 @@
     // each request is a copy in the sandbox process and another in the engine.
     const MAX_PENDING_BYTES = 64 * 1024 * 1024;
     const MAX_OPTION_BYTES = 64 * 1024;
-    let pendingBytes = 0;
 
-    const finish = (kind, a, b, c) => {
-      if (closed) return;
-      closed = true;
-      if (logsDropped > 0) send('dropped', 0, logsDropped);
+    const finish = (state, kind, a, b, c) => {
+      if (state.closed) return;
+      state.closed = true;
+      if (state.logsDropped > 0) send(state, 'dropped', 0, state.logsDropped);
       try {
-        done(kind, a, b, c);
+        done(state, kind, a, b, c);
       } catch (error) {
         // The value could not be copied out: a Proxy, or something V8 cannot clone.
         const [, message] = describe(error);
-        done(2, 'INVALID_OUTPUT', `the output cannot be copied out of the sandbox (${message}); return plain JSON`, '/');
+        done(state, 2, 'INVALID_OUTPUT', `the output cannot be copied out of the sandbox (${message}); return plain JSON`, '/');
       }
     };
 
-    const log = (level, args) => {
-      if (closed) return;
+    const logTo = (state, level, args) => {
+      if (state.closed) return;
       let text = '';
       for (let i = 0; i < args.length; i++) text += (i ? ' ' : '') + show(args[i], 0);
-      if (logBytes >= logCap) {
-        logsDropped++;
+      if (state.logBytes >= logCap) {
+        state.logsDropped++;
         return;
       }
-      text = clip(text, logCap - logBytes);
-      logBytes += text.length;
-      send('log', 0, level, text);
+      text = clip(text, logCap - state.logBytes);
+      state.logBytes += text.length;
+      if (state.info === null) {
+        if (state.early === null) state.early = new CMap();
+        call(mapSet, state.early, state.earlyCount++, [level, text]);
+      } else {
+        send(state, 'log', 0, level, text);
+      }
     };
+    // `console` belongs to the context, so it writes to the call running now.
+    const log = (level, args) => logTo(current, level, args);
 
     const consoleObject = {};
     const levels = { __proto__: null, log: 'log', info: 'info', warn: 'warn', error: 'error', debug: 'log', trace: 'log' };
@@ -250,43 +273,46 @@
       throw hostFailure(payload);
     };
 
-    /** One request to the host; the worker answers through `deliver`. A failure rejects with the host's payload. */
-    const ask = (op, args) =>
+    /** One request of the call `state` to the host; the worker answers through `deliver`. A failure rejects with the host's payload. */
+    const ask = (state, op, args) =>
       new CPromise((resolve, reject) => {
-        if (closed) return reject({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' });
+        if (state.closed) return reject({ code: 'CANCELLED', message: 'The call has ended; the VFS can no longer be used' });
+        const pending = state.pending;
         if (call(mapSize, pending) >= MAX_PENDING) {
           const what = op === 'tool' ? 'tool calls' : 'VFS operations';
           return reject({ code: 'BUSY', message: `More than ${MAX_PENDING} ${what} are pending; await some first` });
         }
         const bytes = prepare(op, args);
         if (typeof bytes === 'string') return reject({ code: 'INVALID_INPUT', message: bytes });
-        if (pendingBytes > 0 && pendingBytes + bytes > MAX_PENDING_BYTES) {
+        if (state.pendingBytes > 0 && state.pendingBytes + bytes > MAX_PENDING_BYTES) {
           const mb = MAX_PENDING_BYTES / (1024 * 1024);
           return reject({ code: 'BUSY', message: `More than ${mb} MB of VFS data is pending; await some operations first` });
         }
-        const id = nextRequest++;
+        const id = state.nextRequest++;
         try {
-          send('vfs', id, op, args);
+          send(state, 'vfs', id, op, args);
         } catch (error) {
           const [, message] = describe(error);
           return reject({ code: 'INVALID_INPUT', message: `ctx.vfs.${op}: the arguments cannot be sent to the host (${message})` });
         }
-        pendingBytes += bytes;
+        state.pendingBytes += bytes;
         call(mapSet, pending, id, [resolve, reject, bytes]);
       });
 
-    const request = (op, args) => call(promiseThen, ask(op, args), undefined, rethrow);
-
-    const vfs = freeze({
-      read: (path, options) => request('read', [path, options]),
-      write: (path, content, options) => request('write', [path, content, options]),
-      list: (path, options) => request('list', [path, options]),
-      stat: (path) => request('stat', [path]),
-      exists: (path) => request('exists', [path]),
-      delete: (path, options) => request('delete', [path, options]),
-      mkdir: (path, options) => request('mkdir', [path, options]),
-      move: (from, to, options) => request('move', [from, to, options]),
-    });
+    /** The `ctx.vfs` of one call: its functions reach that call's state and no other. */
+    const vfsOf = (state) => {
+      const request = (op, args) => call(promiseThen, ask(state, op, args), undefined, rethrow);
+      return freeze({
+        read: (path, options) => request('read', [path, options]),
+        write: (path, content, options) => request('write', [path, content, options]),
+        list: (path, options) => request('list', [path, options]),
+        stat: (path) => request('stat', [path]),
+        exists: (path) => request('exists', [path]),
+        delete: (path, options) => request('delete', [path, options]),
+        mkdir: (path, options) => request('mkdir', [path, options]),
+        move: (from, to, options) => request('move', [from, to, options]),
+      });
+    };
 
     /**
      * The Error a program sees when a tool it called fails: the failed call's `code`, `stage`,
@@ -317,7 +343,7 @@
     const refuse = (code, message) => new CPromise((_, reject) => reject(toolFailure({ code, message })));
 
     /** One tool call of a program: its path ("fs\u0000read") and input go to the host as text. */
-    const callTool = (path, input) => {
+    const callTool = (state, path, input) => {
       let text;
       try {
         text = input === undefined ? '{}' : jsonStringify(input);
@@ -326,7 +352,7 @@
         return refuse('INVALID_INPUT', `The input cannot be made JSON (${message}); pass plain JSON`);
       }
       if (typeof text !== 'string') return refuse('INVALID_INPUT', 'The input must be a JSON value (an object for most tools)');
-      return call(promiseThen, ask('tool', [path, text]), undefined, rethrowTool);
+      return call(promiseThen, ask(state, 'tool', [path, text]), undefined, rethrowTool);
     };
 
     /**
@@ -336,13 +362,13 @@
      */
     const refused = () => false;
     // The traps' object has no prototype: a program's changes to Object.prototype add no trap to it.
-    const node = (path) =>
+    const node = (state, path) =>
       new CProxy(
         () => {},
         /** @type {ProxyHandler<() => void>} */ ({
           __proto__: null,
-          get: (_, key) => (typeof key !== 'string' || key === 'then' ? undefined : node(path === '' ? key : `${path}\u0000${key}`)),
-          apply: (_, __, args) => callTool(path, args.length > 0 ? args[0] : undefined),
+          get: (_, key) => (typeof key !== 'string' || key === 'then' ? undefined : node(state, path === '' ? key : `${path}\u0000${key}`)),
+          apply: (_, __, args) => callTool(state, path, args.length > 0 ? args[0] : undefined),
           set: refused,
           defineProperty: refused,
           deleteProperty: refused,
@@ -353,18 +379,17 @@
           },
         }),
       );
-    const tools = node('');
 
-    guardMemory((reason) => finish(3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
+    guardMemory((reason) => finish(current, 3, reason, `${reason}: the tool exceeded its memory limit of ${memoryMb} MB`), memoryMb);
 
-    const succeed = (value, outputBytes) => {
+    const succeed = (state, value, outputBytes) => {
       const outcome = value === undefined ? null : value;
       const problem = checkOutput(outcome, outputBytes);
-      if (problem) finish(2, problem[0], problem[1], problem[2]);
-      else finish(0, outcome);
+      if (problem) finish(state, 2, problem[0], problem[1], problem[2]);
+      else finish(state, 0, outcome);
     };
 
-    const fail = (thrown) => {
+    const fail = (state, thrown) => {
       const [name, message, stack] = describe(thrown);
       let rangeError = false;
       try {
@@ -376,60 +401,79 @@
       const bufferRefused = call(strSlice, message, 0, 31) === 'Array buffer allocation failed:';
       // Only an object can be a WeakMap key; looking one up runs none of its code (no Proxy trap).
       const host = thrown !== null && (typeof thrown === 'object' || typeof thrown === 'function') ? call(weakGet, hostCodes, thrown) : undefined;
-      if (rangeError && (growFailed || bufferRefused || call(setHas, ALLOCATION_FAILURES, message))) finish(3, message, message);
-      else if (host !== undefined) finish(5, [host.code, host.details], message, stack);
-      else finish(1, name, message, stack);
+      if (rangeError && (growFailed || bufferRefused || call(setHas, ALLOCATION_FAILURES, message))) finish(state, 3, message, message);
+      else if (host !== undefined) finish(state, 5, [host.code, host.details], message, stack);
+      else finish(state, 1, name, message, stack);
     };
 
-    async function run(fn, args, outputBytes) {
+    async function run(state, fn, args, outputBytes) {
       let value;
       try {
         value = await apply(fn, undefined, args);
       } catch (thrown) {
-        fail(thrown);
+        fail(state, thrown);
         return;
       }
-      succeed(value, outputBytes);
+      succeed(state, value, outputBytes);
     }
 
-    let callInput;
-    let callInfo = null;
+    /** The tool's default export, kept for the calls after the first in a persistent context. */
+    let toolFn = null;
+    /** The tool's namespace, when its modules were evaluated before the call came (pool.mjs, "ahead"). */
+    let aheadNamespace = null;
 
-    /** Called once, by the generated module that imports the tool, right after the tool's module evaluated. */
-    function start(namespace) {
-      if (started || callInfo === null) return;
-      started = true;
-      let fn;
-      try {
-        fn = namespace.default;
-      } catch {}
-      if (typeof fn !== 'function') {
-        finish(4, 'The tool module must export a function as its default export: export default async function run(input, ctx) { … }');
+    /** Runs the tool for the call `state`, with a `ctx` that is that call's alone. */
+    const invoke = (state, fn) => {
+      state.started = true;
+      const info = state.info;
+      // A code-mode program is a function of `tools` alone: it gets no ctx, so no VFS of its own.
+      if (info.program) {
+        run(state, fn, [node(state, '')], info.outputBytes);
         return;
       }
-      const info = callInfo;
       const ctx = freeze({
-        vfs,
-        log: (...args) => log('info', args),
+        vfs: vfsOf(state),
+        log: (...args) => logTo(state, 'info', args),
         tool: info.tool,
         runId: info.runId,
         traceId: info.traceId,
         limits: freeze({ timeout_ms: info.timeoutMs, memory_mb: info.memoryMb, output_bytes: info.outputBytes }),
       });
-      // A code-mode program is a function of `tools` alone: it gets no ctx, so no VFS of its own.
-      if (info.program) run(fn, [tools], info.outputBytes);
-      else run(fn, [callInput, ctx], info.outputBytes);
+      run(state, fn, [state.input, ctx], info.outputBytes);
+    };
+
+    /** Called once, by the generated module that imports the tool, right after the tool's module evaluated. */
+    function start(namespace) {
+      const state = current;
+      if (state.started || toolFn !== null || aheadNamespace !== null) return;
+      if (state.info === null) {
+        // Evaluated ahead of its call: the tool starts when the call's facts come (kind 4).
+        aheadNamespace = namespace;
+        return;
+      }
+      let fn;
+      try {
+        fn = namespace.default;
+      } catch {}
+      if (typeof fn !== 'function') {
+        state.started = true;
+        finish(state, 4, 'The tool module must export a function as its default export: export default async function run(input, ctx) { … }');
+        return;
+      }
+      toolFn = fn;
+      invoke(state, fn);
     }
     // The generated module "arium:start" takes this and deletes it before any tool code is evaluated
     // (it is imported first), so tool code never sees it.
     defineProp(G, '__ariumStart', { __proto__: null, value: start, writable: false, enumerable: false, configurable: true });
 
     function deliver(id, ok, payload) {
-      const waiter = call(mapGet, pending, id);
+      const state = current;
+      const waiter = call(mapGet, state.pending, id);
       if (waiter === undefined) return;
-      call(mapDelete, pending, id);
-      pendingBytes -= waiter[2];
-      if (closed) return;
+      call(mapDelete, state.pending, id);
+      state.pendingBytes -= waiter[2];
+      if (state.closed) return;
       if (ok) waiter[0](payload);
       else waiter[1](payload);
     }
@@ -439,18 +483,39 @@
      * timeout_ms, memory_mb, output_bytes, whether it runs a code-mode program), given before any tool
      * code runs; the facts come as primitives and their objects are made here, on the isolate's thread when the tool starts, as
      * copying objects into a fresh context costs the worker's thread more. 1: the answer to a VFS
-     * request. 2: where the call is (0 not started, 1 running, 2 done).
+     * request. 2: where the call is (0 not started, 1 running, 2 done). 3: the next call of a persistent
+     * context, once the call before it is over: its serial, then the input and facts as for 0; the
+     * tool's function runs at once, with a new call state and a new `ctx`. 4: the call of a context whose
+     * modules were evaluated ahead: its input and facts as for 0; the lines logged while they were
+     * evaluated go out, then the tool starts. 5: whether this context is ready for 4 (1) or not (0).
      */
+    const facts = (state, a, b, c, d, e, f, g, h) => {
+      state.input = a;
+      state.info = { __proto__: null, tool: b, runId: c, traceId: d, timeoutMs: e, memoryMb: f, outputBytes: g, program: h === true };
+    };
     return (kind, a, b, c, d, e, f, g, h) => {
       if (kind === 0) {
-        if (callInfo === null) {
-          callInput = a;
-          callInfo = { __proto__: null, tool: b, runId: c, traceId: d, timeoutMs: e, memoryMb: f, outputBytes: g, program: h === true };
-        }
+        if (current.info === null) facts(current, a, b, c, d, e, f, g, h);
       } else if (kind === 1) {
         deliver(a, b, c);
+      } else if (kind === 3 && toolFn !== null && current.closed) {
+        current = newCall(a);
+        facts(current, b, c, d, e, f, g, h, false);
+        invoke(current, toolFn);
+      } else if (kind === 4 && aheadNamespace !== null && current.info === null && !current.closed) {
+        const state = current;
+        facts(state, a, b, c, d, e, f, g, h);
+        for (let i = 0; i < state.earlyCount; i++) {
+          const line = call(mapGet, state.early, i);
+          send(state, 'log', 0, line[0], line[1]);
+        }
+        const namespace = aheadNamespace;
+        aheadNamespace = null;
+        start(namespace);
+      } else if (kind === 5) {
+        return aheadNamespace !== null && current.info === null && !current.closed ? 1 : 0;
       }
-      return closed ? 2 : started ? 1 : 0;
+      return current.closed ? 2 : current.started ? 1 : 0;
     };
   };
 };
