@@ -7,7 +7,7 @@ import { median } from './stats.js';
 
 /**
  * The first durable snapshot of a large tree of small files: 10,000 files of 200 bytes in 100 folders
- * of 100, against git's first commit of the same tree. Issue 17's target: ≤ 0.5 s. The runs are
+ * of 100, against git's first commit of the same tree. The target: ≤ 0.5 s. The runs are
  * interleaved (Arium, git, git with every fsync, Arium, …) so that a busy moment of the shared machine
  * falls on all of them alike.
  *

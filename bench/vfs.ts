@@ -6,7 +6,7 @@ import { median } from './stats.js';
 
 /**
  * The durable VFS on a tree of 10,000 files (100 MB: 100 folders of 100 files of 10,000 bytes, 100
- * lines each), in a temporary workspace on disk. Issue 5's targets: a snapshot after changing one file
+ * lines each), in a temporary workspace on disk. The targets: a snapshot after changing one file
  * ≤ 5 ms, a diff between two snapshots that differ in 10 files ≤ 10 ms, restoring such a snapshot
  * ≤ 50 ms, store growth per snapshot ≈ the size of the changed files. Also the cost of durability:
  * `fs.write` calls per second with `persist` true (one journal fdatasync per call) and false.
