@@ -166,7 +166,10 @@ describe('a pool of sandbox processes', () => {
 describe('the context field', () => {
   it.each([
     [{ context: 'sticky' }, 'context'],
-    [{ runner: 'py-runner', entry: 'tool.py', permissions: ['exec.py'], context: 'persistent' }, '"context" is a field of "js-runner" tools'],
+    [
+      { runner: 'py-runner', entry: 'tool.py', permissions: ['exec.py'], context: 'persistent' },
+      '"context" is a field of js-runner tools; a py-runner tool cannot have it',
+    ],
   ])('refuses %j at load', async (fields, message) => {
     const bad = tempProject({
       'tool.js': 'export default () => 1;\n',

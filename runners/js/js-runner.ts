@@ -46,7 +46,7 @@ export class JsRunner implements Runner {
       runner: this.name,
       label: 'JS',
       tools: 'JavaScript tools',
-      worker: workerPath(),
+      worker: workerPath,
       where: 'JsRunner option processes',
       ...options,
       // The folder holding typescript, which the worker loads to strip types.

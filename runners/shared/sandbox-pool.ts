@@ -12,8 +12,11 @@ import { StartBackoff } from './supervision.js';
 
 /** What a runner tells its pool: whose it is, the worker it runs, and how large it may grow. */
 export interface SandboxPoolOptions extends SandboxOwner {
-  /** The runner's worker script (its worker/main.mjs, which starts with worker/sandbox.mjs). */
-  worker: string;
+  /**
+   * Finds the runner's worker script (its worker/main.mjs, which starts with worker/sandbox.mjs), when
+   * the first process starts: an engine whose tools never need the sandbox does not need the file.
+   */
+  worker: () => string;
   /** Folder of the isolated-vm package to use. Default: the one installed with the engine. */
   isolatedVm?: string;
   /** Confine the processes with Node's permission model (they read only their code and the tools folders). Default true where Node has it. */
@@ -215,7 +218,8 @@ export class SandboxPool {
   }
 
   #start(): SandboxProcess {
-    const { runner, label, worker } = this.#options;
+    const { runner, label } = this.#options;
+    const worker = this.#options.worker();
     const ivmDir = this.#ivmDir();
     if (!ivmDir) throw new ToolFailure('execution', 'MISCONFIGURED', `isolated-vm is not installed. ${this.#advice()}`, { details: { runner } });
     const execArgv = ['--no-node-snapshot', '--no-warnings'];

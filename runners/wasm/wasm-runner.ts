@@ -35,7 +35,7 @@ export class WasmRunner implements Runner {
       runner: this.name,
       label: 'WASM',
       tools: 'WebAssembly tools',
-      worker: wasmWorkerFile('main.mjs'),
+      worker: () => wasmWorkerFile('main.mjs'),
       where: 'WasmRunner option processes',
       ...options,
       workerConfig: { maxIsolates: options.maxIsolates ?? 16 },
