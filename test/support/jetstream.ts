@@ -15,6 +15,8 @@ export interface JetStreamCluster {
   kill(i: number): Promise<void>;
   /** Starts server `i` again, on its port and storage. */
   start(i: number): Promise<void>;
+  /** The command line that starts server `i` (for a process that starts it later by itself). */
+  command(i: number): string[];
   /** Stops every server and removes their storage. */
   remove(): Promise<void>;
 }
@@ -49,8 +51,11 @@ export async function jetStreamReady(urls: string[]): Promise<void> {
   }
 }
 
-/** `size` servers (1, or 3 routed as one cluster), each with JetStream and its own storage folder. */
-export async function startJetStream(size: 1 | 3 = 1): Promise<JetStreamCluster> {
+/**
+ * `size` servers (1, or 3 routed as one cluster), each with JetStream and its own storage folder; only
+ * the first `started` of them run (the others can be started later, as a cluster still forming).
+ */
+export async function startJetStream(size: 1 | 3 = 1, started = size): Promise<JetStreamCluster> {
   const binary = natsServerPath();
   if (!binary) throw new Error('nats-server is not installed (apt-get install nats-server)');
   const root = mkdtempSync(join(tmpdir(), 'arium-jetstream-'));
@@ -80,12 +85,13 @@ export async function startJetStream(size: 1 | 3 = 1): Promise<JetStreamCluster>
       child.kill('SIGKILL');
     });
   };
-  await Promise.all(ports.map((_, i) => start(i)));
-  await jetStreamReady(ports.map((p) => `nats://127.0.0.1:${p}`));
+  await Promise.all(ports.slice(0, started).map((_, i) => start(i)));
+  await jetStreamReady(ports.slice(0, started).map((p) => `nats://127.0.0.1:${p}`));
   return {
     urls: ports.map((p) => `nats://127.0.0.1:${p}`),
     kill,
     start,
+    command: (i) => [binary, ...args(i)],
     remove: async () => {
       await Promise.all(ports.map((_, i) => kill(i)));
       rmSync(root, { recursive: true, force: true });

@@ -79,19 +79,39 @@ async function open(given) {
   stream = `ARIUM_${given.name}`;
   subject = `arium.state.${given.name}`;
   const config = { name: stream, subjects: [`${subject}.>`], storage: 'file', num_replicas: given.replicas, max_msgs_per_subject: -1 };
-  try {
-    await jsm.streams.info(stream);
-  } catch {
+  await whileForming(given.timeoutMs, async () => {
     try {
-      await jsm.streams.add(config);
+      await jsm.streams.info(stream);
+    } catch {
+      try {
+        await jsm.streams.add(config);
+      } catch (error) {
+        // Another engine created it meanwhile.
+        if (!/already in use|exists/i.test(String(error?.message))) throw error;
+      }
+    }
+    kv = await new Kvm(js).create(`arium-lease-${given.name}`, { ttl: given.leaseMs, history: 1, replicas: given.replicas });
+    os = await new Objm(js).create(`arium-objects-${given.name}`, { replicas: given.replicas, storage: 'file' });
+  });
+  return { maxPayload: nc.info?.max_payload ?? 1024 * 1024 };
+}
+
+/**
+ * What a cluster says while it is still forming (its servers not all routed yet, no meta leader yet): the
+ * same request succeeds a moment later, so it is asked again until `ms` have passed.
+ */
+const FORMING = /no suitable peers for placement|temporarily unavailable|not assigned|no responders|\b503\b/i;
+
+async function whileForming(ms, work) {
+  const until = Date.now() + ms;
+  for (;;) {
+    try {
+      return await work();
     } catch (error) {
-      // Another engine created it meanwhile.
-      if (!/already in use|exists/i.test(String(error?.message))) throw error;
+      if (!FORMING.test(String(error?.message)) || Date.now() + 250 > until) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
-  kv = await new Kvm(js).create(`arium-lease-${given.name}`, { ttl: given.leaseMs, history: 1, replicas: given.replicas });
-  os = await new Objm(js).create(`arium-objects-${given.name}`, { replicas: given.replicas, storage: 'file' });
-  return { maxPayload: nc.info?.max_payload ?? 1024 * 1024 };
 }
 
 /** The lease's record, or null when nobody holds it (never taken, released, or expired). */
