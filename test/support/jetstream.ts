@@ -55,7 +55,7 @@ export async function jetStreamReady(urls: string[]): Promise<void> {
  * `size` servers (1, or 3 routed as one cluster), each with JetStream and its own storage folder; only
  * the first `started` of them run (the others can be started later, as a cluster still forming).
  */
-export async function startJetStream(size: 1 | 3 = 1, started = size): Promise<JetStreamCluster> {
+export async function startJetStream(size: 1 | 3 = 1, started: number = size): Promise<JetStreamCluster> {
   const binary = natsServerPath();
   if (!binary) throw new Error('nats-server is not installed (apt-get install nats-server)');
   const root = mkdtempSync(join(tmpdir(), 'arium-jetstream-'));

@@ -1,3 +1,5 @@
+// Over 500 lines: one call's whole life in the worker (lease, link, evaluate, relay, deadline, outcome)
+// reads as one sequence; the persistent-context path shares every step but the lease.
 import { requestBytes } from './host-gate.mjs';
 import { link, release } from './link.mjs';
 import { LoadError } from './loader.mjs';

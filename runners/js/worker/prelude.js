@@ -1,3 +1,5 @@
+// Over 500 lines: the in-isolate code must be one script built from captured intrinsics; splitting it
+// would add module boundaries tool code could observe or replace.
 // In-isolate code: runs first in every fresh context, before any tool code. This file is a function of
 // the helpers in values.js that returns `install`; the worker (setup-script.mjs) composes it with
 // values.js and memory-guard.js into one strict-mode script, so it has no directive of its own.
