@@ -76,7 +76,9 @@ export interface SecurityEvent extends Omit<BaseEvent, 'run_id' | 'trace_id'> {
    * `widened`: a reloaded definition asks for more than the version it replaces, and is served;
    * `widening_refused`: the same, refused because the project says so (`permission_widening`);
    * `request_refused`: the HTTP gateway refused a request by its `Host` or `Origin` (DNS rebinding, a
-   * cross-site page): `operation` is the method and path, `request` says which header.
+   * cross-site page): `operation` is the method and path, `request` says which header; or the holder of
+   * a project refused a request another gateway forwarded over NATS (unsigned, wrongly signed, stale or
+   * replayed): `operation` names the subject, `reason` says why, and there is no `request`.
    */
   action: 'denied' | 'intrusion' | 'widened' | 'widening_refused' | 'request_refused';
   /** The permission that was missing, for `denied`. */

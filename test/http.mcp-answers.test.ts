@@ -195,20 +195,19 @@ describe('many sessions at once', () => {
   }, 120_000);
 });
 
+/** An `initialize` request (id 1) from a client of that name. */
+const initialize = (name: string) => ({
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name, version: '1' } },
+});
+
 describe('a client that takes one type, or reuses an id', () => {
   it('initializes, is told of nothing it cannot take, and gets its calls answered as JSON', async () => {
     const base = await serve();
     const accept = { accept: 'application/json' };
-    const init = await post(
-      base,
-      {
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'initialize',
-        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'json-only', version: '1' } },
-      },
-      accept,
-    );
+    const init = await post(base, initialize('json-only'), accept);
     expect(init).toMatchObject({ status: 200, type: 'application/json' });
     expect(JSON.parse(init.text)).toMatchObject({ jsonrpc: '2.0', id: 1, result: { serverInfo: { name: `arium-${project.project}` } } });
     const session = { ...accept, 'mcp-session-id': init.session as string, 'mcp-protocol-version': '2025-11-25' };
@@ -234,16 +233,7 @@ describe('a client that takes one type, or reuses an id', () => {
   it('a client that takes only text/event-stream gets its answers as streams', async () => {
     const base = await serve();
     const accept = { accept: 'text/event-stream' };
-    const init = await post(
-      base,
-      {
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'initialize',
-        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'sse-only', version: '1' } },
-      },
-      accept,
-    );
+    const init = await post(base, initialize('sse-only'), accept);
     expect(init).toMatchObject({ status: 200, type: 'text/event-stream' });
     const data = (text: string) => JSON.parse(text.match(/^data: (\{.*)$/m)?.[1] ?? 'null') as Record<string, unknown>;
     expect(data(init.text)).toMatchObject({ id: 1, result: { serverInfo: { name: `arium-${project.project}` } } });
@@ -261,16 +251,7 @@ describe('a client that takes one type, or reuses an id', () => {
   it('a request the client cancels is ended with 202 and no answer, not left open', async () => {
     const base = await serve();
     const accept = { accept: 'application/json, text/event-stream' };
-    const init = await post(
-      base,
-      {
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'initialize',
-        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'cancel', version: '1' } },
-      },
-      accept,
-    );
+    const init = await post(base, initialize('cancel'), accept);
     const session = { ...accept, 'mcp-session-id': init.session as string };
     const slow = post(base, { jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'slow', arguments: { n: 5, seconds: 30 } } }, session);
     await new Promise((r) => setTimeout(r, 300));
@@ -287,16 +268,7 @@ describe('a client that takes one type, or reuses an id', () => {
   it('a second request under an id still in flight is refused, and the first still gets its answer', async () => {
     const base = await serve();
     const accept = { accept: 'application/json, text/event-stream' };
-    const init = await post(
-      base,
-      {
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'initialize',
-        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'dup', version: '1' } },
-      },
-      accept,
-    );
+    const init = await post(base, initialize('dup'), accept);
     const session = { ...accept, 'mcp-session-id': init.session as string };
     const message = { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'slow', arguments: { n: 7, seconds: 1 } } };
     const first = post(base, message, session);
