@@ -183,6 +183,9 @@ describe('arium mcp bridges to the workspace daemon', () => {
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
       changed++;
     });
+    // list_changed says that a list the client has is stale: it lists first. The bridge forwards that
+    // request once its GET stream to the daemon is open, so the change below is heard on that stream.
+    expect((await client.listTools()).tools.map((t) => t.name)).not.toContain('demo.late');
     project.write('late.json', definition({ id: 'demo.late' }));
     await waitFor(() => changed > 0, 15_000);
     expect((await client.listTools()).tools.map((t) => t.name)).toContain('demo.late');
