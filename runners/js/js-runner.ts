@@ -155,7 +155,9 @@ export class JsRunner implements Runner {
   }
 
   status(): Promise<RunnerStatus> {
-    return this.#pool.status('isolated-vm: a V8 isolate per running call and a fresh context per call, in a separate sandbox process');
+    return this.#pool.status(
+      'isolated-vm: a V8 isolate per running call and a fresh context per call (a context kept between calls for a tool that declares "context": "persistent"), in a separate sandbox process',
+    );
   }
 
   /** For tests: what the sandbox process itself may do (read outside its folders, start processes). */
