@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Engine } from '../src/index.js';
 import type { ScaleReply, ScaleRequest } from './scale.js';
-import { threadCpu } from './stats.js';
+import { threadCpu, treeCpu } from './stats.js';
 
 /**
  * One engine for bench/scale.ts, in a process of its own (started under taskset by the parent, so the
@@ -22,6 +22,7 @@ function mainCpuMs(): number {
 async function round(engine: Engine, { runner, callers, ms }: ScaleRequest): Promise<ScaleReply> {
   const tool = TOOLS[runner];
   let calls = 0;
+  const tree0 = treeCpu(process.pid);
   const cpu0 = mainCpuMs();
   const t0 = performance.now();
   const end = t0 + ms;
@@ -35,12 +36,21 @@ async function round(engine: Engine, { runner, callers, ms }: ScaleRequest): Pro
   };
   await Promise.all(Array.from({ length: callers }, caller));
   const wall = performance.now() - t0;
+  const mainMs = mainCpuMs() - cpu0;
+  const tree = treeCpu(process.pid);
   const status = (await engine.status()).runners;
   const members =
     runner === 'js'
       ? ((status['js-runner']?.processes as { running?: number } | undefined)?.running ?? 1)
       : ((status['py-runner']?.servers as number | undefined) ?? 1);
-  return { calls, ms: wall, main_cpu_ms: mainCpuMs() - cpu0, members };
+  return {
+    calls,
+    ms: wall,
+    main_cpu_ms: mainMs,
+    engine_cpu_ms: tree.self - tree0.self,
+    members_cpu_ms: tree.below - tree0.below,
+    members,
+  };
 }
 
 async function main(): Promise<void> {

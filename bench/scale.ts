@@ -14,7 +14,9 @@ import { median } from './stats.js';
  * themselves from them), and `two_cores_over_one` compares them; on more than two cores an engine on
  * every core is measured too. Every round runs each setting in turn, so a busy moment of a shared
  * machine falls on all of them alike. `main_thread_busy` is the engine's main thread's CPU time over
- * the round's wall time; `members` how many sandbox processes or fork servers were running at its end.
+ * the round's wall time; `cpu_us_per_call` the CPU a call cost (the engine's main thread, its other
+ * threads, the pool's members: where a setting that does fewer calls per second spends the core);
+ * `members` how many sandbox processes or fork servers were running at its end.
  */
 export interface ScaleRequest {
   runner: 'js' | 'python';
@@ -26,6 +28,10 @@ export interface ScaleReply {
   calls: number;
   ms: number;
   main_cpu_ms: number;
+  /** The engine process's CPU, all its threads. */
+  engine_cpu_ms: number;
+  /** Its sandbox processes' or fork servers' (with their finished call processes). */
+  members_cpu_ms: number;
   members: number;
 }
 
@@ -67,6 +73,23 @@ function next<T>(setting: Setting): Promise<T> {
   });
 }
 
+/** CPU per call (µs; /proc counts it in ticks of 10 ms per process): the engine's main thread, its other threads, its pool's members. */
+interface CpuPerCall {
+  engine_main: number;
+  engine_other: number;
+  members: number;
+}
+
+function cpuMedians(samples: readonly CpuPerCall[]): CpuPerCall & { total: number } {
+  const m = (pick: (c: CpuPerCall) => number) => Math.round(median(samples.map(pick)));
+  return {
+    engine_main: m((c) => c.engine_main),
+    engine_other: m((c) => c.engine_other),
+    members: m((c) => c.members),
+    total: m((c) => c.engine_main + c.engine_other + c.members),
+  };
+}
+
 async function ask(setting: Setting, request: ScaleRequest): Promise<ScaleReply> {
   const reply = next<ScaleReply>(setting);
   setting.child.send(request);
@@ -87,7 +110,7 @@ export async function benchScale(): Promise<Record<string, unknown>> {
     // Each child's first message says it is ready: wait for all at once, so none arrives unawaited.
     const ready = await Promise.all(settings.map((s) => next<{ ready: true; cores: number }>(s)));
     for (const [i, setting] of settings.entries()) setting.cores = ready[i]?.cores ?? 0;
-    const samples = new Map<string, { perSec: number[]; busy: number[]; members: number }>();
+    const samples = new Map<string, { perSec: number[]; busy: number[]; cpu: CpuPerCall[]; members: number }>();
     for (let r = -1; r < rounds; r++) {
       // Round -1 warms up: the pools grow to the load, V8 optimizes the hot paths.
       const order = r % 2 === 0 ? settings : [...settings].reverse();
@@ -97,9 +120,15 @@ export async function benchScale(): Promise<Record<string, unknown>> {
             const reply = await ask(setting, { runner, callers: c, ms: r < 0 ? roundMs / 3 : roundMs });
             if (r < 0) continue;
             const key = `${runner}\u0000${c}\u0000${setting.label}`;
-            const s = samples.get(key) ?? { perSec: [], busy: [], members: 0 };
+            const s = samples.get(key) ?? { perSec: [], busy: [], cpu: [], members: 0 };
             s.perSec.push(reply.calls / (reply.ms / 1000));
             s.busy.push(reply.main_cpu_ms / reply.ms);
+            const us = (ms: number) => (ms * 1000) / Math.max(1, reply.calls);
+            s.cpu.push({
+              engine_main: us(reply.main_cpu_ms),
+              engine_other: us(reply.engine_cpu_ms - reply.main_cpu_ms),
+              members: us(reply.members_cpu_ms),
+            });
             s.members = Math.max(s.members, reply.members);
             samples.set(key, s);
           }
@@ -118,6 +147,7 @@ export async function benchScale(): Promise<Record<string, unknown>> {
           row[setting.label] = {
             calls_per_s: Math.round(median(s.perSec)),
             main_thread_busy: Math.round(median(s.busy) * 100) / 100,
+            cpu_us_per_call: cpuMedians(s.cpu),
             members: s.members,
           };
         }

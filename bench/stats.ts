@@ -33,6 +33,46 @@ export function perOp(batchTimes: readonly number[], perBatch: number): number {
   return median(batchTimes) / perBatch;
 }
 
+/**
+ * CPU time (ms) used so far by the process `pid` and by each process below it, from /proc (Linux only;
+ * zeros elsewhere): `self` is the process's own, threads that ended included; `below` its live
+ * descendants', each with the children it has reaped (a fork server's finished call processes). A
+ * descendant that ended between two readings is missing from the second: compare readings of a tree
+ * that keeps its members.
+ */
+export function treeCpu(pid: number): { self: number; below: number } {
+  const parents = new Map<number, number>();
+  const times = new Map<number, { own: number; reaped: number }>();
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return { self: 0, below: 0 };
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // After "pid (comm) ": state, ppid, ... utime, stime, cutime, cstime are the 12th to 15th fields.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      parents.set(Number(entry), Number(fields[1]));
+      times.set(Number(entry), {
+        own: (Number(fields[11]) + Number(fields[12])) * TICK_MS,
+        reaped: (Number(fields[13]) + Number(fields[14])) * TICK_MS,
+      });
+    } catch {
+      // Ended meanwhile.
+    }
+  }
+  const isBelow = (p: number): boolean => {
+    for (let at = parents.get(p); at !== undefined && at > 1; at = parents.get(at)) if (at === pid) return true;
+    return false;
+  };
+  let below = 0;
+  for (const [p, t] of times) if (isBelow(p)) below += t.own + t.reaped;
+  return { self: times.get(pid)?.own ?? 0, below };
+}
+
 /** CPU time each thread of a process has used so far, from /proc (Linux only; empty elsewhere): thread id → name and ms. */
 export function threadCpu(pid: number): Map<string, { name: string; ms: number }> {
   const out = new Map<string, { name: string; ms: number }>();
