@@ -34,6 +34,8 @@ const suites: Array<[string, Bench | null]> = [
   ['js', await optional('./js.js', 'benchJs')],
   // The persistent-context figures of the `js` suite alone.
   ['js-persistent', await optional('./js-persistent.js', 'benchPersistent')],
+  // What a fresh JS context costs to make, and what a startup snapshot of the setup code leaves of it.
+  ['js-context', await optional('./js-context.js', 'benchJsContext')],
   ['python', await optional('./python.js', 'benchPython')],
   ['write', await optional('./write.js', 'benchWrite')],
   ['packages', await optional('./packages.js', 'benchPackages')],
