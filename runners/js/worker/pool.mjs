@@ -224,12 +224,21 @@ export class IsolatePool {
    * A context with the setup script run in it, and the hinted tool's modules linked when there is one.
    * `serial` is what the context's prelude says when it calls the host; a call listens to one serial.
    */
-  async #newContext(slot, linkHint = true) {
+  async #newContext(slot, linkHint = true, refill = false) {
     // Two async steps (making a context and running the prelude are the heavy parts, done on the
     // isolate's thread); the short steps run synchronously between them, all together, while the
     // isolate is idle: each async isolated-vm call costs this process's thread tens of µs (it captures
     // a stack trace), and the first synchronous call after one costs more than those that follow it.
     const context = await slot.isolate.createContext();
+    // A refill's isolate leased meanwhile may be running its call's code now, and a synchronous step
+    // waits for the isolate: this thread, which relays every call of the process, would stop until
+    // that code yields. The refill stops; the call's isolate is refilled when it is back.
+    if (refill && (slot.leased || slot.dead)) {
+      try {
+        context.release();
+      } catch {}
+      return null;
+    }
     const serial = ++this.#serial;
     const global = context.global;
     global.setSync(HOST_GLOBALS.send, slot.send);
@@ -255,7 +264,9 @@ export class IsolatePool {
       throw error;
     }
     const made = { context, entry, serial, linked, ahead: false };
-    if (linked && linked.graph.bytes >= EVALUATE_AHEAD_CHARS && !this.#notAhead.has(linked.graph)) await this.#evaluateAhead(made, hint.timeoutMs);
+    if (linked && linked.graph.bytes >= EVALUATE_AHEAD_CHARS && !this.#notAhead.has(linked.graph) && !(refill && slot.leased)) {
+      await this.#evaluateAhead(made, hint.timeoutMs, refill ? slot : null);
+    }
     return made;
   }
 
@@ -266,11 +277,24 @@ export class IsolatePool {
    * pending, a memory fault) is not worth repeating for this graph: the context and its isolate go,
    * and the call that comes evaluates the tool itself and reports what happened.
    */
-  async #evaluateAhead(made, timeoutMs) {
+  async #evaluateAhead(made, timeoutMs, refilled) {
     const graph = made.linked.graph;
+    let evaluated = false;
     try {
       await made.linked.main.evaluate({ timeout: timeoutMs });
-      made.ahead = made.entry.applySync(undefined, [5], { timeout: 1000 }) === 1;
+      evaluated = true;
+    } catch {}
+    // Asking the prelude is a synchronous step: not while the refilled isolate may run a call's code.
+    if (evaluated && refilled?.leased) {
+      release(made.linked);
+      try {
+        made.entry.release();
+        made.context.release();
+      } catch {}
+      throw new Error('the isolate was leased while the tool was evaluated ahead');
+    }
+    try {
+      if (evaluated) made.ahead = made.entry.applySync(undefined, [5], { timeout: 1000 }) === 1;
     } catch {}
     if (made.ahead) {
       this.#ahead.evaluated++;
@@ -292,7 +316,8 @@ export class IsolatePool {
     slot.refilling = true;
     try {
       while (!slot.dead && !slot.leased && !this.#closed && slot.warm.length < WARM_CONTEXTS) {
-        const context = await this.#newContext(slot);
+        const context = await this.#newContext(slot, true, true);
+        if (context === null) break;
         if (slot.dead) {
           release(context.linked);
           try {
