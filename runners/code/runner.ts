@@ -2,7 +2,7 @@ import { ProgramCalls } from '../../src/code-mode/program.js';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
-import { JsRunner } from '../js/js-runner.js';
+import { JsRunner, type JsRunnerOptions } from '../js/js-runner.js';
 import { CODE_RUN_TOOL } from './tool.js';
 
 /**
@@ -15,6 +15,12 @@ export class CodeRunner implements Runner {
   readonly interruptible = true;
   readonly capabilities = ['calls'] as const;
   #js: JsRunner | null = null;
+  readonly #options: JsRunnerOptions;
+
+  /** `options`: the JS sandbox's, for the programs (default: JsRunner's). */
+  constructor(options: JsRunnerOptions = {}) {
+    this.#options = options;
+  }
 
   tools(): Tool[] {
     return [CODE_RUN_TOOL];
@@ -24,7 +30,7 @@ export class CodeRunner implements Runner {
     if (!ctx.calls) throw new ToolFailure('execution', 'MISCONFIGURED', 'code.run needs an engine that gives its runner a way to call tools');
     const { code, atomic } = ctx.input as { code: string; atomic?: boolean };
     const calls = new ProgramCalls(ctx.calls, atomic === true);
-    this.#js ??= new JsRunner();
+    this.#js ??= new JsRunner(this.#options);
     try {
       return await this.#js.program(ctx, code, calls.serve);
     } finally {

@@ -15,6 +15,14 @@ export interface JsRunnerOptions {
   isolatedVm?: string;
   /** Isolates the sandbox process keeps at most; each runs one call at a time. Default 16. */
   maxIsolates?: number;
+  /**
+   * Isolates a sandbox process serves its calls with before it makes more: calls beyond them wait for
+   * one of them, and one more is made (up to maxIsolates) for each call that has held its isolate for
+   * longCallMs or whose program waits on the tools it called. Default 8.
+   */
+  rotation?: number;
+  /** How long a call holds its isolate before it stops counting against the rotation. Default 1000. */
+  longCallMs?: number;
   /** Confine the sandbox process with Node's permission model (reads only its own code and the tools folder, no child processes). Default true where Node has it. */
   permissionModel?: boolean;
   /** Sandbox processes at most (1 to POOL_LIMITS.max_members). Default one per available core. */
@@ -41,6 +49,16 @@ export class JsRunner implements Runner {
   readonly #bundler = new Bundler();
 
   constructor(options: JsRunnerOptions = {}) {
+    for (const [name, max] of [
+      ['maxIsolates', 1024],
+      ['rotation', 1024],
+      ['longCallMs', 3_600_000],
+    ] as const) {
+      const value = options[name];
+      if (value !== undefined && !(Number.isInteger(value) && value >= 1 && value <= max)) {
+        throw new RangeError(`JsRunner option ${name} must be an integer from 1 to ${max}; got ${String(value)}`);
+      }
+    }
     const typescriptDir = packageDir('typescript');
     this.#pool = new SandboxPool({
       runner: this.name,
@@ -51,7 +69,12 @@ export class JsRunner implements Runner {
       ...options,
       // The folder holding typescript, which the worker loads to strip types.
       readable: typescriptDir ? [dirname(typescriptDir)] : [],
-      workerConfig: { typescriptDir, maxIsolates: options.maxIsolates ?? 16 },
+      workerConfig: {
+        typescriptDir,
+        maxIsolates: options.maxIsolates ?? 16,
+        rotation: options.rotation ?? 8,
+        longCallMs: options.longCallMs ?? 1000,
+      },
     });
   }
 

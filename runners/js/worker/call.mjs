@@ -78,6 +78,8 @@ export class CallRun {
   #inFlight = 0;
   /** Requests sent to the engine and not answered yet: rid -> the bytes they carried. */
   #flying = new Map();
+  /** Requests of tool calls (a code-mode program's) not answered yet. */
+  #toolCalls = new Set();
   #resume = () => this.#pump();
   #graceTimer = null;
   #released = false;
@@ -340,6 +342,10 @@ export class CallRun {
       }
       this.#queue.push({ rid, op: a, args: b, bytes: requestBytes(b) });
       this.#pump();
+      if (a === 'tool') {
+        this.#toolCalls.add(rid);
+        this.#parkCheck();
+      }
     }
   }
 
@@ -385,6 +391,18 @@ export class CallRun {
     const value = msg.ok === true && msg.bytes === true ? new Uint8Array(Buffer.from(String(msg.value), 'base64')) : msg.value;
     this.#deliver(msg.rid, msg.ok === true, msg.ok === true ? value : msg.error);
     this.#pump();
+    if (this.#toolCalls.delete(msg.rid)) this.#parkCheck();
+  }
+
+  /**
+   * Whether the program waits on tools it called, told to the pool (pool.mjs park): those calls may
+   * need isolates of this process themselves, so the program's does not count against the rotation
+   * meanwhile. A VFS request needs no isolate; a call waiting on one counts until LONG_MS.
+   */
+  #parkCheck() {
+    const slot = this.#lease?.slot;
+    if (!slot || this.#lease.kernel) return;
+    this.#deps.pool.park(slot, this.#toolCalls.size > 0);
   }
 
   /** A request is answered (or its call is over): its room at the gate is given back. */

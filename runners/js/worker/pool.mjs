@@ -41,11 +41,13 @@ export class IsolatePool {
   /** Warm contexts evaluated ahead, and those whose evaluation did not end ready. */
   #ahead = { evaluated: 0, refused: 0 };
   #serial = 0;
+  /** Leased isolates whose call is a program waiting on the tools it called, or has run past longCallMs. */
+  #parked = 0;
   #options;
   #trimTimer;
   #closed = false;
 
-  /** options: { maxIsolates, logCap, onCatastrophe(slot, message) } */
+  /** options: { maxIsolates, rotation, longCallMs, logCap, onCatastrophe(slot, message) } */
   constructor(ivm, source, options) {
     this.#ivm = ivm;
     this.#source = source;
@@ -65,7 +67,15 @@ export class IsolatePool {
       if (slot.leased) leased++;
       warm += slot.warm.length;
     }
-    return { isolates: this.#slots.size, leased, warm_contexts: warm, waiting: this.#waiting.length, evaluated_ahead: { ...this.#ahead } };
+    return {
+      isolates: this.#slots.size,
+      rotation: this.#options.rotation,
+      leased,
+      parked: this.#parked,
+      warm_contexts: warm,
+      waiting: this.#waiting.length,
+      evaluated_ahead: { ...this.#ahead },
+    };
   }
 
   /** Makes sure isolates of this class are ready (called when a tool is prepared and after calls). */
@@ -73,7 +83,7 @@ export class IsolatePool {
     this.#lastUsed.set(memoryMb, Date.now());
     let idle = 0;
     for (const slot of this.#slots) if (slot.memoryMb === memoryMb && !slot.leased && !slot.dead) idle++;
-    while (idle < IDLE_ISOLATES && this.#slots.size < this.#options.maxIsolates) {
+    while (idle < IDLE_ISOLATES && this.#slots.size < this.#limit()) {
       let slot;
       try {
         slot = this.#create(memoryMb);
@@ -93,6 +103,7 @@ export class IsolatePool {
     if (slot) slot.leased = true;
     else slot = await new Promise((resolve) => this.#waiting.push({ memoryMb, resolve }));
     slot.calls++;
+    slot.longTimer = setTimeout(() => this.park(slot, true), this.#options.longCallMs);
     const context = slot.warm.pop() ?? (await this.#newContext(slot));
     return { slot, context };
   }
@@ -107,6 +118,8 @@ export class IsolatePool {
 
   /** Takes an isolate back after a call; `dispose` when the call ended abnormally or the isolate is suspect. */
   release(slot, dispose) {
+    clearTimeout(slot.longTimer);
+    this.park(slot, false);
     slot.leased = false;
     if (slot.dead) return;
     if (dispose || slot.calls >= CALLS_PER_ISOLATE) this.#drop(slot);
@@ -145,6 +158,8 @@ export class IsolatePool {
 
   /** An isolate lost to a catastrophic V8 error: never touched again (its thread is parked forever). */
   abandon(slot) {
+    clearTimeout(slot.longTimer);
+    this.park(slot, false);
     slot.dead = true;
     this.#slots.delete(slot);
   }
@@ -153,6 +168,35 @@ export class IsolatePool {
     this.#closed = true;
     clearInterval(this.#trimTimer);
     for (const slot of this.#slots) this.#drop(slot);
+  }
+
+  /**
+   * A leased isolate's call is a program waiting on the tools it called, or has run past longCallMs
+   * (`on`), or no longer is. Meanwhile it does not count against the rotation: a call waiting for an
+   * isolate may have one more made, so a program never waits on a call that waits for its isolate.
+   */
+  park(slot, on) {
+    if (on === slot.parked || (on && (!slot.leased || slot.dead))) return;
+    slot.parked = on;
+    this.#parked += on ? 1 : -1;
+    if (!on) return;
+    const waiter = this.#waiting[0];
+    if (!waiter) return;
+    const next = this.#pick(waiter.memoryMb);
+    if (!next) return;
+    this.#waiting.shift();
+    next.leased = true;
+    waiter.resolve(next);
+  }
+
+  /**
+   * Isolates there may be now: the rotation, plus one per parked call, up to maxIsolates. A few
+   * isolates serving call after call cost less CPU per call than many taking turns (each has its own
+   * heap, code and thread to keep warm): with 32 callers, the sandbox's CPU per call fell by about a
+   * fifth with 8 against 16 (BENCHMARKS.md, the scale bench).
+   */
+  #limit() {
+    return Math.min(this.#options.maxIsolates, this.#options.rotation + this.#parked);
   }
 
   /** An idle isolate of the class: one with a warm context and no refill running first. */
@@ -168,8 +212,8 @@ export class IsolatePool {
       }
     }
     if (best) return best;
-    if (this.#slots.size >= this.#options.maxIsolates) this.#evictIdle();
-    if (this.#slots.size < this.#options.maxIsolates) return this.#create(memoryMb);
+    if (this.#slots.size >= this.#limit()) this.#evictIdle();
+    if (this.#slots.size < this.#limit()) return this.#create(memoryMb);
     return null;
   }
 
@@ -184,7 +228,20 @@ export class IsolatePool {
   }
 
   #create(memoryMb, pooled = true) {
-    const slot = { isolate: null, script: null, memoryMb, warm: [], leased: false, refilling: false, dead: false, calls: 0, serial: 0, call: null };
+    const slot = {
+      isolate: null,
+      script: null,
+      memoryMb,
+      warm: [],
+      leased: false,
+      refilling: false,
+      dead: false,
+      calls: 0,
+      serial: 0,
+      call: null,
+      parked: false,
+      longTimer: null,
+    };
     slot.isolate = new this.#ivm.Isolate({
       memoryLimit: memoryMb,
       onCatastrophicError: (message) => this.#options.onCatastrophe(slot, message),
@@ -342,6 +399,11 @@ export class IsolatePool {
     const kept = new Map();
     for (const slot of this.#slots) {
       if (slot.leased || slot.dead) continue;
+      // Made for calls behind parked ones, which have ended: back to the rotation.
+      if (this.#slots.size > this.#limit()) {
+        this.#drop(slot);
+        continue;
+      }
       const recent = now - (this.#lastUsed.get(slot.memoryMb) ?? 0) < CLASS_IDLE_MS;
       const count = kept.get(slot.memoryMb) ?? 0;
       if (count >= (recent ? IDLE_ISOLATES : 1)) this.#drop(slot);
