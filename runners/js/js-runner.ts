@@ -72,8 +72,9 @@ export class JsRunner implements Runner {
       workerConfig: {
         typescriptDir,
         maxIsolates: options.maxIsolates ?? 16,
-        rotation: options.rotation ?? 8,
-        longCallMs: options.longCallMs ?? 1000,
+        // Defaults (8, 1000) in the worker's pool.mjs.
+        rotation: options.rotation,
+        longCallMs: options.longCallMs,
       },
     });
   }

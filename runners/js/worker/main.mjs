@@ -19,8 +19,8 @@ startSandbox(({ ivm, config, post, postBulk, calls, finished }) => {
   const logCap = config.logCap ?? 256 * 1024;
   const pool = new IsolatePool(ivm, setupSource(), {
     maxIsolates: config.maxIsolates ?? 16,
-    rotation: Math.min(config.rotation ?? 8, config.maxIsolates ?? 16),
-    longCallMs: config.longCallMs ?? 1000,
+    rotation: config.rotation,
+    longCallMs: config.longCallMs,
     logCap,
     onCatastrophe: (slot, message) => {
       // isolated-vm parked the isolate's thread for good and V8's state is no longer trusted. The

@@ -26,6 +26,9 @@ const CLASS_IDLE_MS = 60_000;
 const EVALUATE_AHEAD_CHARS = 16 * 1024;
 /** An isolate is replaced after this many calls, so what V8 keeps per isolate cannot grow without bound. */
 const CALLS_PER_ISOLATE = 5_000;
+/** Defaults of the options below (JsRunner's rotation and longCallMs). */
+const ROTATION = 8;
+const LONG_CALL_MS = 1_000;
 
 export class IsolatePool {
   #ivm;
@@ -47,11 +50,15 @@ export class IsolatePool {
   #trimTimer;
   #closed = false;
 
-  /** options: { maxIsolates, rotation, longCallMs, logCap, onCatastrophe(slot, message) } */
+  /** options: { maxIsolates, rotation?, longCallMs?, logCap, onCatastrophe(slot, message) } */
   constructor(ivm, source, options) {
     this.#ivm = ivm;
     this.#source = source;
-    this.#options = options;
+    this.#options = {
+      ...options,
+      rotation: Math.min(options.rotation ?? ROTATION, options.maxIsolates),
+      longCallMs: options.longCallMs ?? LONG_CALL_MS,
+    };
     this.#trimTimer = setInterval(() => this.#trim(), 5_000);
     this.#trimTimer.unref();
   }
