@@ -43,12 +43,25 @@ beforeAll(() => {
   runtime = mkdtempSync(join(tmpdir(), 'arium-client-run-'));
 });
 
-afterAll(() => {
-  // The bridge started the workspace's daemon: it outlives the client by design, not the test.
+afterAll(async () => {
+  // The bridge started the workspace's daemon: it outlives the client by design, not the test. It
+  // writes its state as it stops, so the project goes only once the daemon has gone.
+  let pid: number | null = null;
   try {
-    const { pid } = JSON.parse(readFileSync(daemonPaths(project.workspace, { XDG_RUNTIME_DIR: runtime }).record, 'utf8')) as { pid: number };
+    pid = (JSON.parse(readFileSync(daemonPaths(project.workspace, { XDG_RUNTIME_DIR: runtime }).record, 'utf8')) as { pid: number }).pid;
     process.kill(pid, 'SIGTERM');
   } catch {}
+  const alive = (p: number) => {
+    try {
+      process.kill(p, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const end = Date.now() + 15_000;
+  while (pid !== null && alive(pid) && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
+  if (pid !== null && alive(pid)) process.kill(pid, 'SIGKILL');
   project?.remove();
   rmSync(elsewhere, { recursive: true, force: true });
   rmSync(runtime, { recursive: true, force: true });
