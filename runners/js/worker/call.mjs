@@ -397,7 +397,7 @@ export class CallRun {
   /**
    * Whether the program waits on tools it called, told to the pool (pool.mjs park): those calls may
    * need isolates of this process themselves, so the program's does not count against the rotation
-   * meanwhile. A VFS request needs no isolate; a call waiting on one counts until LONG_MS.
+   * meanwhile. A VFS request needs no isolate; a call waiting on one counts until longCallMs.
    */
   #parkCheck() {
     const slot = this.#lease?.slot;
