@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { daemonPaths } from '../src/daemon/paths.js';
 import { checkSchema } from '../src/surfaces/vendor-rules.js';
 import { type Json, runCli } from './cli.helpers.js';
+import { alive, waitFor } from './support/daemon.js';
 import { definition, type TempProject, TRIVIAL_JS, tempProject } from './support/project.js';
 
 /**
@@ -51,17 +52,10 @@ afterAll(async () => {
     pid = (JSON.parse(readFileSync(daemonPaths(project.workspace, { XDG_RUNTIME_DIR: runtime }).record, 'utf8')) as { pid: number }).pid;
     process.kill(pid, 'SIGTERM');
   } catch {}
-  const alive = (p: number) => {
-    try {
-      process.kill(p, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  const end = Date.now() + 15_000;
-  while (pid !== null && alive(pid) && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
-  if (pid !== null && alive(pid)) process.kill(pid, 'SIGKILL');
+  if (pid !== null) {
+    const daemon = pid;
+    await waitFor(() => !alive(daemon), 15_000, 'the daemon stopping').catch(() => process.kill(daemon, 'SIGKILL'));
+  }
   project?.remove();
   rmSync(elsewhere, { recursive: true, force: true });
   rmSync(runtime, { recursive: true, force: true });

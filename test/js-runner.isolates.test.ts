@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { CodeRunner } from '../runners/code/runner.js';
 import { JsRunner } from '../runners/js/js-runner.js';
 import type { Engine } from '../src/index.js';
+import { waitFor } from './support/daemon.js';
 import { dataOf } from './support/js-engine.js';
 import { deferred, definition, FakeRunner, openEngine, type TempProject, tempProject } from './support/project.js';
 
@@ -41,14 +42,6 @@ async function jsProject(runner: JsRunner): Promise<Engine> {
   return engine;
 }
 
-async function waitFor(check: () => Promise<boolean>, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`not so within ${ms} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 async function pool(e: Engine): Promise<Record<string, number>> {
   return (await e.status()).runners['js-runner']?.pool as Record<string, number>;
 }
@@ -72,7 +65,7 @@ describe('the rotation of a JS sandbox process', () => {
     });
     // The spinning call has the rotation's isolate; the quick one waits for it, then for the second
     // an isolate held that long allows.
-    await waitFor(async () => (await pool(e)).leased === 1);
+    await waitFor(async () => (await pool(e)).leased === 1, 10_000, 'the spinning call leasing its isolate');
     const quick = e.call('quick', { n: 1 }).then((r) => {
       ends.push('quick');
       return r;
