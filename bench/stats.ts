@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { descendants } from './soak-procs.js';
 
 /** Small statistics helpers shared by the benchmarks. Times are in milliseconds. */
 
@@ -33,6 +34,18 @@ export function perOp(batchTimes: readonly number[], perBatch: number): number {
   return median(batchTimes) / perBatch;
 }
 
+/** A process's own CPU time (ms) and that of the children it has reaped, from /proc; null once it has ended. */
+function processCpu(pid: number): { own: number; reaped: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After "pid (comm) ": utime, stime, cutime and cstime are the 12th to 15th fields.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { own: (Number(fields[11]) + Number(fields[12])) * TICK_MS, reaped: (Number(fields[13]) + Number(fields[14])) * TICK_MS };
+  } catch {
+    return null;
+  }
+}
+
 /**
  * CPU time (ms) used so far by the process `pid` and by each process below it, from /proc (Linux only;
  * zeros elsewhere): `self` is the process's own, threads that ended included; `below` its live
@@ -41,36 +54,18 @@ export function perOp(batchTimes: readonly number[], perBatch: number): number {
  * that keeps its members.
  */
 export function treeCpu(pid: number): { self: number; below: number } {
-  const parents = new Map<number, number>();
-  const times = new Map<number, { own: number; reaped: number }>();
-  let entries: string[];
+  let below = 0;
+  let procs: ReturnType<typeof descendants>;
   try {
-    entries = readdirSync('/proc');
+    procs = descendants(pid);
   } catch {
     return { self: 0, below: 0 };
   }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      // After "pid (comm) ": state, ppid, ... utime, stime, cutime, cstime are the 12th to 15th fields.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      parents.set(Number(entry), Number(fields[1]));
-      times.set(Number(entry), {
-        own: (Number(fields[11]) + Number(fields[12])) * TICK_MS,
-        reaped: (Number(fields[13]) + Number(fields[14])) * TICK_MS,
-      });
-    } catch {
-      // Ended meanwhile.
-    }
+  for (const proc of procs) {
+    const cpu = processCpu(proc.pid);
+    if (cpu) below += cpu.own + cpu.reaped;
   }
-  const isBelow = (p: number): boolean => {
-    for (let at = parents.get(p); at !== undefined && at > 1; at = parents.get(at)) if (at === pid) return true;
-    return false;
-  };
-  let below = 0;
-  for (const [p, t] of times) if (isBelow(p)) below += t.own + t.reaped;
-  return { self: times.get(pid)?.own ?? 0, below };
+  return { self: processCpu(pid)?.own ?? 0, below };
 }
 
 /** CPU time each thread of a process has used so far, from /proc (Linux only; empty elsewhere): thread id → name and ms. */
