@@ -130,14 +130,8 @@ export class IsolatePool {
     slot.leased = false;
     if (slot.dead) return;
     if (dispose || slot.calls >= CALLS_PER_ISOLATE) this.#drop(slot);
-    const waiter = this.#waiting.shift();
-    if (waiter) {
-      const next = slot.dead ? this.#pick(waiter.memoryMb) : slot.memoryMb === waiter.memoryMb ? slot : this.#pick(waiter.memoryMb);
-      if (next) {
-        // Leased now, not when the waiter resumes: another acquire could pick it in between.
-        next.leased = true;
-        waiter.resolve(next);
-      } else this.#waiting.unshift(waiter);
+    if (this.#waiting.length > 0) {
+      const next = this.#serveWaiter((memoryMb) => (!slot.dead && slot.memoryMb === memoryMb ? slot : this.#pick(memoryMb)));
       if (!slot.dead && next !== slot) this.#refill(slot);
       return;
     }
@@ -186,14 +180,19 @@ export class IsolatePool {
     if (on === slot.parked || (on && (!slot.leased || slot.dead))) return;
     slot.parked = on;
     this.#parked += on ? 1 : -1;
-    if (!on) return;
+    if (on) this.#serveWaiter((memoryMb) => this.#pick(memoryMb));
+  }
+
+  /** Gives the first waiting call the isolate `choose` finds for its memory class: that isolate, or null when there is none. */
+  #serveWaiter(choose) {
     const waiter = this.#waiting[0];
-    if (!waiter) return;
-    const next = this.#pick(waiter.memoryMb);
-    if (!next) return;
+    const next = waiter ? choose(waiter.memoryMb) : null;
+    if (!next) return null;
     this.#waiting.shift();
+    // Leased now, not when the waiter resumes: another acquire could pick it in between.
     next.leased = true;
     waiter.resolve(next);
+    return next;
   }
 
   /**
