@@ -82,7 +82,8 @@ async function main(): Promise<void> {
       }
     })();
   });
-  await send({ ready: true, cores: availableParallelism() });
+  const js = (await engine.status()).runners['js-runner']?.processes as { pinning?: { reason: string } } | undefined;
+  await send({ ready: true, cores: availableParallelism(), pinning: js?.pinning?.reason ?? 'unknown' });
 }
 
 await main();

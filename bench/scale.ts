@@ -41,8 +41,16 @@ const root = join(here, '..', '..');
 interface Setting {
   label: string;
   child: ChildProcess;
-  replies: Array<(reply: ScaleReply | { error: string } | { ready: true; cores: number }) => void>;
+  replies: Array<(reply: ScaleReply | { error: string } | Ready) => void>;
   cores: number;
+  /** Whether its JS sandbox processes run on cores of their own, and why. */
+  pinning: string;
+}
+
+interface Ready {
+  ready: true;
+  cores: number;
+  pinning: string;
 }
 
 function hasTaskset(): boolean {
@@ -59,8 +67,8 @@ function start(label: string, cpus: string | null): Setting {
   const node = [process.execPath, '--no-node-snapshot', join(here, 'scale-child.js'), join(here, '..'), join(root, 'fixtures', 'scale')];
   const [command, ...args] = cpus === null ? node : ['taskset', '-c', cpus, ...node];
   const child = spawn(command as string, args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-  const setting: Setting = { label, child, replies: [], cores: 0 };
-  child.on('message', (message: ScaleReply | { error: string } | { ready: true; cores: number }) => setting.replies.shift()?.(message));
+  const setting: Setting = { label, child, replies: [], cores: 0, pinning: '' };
+  child.on('message', (message: ScaleReply | { error: string } | Ready) => setting.replies.shift()?.(message));
   child.on('exit', (code) => {
     for (const reply of setting.replies.splice(0)) reply({ error: `the ${label} bench process exited (${code})` });
   });
@@ -108,8 +116,11 @@ export async function benchScale(): Promise<Record<string, unknown>> {
   const load = [loadavg()[0] as number];
   try {
     // Each child's first message says it is ready: wait for all at once, so none arrives unawaited.
-    const ready = await Promise.all(settings.map((s) => next<{ ready: true; cores: number }>(s)));
-    for (const [i, setting] of settings.entries()) setting.cores = ready[i]?.cores ?? 0;
+    const ready = await Promise.all(settings.map((s) => next<Ready>(s)));
+    for (const [i, setting] of settings.entries()) {
+      setting.cores = ready[i]?.cores ?? 0;
+      setting.pinning = ready[i]?.pinning ?? '';
+    }
     const samples = new Map<string, { perSec: number[]; busy: number[]; cpu: CpuPerCall[]; members: number }>();
     for (let r = -1; r < rounds; r++) {
       // Round -1 warms up: the pools grow to the load, V8 optimizes the hot paths.
@@ -164,7 +175,7 @@ export async function benchScale(): Promise<Record<string, unknown>> {
       tools: 'sum of 100 numbers, JS (isolated-vm) and Python (fork server), back to back per caller',
       round_ms: roundMs,
       rounds,
-      settings: settings.map((s) => `${s.label}: the pools sized for ${s.cores} core${s.cores === 1 ? '' : 's'}`),
+      settings: settings.map((s) => `${s.label}: the pools sized for ${s.cores} core${s.cores === 1 ? '' : 's'}; JS pinning ${s.pinning}`),
       ...(pinned ? {} : { pinned: 'no taskset here: only the unpinned engine is measured' }),
       ...figures,
       load_average: load.map((l) => Math.round(l * 100) / 100),

@@ -55,7 +55,7 @@ export interface ProjectConfig {
 
 /** `pools` in arium.json and createEngine: each size defaults to one per available core. */
 export interface PoolsConfig {
-  js?: { processes?: number; idle_ms?: number };
+  js?: { processes?: number; idle_ms?: number; pin_cores?: boolean };
   python?: { servers?: number; idle_ms?: number };
 }
 
@@ -83,7 +83,17 @@ export const POOLS_SCHEMA = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    js: poolSchema('processes', 'JS sandbox processes'),
+    js: {
+      ...poolSchema('processes', 'JS sandbox processes'),
+      properties: {
+        ...poolSchema('processes', 'JS sandbox processes').properties,
+        pin_cores: {
+          type: 'boolean',
+          description:
+            'while two or more run, each sandbox process runs on cores of its own, split from those the engine may use (default true on Linux with taskset)',
+        },
+      },
+    },
     python: poolSchema('servers', 'Python fork servers per tools folder'),
   },
 } as const;

@@ -234,19 +234,25 @@ export function poolSettings(fromFile: PoolsConfig | undefined, given: PoolsConf
       'pools',
     );
   }
-  const merged: Record<string, Record<string, number>> = {};
+  const merged: Record<string, Record<string, number | boolean>> = {};
   for (const [runner, schema] of Object.entries(POOLS_SCHEMA.properties)) {
     const part = (given as Record<string, unknown> | undefined)?.[runner];
     if (part !== undefined && (typeof part !== 'object' || part === null || Array.isArray(part))) {
       throw new EngineConfigError(`pools.${runner} must be an object (got ${JSON.stringify(part)})`, `pools.${runner}`);
     }
     for (const [key, value] of Object.entries((part ?? {}) as Record<string, unknown>)) {
-      const bounds = (schema.properties as Record<string, { minimum: number; maximum: number }>)[key];
+      const bounds = (schema.properties as Record<string, { type: string; minimum: number; maximum: number }>)[key];
       if (!bounds) {
         throw new EngineConfigError(
           `Unknown pools.${runner} field "${key}"; known fields: ${Object.keys(schema.properties).join(', ')}`,
           `pools.${runner}.${key}`,
         );
+      }
+      if (bounds.type === 'boolean') {
+        if (typeof value !== 'boolean') {
+          throw new EngineConfigError(`pools.${runner}.${key} must be true or false (got ${JSON.stringify(value)})`, `pools.${runner}.${key}`);
+        }
+        continue;
       }
       if (typeof value !== 'number' || !Number.isInteger(value) || value < bounds.minimum || value > bounds.maximum) {
         throw new EngineConfigError(
@@ -256,8 +262,8 @@ export function poolSettings(fromFile: PoolsConfig | undefined, given: PoolsConf
       }
     }
     merged[runner] = {
-      ...((fromFile as Record<string, Record<string, number>> | undefined)?.[runner] ?? {}),
-      ...((part ?? {}) as Record<string, number>),
+      ...((fromFile as Record<string, Record<string, number | boolean>> | undefined)?.[runner] ?? {}),
+      ...((part ?? {}) as Record<string, number | boolean>),
     };
   }
   for (const key of Object.keys(given ?? {})) {

@@ -18,7 +18,7 @@ export const jsRunner: RunnerDefinition = {
         '"fresh" (the default): every call runs in a new context. "persistent": the tool\'s context is kept between its calls, so its modules\' top-level state survives like a notebook kernel\'s (one context per tool per sandbox process, calls one at a time; reset after a failed call, on memory pressure and when the tool changes)',
     },
   },
-  probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process')],
+  probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process', '', true)],
   example: {
     'text-upper.json': {
       id: 'text.upper',
@@ -43,7 +43,11 @@ export default function run(input) {
 };
 
 /** The pool options arium.json's `pools.js` (with createEngine's `pools` over it) gives the runner. */
-function jsPool(config: Readonly<Record<string, unknown>>): { processes?: number; idleMs?: number } {
+function jsPool(config: Readonly<Record<string, unknown>>): { processes?: number; idleMs?: number; pinCores?: boolean } {
   const js = (config.pools as PoolsConfig | undefined)?.js;
-  return { ...(js?.processes !== undefined ? { processes: js.processes } : {}), ...(js?.idle_ms !== undefined ? { idleMs: js.idle_ms } : {}) };
+  return {
+    ...(js?.processes !== undefined ? { processes: js.processes } : {}),
+    ...(js?.idle_ms !== undefined ? { idleMs: js.idle_ms } : {}),
+    ...(js?.pin_cores !== undefined ? { pinCores: js.pin_cores } : {}),
+  };
 }

@@ -3,6 +3,7 @@ import { ToolFailure } from '../../src/errors.js';
 import type { CodeProblem, RunContext, Runner, RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
 import type { Shipment } from '../remote/shipment.js';
+import type { Pinning } from '../shared/affinity.js';
 import type { PoolSizing } from '../shared/pool.js';
 import { SandboxPool } from '../shared/sandbox-pool.js';
 import type { ToolCallServer } from '../shared/sandbox-process.js';
@@ -31,6 +32,14 @@ export interface JsRunnerOptions {
   idleMs?: number;
   /** Cores to size the pool from instead of os.availableParallelism(). */
   cores?: number;
+  /**
+   * While two or more sandbox processes run, run each on cores of its own (taskset,
+   * runners/shared/affinity.ts), so its threads stay on them. Default true on Linux with taskset and
+   * two or more cores, for pools of two or more.
+   */
+  pinCores?: boolean;
+  /** For tests: the cores to pin to instead of those the engine may use. */
+  pinTo?: readonly number[];
 }
 
 /**
@@ -82,6 +91,11 @@ export class JsRunner implements Runner {
   /** How large the pool grows and why. */
   get sizing(): PoolSizing {
     return this.#pool.sizing;
+  }
+
+  /** Whether each sandbox process runs on cores of its own, and why. */
+  get pinning(): Pinning {
+    return this.#pool.pinning;
   }
 
   async run(ctx: RunContext): Promise<unknown> {

@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { POOL_LIMITS } from '../../src/limits.js';
 import type { Check } from '../../src/runner.js';
+import { CorePlan } from './affinity.js';
 
 export type { PoolsConfig } from '../../src/config.js';
 
@@ -84,13 +85,20 @@ export function leastLoaded<M>(members: readonly M[], load: (m: M) => number, re
 }
 
 /** `arium doctor`'s line for a pool: its size and why (a bad setting fails, with how to fix it). */
-export function poolCheck(name: string, setting: { processes?: number; servers?: number; idleMs?: number }, member: string, per = ''): Check {
+export function poolCheck(
+  name: string,
+  setting: { processes?: number; servers?: number; idleMs?: number; pinCores?: boolean },
+  member: string,
+  per = '',
+  pins = false,
+): Check {
   try {
     const sizing = poolSizing({ size: setting.processes ?? setting.servers, idleMs: setting.idleMs }, name, member);
+    const pinning = pins ? `; pinning ${new CorePlan(sizing.size, { pin: setting.pinCores }).pinning.reason}` : '';
     return {
       name,
       ok: true,
-      detail: `up to ${sizing.size} ${plural(sizing.size, member)}${per}, ${sizing.reason}; one idle for ${sizing.idle_ms} ms ends, down to one`,
+      detail: `up to ${sizing.size} ${plural(sizing.size, member)}${per}, ${sizing.reason}; one idle for ${sizing.idle_ms} ms ends, down to one${pinning}`,
     };
   } catch (error) {
     return { name, ok: false, detail: (error as Error).message, fix: `set pools in arium.json to integers from 1 to ${POOL_LIMITS.max_members}` };

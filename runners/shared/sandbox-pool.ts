@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { ToolFailure } from '../../src/errors.js';
 import type { RunnerStatus } from '../../src/runner.js';
 import type { Tool } from '../../src/tool.js';
+import { CorePlan, coresOf, type Pinning } from './affinity.js';
 import { installAdvice, isolatedVmDir, permissionFlag } from './isolated-vm.js';
 import { leastLoaded, type PoolSizing, poolSizing } from './pool.js';
 import { AnswerBudget, IsolatedVmUnloadable, type SandboxOwner, SandboxProcess } from './sandbox-process.js';
@@ -27,6 +28,10 @@ export interface SandboxPoolOptions extends SandboxOwner {
   idleMs?: number;
   /** Cores to size the pool from instead of os.availableParallelism(). */
   cores?: number;
+  /** While two or more run, run each process on cores of its own (affinity.ts). Default true where it can be done. */
+  pinCores?: boolean;
+  /** For tests: the cores to pin to instead of those this process may use. */
+  pinTo?: readonly number[];
   /** Whose tools need isolated-vm, in its install advice (e.g. "JavaScript tools"). */
   tools: string;
   /** Where a bad `processes` or `idleMs` came from, for its error (e.g. "JsRunner option processes"). */
@@ -62,6 +67,9 @@ export class SandboxPool {
   readonly #load = new Map<SandboxProcess, number>();
   readonly #lastUsed = new Map<SandboxProcess, number>();
   readonly #sizing: PoolSizing;
+  readonly #cores: CorePlan;
+  /** The core group of each running process (pinned pools only), and whether it is on it now or on every core. */
+  readonly #group = new Map<SandboxProcess, { group: number; cores: number[]; pinned: boolean }>();
   /** ctx.vfs answers on their way to any of the processes: bounded for the pool, as the engine's memory is one. */
   readonly #answers = new AnswerBudget();
   #shrinkTimer: NodeJS.Timeout | null = null;
@@ -79,11 +87,20 @@ export class SandboxPool {
   constructor(options: SandboxPoolOptions) {
     this.#options = options;
     this.#sizing = poolSizing({ size: options.processes, idleMs: options.idleMs, cores: options.cores }, options.where, 'sandbox process');
+    if (options.pinCores !== undefined && typeof options.pinCores !== 'boolean') {
+      throw new RangeError(`${options.where.replace(/ processes$/, ' pinCores')} must be true or false (got ${JSON.stringify(options.pinCores)})`);
+    }
+    this.#cores = new CorePlan(this.#sizing.size, { pin: options.pinCores, ...(options.pinTo ? { cores: options.pinTo } : {}) });
   }
 
   /** How large the pool grows and why. */
   get sizing(): PoolSizing {
     return this.#sizing;
+  }
+
+  /** Whether each process runs on cores of its own, and why. */
+  get pinning(): Pinning {
+    return this.#cores.pinning;
   }
 
   get closed(): boolean {
@@ -166,7 +183,14 @@ export class SandboxPool {
         // Bytes of ctx.vfs traffic between the sandbox and the engine: requests (bounded in the sandbox) and answers (paced here).
         host: { ...(stats.host as Record<string, unknown>), peak_answer_bytes: sandbox.answerPeak },
         in_flight: members.reduce((sum, m) => sum + m.inFlight, 0),
-        processes: { ...this.#sizing, running: members.length, pids: members.flatMap((m) => (m.pid === undefined ? [] : [m.pid])) },
+        processes: {
+          ...this.#sizing,
+          running: members.length,
+          pids: members.flatMap((m) => (m.pid === undefined ? [] : [m.pid])),
+          pinning: this.#cores.pinning,
+          // The cores each running process may use now, as the kernel says, in the order of pids (pinned pools only).
+          ...(this.#cores.pinning.on ? { cores: members.flatMap((m) => (m.pid === undefined ? [] : [coresOf(m.pid)])) } : {}),
+        },
       };
     } catch (error) {
       return { available: false, reason: this.#unavailable(error).message, ...base };
@@ -239,6 +263,9 @@ export class SandboxPool {
       ]);
       for (const dir of readable) execArgv.push(`--allow-fs-read=${dir}`);
     }
+    const place = this.#cores.take();
+    // Pinned from its start when others run (placeAll pins them too); a lone member keeps every core.
+    const beside = place !== null && this.#members.some((m) => m.accepting);
     const sandbox = new SandboxProcess({
       runner,
       label,
@@ -246,7 +273,9 @@ export class SandboxPool {
       execArgv,
       workerConfig: { ...this.#options.workerConfig, ivmDir },
       answers: this.#answers,
+      ...(place && beside ? { prefix: place.prefix } : {}),
     });
+    if (place) this.#group.set(sandbox, { group: place.group, cores: place.cores, pinned: beside });
     this.#starts++;
     this.#lastStart = Date.now();
     this.#members.push(sandbox);
@@ -254,6 +283,7 @@ export class SandboxPool {
     this.#load.set(sandbox, 0);
     this.#lastUsed.set(sandbox, Date.now());
     if (this.#members.length > 1) this.#watchIdle();
+    this.#placeAll();
     sandbox.onDrain = () => this.#retire(sandbox);
     sandbox.onExit = () => this.#exited(sandbox);
     for (const tool of this.#prepared.values()) {
@@ -273,12 +303,29 @@ export class SandboxPool {
     return sandbox;
   }
 
+  /**
+   * Puts each running process where it belongs now: on its own cores while two or more take calls, on
+   * every core when one is left (affinity.ts says why).
+   */
+  #placeAll(): void {
+    if (!this.#cores.pinning.on) return;
+    const running = this.#members.filter((m) => m.accepting);
+    const pin = running.length >= 2;
+    for (const member of running) {
+      const place = this.#group.get(member);
+      if (!place || place.pinned === pin || member.pid === undefined) continue;
+      place.pinned = pin;
+      this.#cores.move(member.pid, pin ? place.cores : this.#cores.all);
+    }
+  }
+
   /** New calls go elsewhere; a draining process closes itself once its calls are done, any other one is closed then too. */
   #retire(sandbox: SandboxProcess): void {
     const was = this.#members.length;
     this.#members = this.#members.filter((m) => m !== sandbox);
     sandbox.retire();
     if (!this.#closed && this.#prepared.size > 0 && was > 0 && this.#members.length === 0) this.#start();
+    this.#placeAll();
   }
 
   /** Every process stops taking calls (a new folder they cannot read); one new one starts for warm tools. */
@@ -290,11 +337,15 @@ export class SandboxPool {
   }
 
   #exited(sandbox: SandboxProcess): void {
+    const place = this.#group.get(sandbox);
+    if (place) this.#cores.give(place.group);
+    this.#group.delete(sandbox);
     this.#all.delete(sandbox);
     this.#load.delete(sandbox);
     this.#lastUsed.delete(sandbox);
     if (!this.#members.includes(sandbox)) return;
     this.#members = this.#members.filter((m) => m !== sandbox);
+    this.#placeAll();
     if (this.#closed || sandbox.info === null) return;
     this.#crashes++;
     // Keep tools warm after a crash, unless processes keep dying right after they start: the other
@@ -317,6 +368,7 @@ export class SandboxPool {
           sandbox.retire();
         }
       }
+      this.#placeAll();
       if (this.#members.length <= 1 && this.#shrinkTimer !== null) {
         clearInterval(this.#shrinkTimer);
         this.#shrinkTimer = null;

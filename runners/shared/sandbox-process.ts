@@ -33,6 +33,8 @@ export interface SandboxConfig extends SandboxOwner {
   workerConfig: Record<string, unknown>;
   /** The answer bytes the processes of one pool share (ANSWER_BYTES for them all); default one of its own. */
   answers?: AnswerBudget;
+  /** A command the worker's Node starts under (taskset and its cores, affinity.ts), or none. */
+  prefix?: readonly string[];
 }
 
 /**
@@ -173,8 +175,12 @@ export class SandboxProcess {
     // node:child_process, not execa: this process lives as long as the engine and is supervised here
     // (grace-period kills, exit reasons, restarts); execa's result promise and output buffering serve
     // a command that runs and ends, and would hold an always-pending promise for this one.
+    // fork() runs `execPath ...execArgv worker`: with a prefix, that is `taskset --cpu-list N node ...`,
+    // which becomes Node in the same process, IPC channel and all.
+    const [prefixed, ...prefixArgs] = config.prefix ?? [];
     this.#child = fork(config.workerPath, [JSON.stringify({ ...config.workerConfig, label: config.label, bulkFd: 4 })], {
-      execArgv: config.execArgv,
+      ...(prefixed !== undefined ? { execPath: prefixed } : {}),
+      execArgv: prefixed !== undefined ? [...prefixArgs, process.execPath, ...config.execArgv] : config.execArgv,
       // JSON costs a third less CPU per message than 'advanced' here; small bytes travel as flagged
       // base64, large writes on the bulk pipe (fd 4).
       serialization: 'json',
