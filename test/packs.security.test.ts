@@ -187,7 +187,10 @@ describe('concurrent arium add', () => {
     const runs = await Promise.allSettled(
       sources.map((dir) => promisify(execFile)(process.execPath, [BIN, 'add', dir, ...P, '--yes'], { cwd: ws.root, env })),
     );
-    expect(runs.map((r) => r.status)).toEqual(names.map(() => 'fulfilled'));
+    // A refused add shows what it printed, not only that it was refused.
+    expect(runs.map((r) => (r.status === 'fulfilled' ? r.status : String((r.reason as { stderr?: string }).stderr || r.reason)))).toEqual(
+      names.map(() => 'fulfilled'),
+    );
     await expectAll(names);
   });
 });

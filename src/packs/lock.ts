@@ -84,7 +84,9 @@ export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>)
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = Number.parseInt(readFileSync(path, 'utf8') || '0', 10);
+      const holder = holderOf(path);
+      // Released between the two looks: try again at once.
+      if (holder === null) continue;
       if (holder > 0 && !alive(holder)) {
         rmSync(path, { force: true });
         continue;
@@ -102,6 +104,16 @@ export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>)
     return await fn();
   } finally {
     rmSync(path, { force: true });
+  }
+}
+
+/** The pid the mutex file names (0 while its holder has not written it yet), or null when it is gone. */
+function holderOf(path: string): number | null {
+  try {
+    return Number.parseInt(readFileSync(path, 'utf8') || '0', 10);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw error;
   }
 }
 
