@@ -11,8 +11,9 @@ import { median } from './stats.js';
  *
  * On Linux with taskset, each engine runs in a process started under `taskset -c 0` and another under
  * `taskset -c 0,1` (its sandbox processes and fork servers inherit the cores, and the pools size
- * themselves from them), and `two_cores_over_one` compares them; on more than two cores an engine on
- * every core is measured too. Every round runs each setting in turn, so a busy moment of a shared
+ * themselves from them), and `two_cores_over_one` compares them. `two_engines_over_one` is the
+ * ceiling for that: the engine of core 0 and another under `taskset -c 1`, called at once, against
+ * the first alone. On more than two cores an engine on every core is measured too. Every round runs each setting in turn, so a busy moment of a shared
  * machine falls on all of them alike. `main_thread_busy` is the engine's main thread's CPU time over
  * the round's wall time; `cpu_us_per_call` the CPU a call cost (the engine's main thread, its other
  * threads, the pool's members: where a setting that does fewer calls per second spends the core);
@@ -98,6 +99,21 @@ function cpuMedians(samples: readonly CpuPerCall[]): CpuPerCall & { total: numbe
   };
 }
 
+const PAIR = 'two engines, cores 0 and 1';
+
+/** Two engines' replies to one request, as one: their calls, CPU and members added up, over their mean wall time (each ran `ms`). */
+function sum(replies: readonly ScaleReply[]): ScaleReply {
+  const add = (pick: (r: ScaleReply) => number) => replies.reduce((total, r) => total + pick(r), 0);
+  return {
+    calls: add((r) => r.calls),
+    ms: add((r) => r.ms) / replies.length,
+    main_cpu_ms: add((r) => r.main_cpu_ms),
+    engine_cpu_ms: add((r) => r.engine_cpu_ms),
+    members_cpu_ms: add((r) => r.members_cpu_ms),
+    members: add((r) => r.members),
+  };
+}
+
 async function ask(setting: Setting, request: ScaleRequest): Promise<ScaleReply> {
   const reply = next<ScaleReply>(setting);
   setting.child.send(request);
@@ -113,22 +129,27 @@ export async function benchScale(): Promise<Record<string, unknown>> {
   const settings: Setting[] = [];
   if (pinned) settings.push(start('core 0', '0'), start('cores 0,1', '0,1'));
   if (!pinned || cores > 2) settings.push(start(`all ${cores} cores`, null));
+  // The ceiling for one engine on two cores: two engines, one on each, measured at once.
+  const partner = pinned ? start('core 1', '1') : null;
   const load = [loadavg()[0] as number];
   try {
     // Each child's first message says it is ready: wait for all at once, so none arrives unawaited.
-    const ready = await Promise.all(settings.map((s) => next<Ready>(s)));
+    const ready = await Promise.all([...settings, ...(partner ? [partner] : [])].map((s) => next<Ready>(s)));
     for (const [i, setting] of settings.entries()) {
       setting.cores = ready[i]?.cores ?? 0;
       setting.pinning = ready[i]?.pinning ?? '';
     }
     const samples = new Map<string, { perSec: number[]; busy: number[]; cpu: CpuPerCall[]; members: number }>();
+    const measures = settings.map((setting) => ({ label: setting.label, run: (request: ScaleRequest) => ask(setting, request) }));
+    const one = settings[0];
+    if (partner && one) measures.push({ label: PAIR, run: async (request) => sum(await Promise.all([ask(one, request), ask(partner, request)])) });
     for (let r = -1; r < rounds; r++) {
       // Round -1 warms up: the pools grow to the load, V8 optimizes the hot paths.
-      const order = r % 2 === 0 ? settings : [...settings].reverse();
+      const order = r % 2 === 0 ? measures : [...measures].reverse();
       for (const runner of ['js', 'python'] as const) {
         for (const c of callers) {
           for (const setting of order) {
-            const reply = await ask(setting, { runner, callers: c, ms: r < 0 ? roundMs / 3 : roundMs });
+            const reply = await setting.run({ runner, callers: c, ms: r < 0 ? roundMs / 3 : roundMs });
             if (r < 0) continue;
             const key = `${runner}\u0000${c}\u0000${setting.label}`;
             const s = samples.get(key) ?? { perSec: [], busy: [], cpu: [], members: 0 };
@@ -152,7 +173,7 @@ export async function benchScale(): Promise<Record<string, unknown>> {
       const byCallers: Record<string, unknown> = {};
       for (const c of callers) {
         const row: Record<string, unknown> = {};
-        for (const setting of settings) {
+        for (const setting of measures) {
           const s = samples.get(`${runner}\u0000${c}\u0000${setting.label}`);
           if (!s) continue;
           row[setting.label] = {
@@ -166,6 +187,8 @@ export async function benchScale(): Promise<Record<string, unknown>> {
           const one = (row['core 0'] as { calls_per_s: number }).calls_per_s;
           const two = (row['cores 0,1'] as { calls_per_s: number }).calls_per_s;
           row.two_cores_over_one = Math.round((two / one) * 100) / 100;
+          const pair = (row[PAIR] as { calls_per_s: number } | undefined)?.calls_per_s;
+          if (pair !== undefined) row.two_engines_over_one = Math.round((pair / one) * 100) / 100;
         }
         byCallers[`callers_${c}`] = row;
       }
@@ -175,14 +198,17 @@ export async function benchScale(): Promise<Record<string, unknown>> {
       tools: 'sum of 100 numbers, JS (isolated-vm) and Python (fork server), back to back per caller',
       round_ms: roundMs,
       rounds,
-      settings: settings.map((s) => `${s.label}: the pools sized for ${s.cores} core${s.cores === 1 ? '' : 's'}; JS pinning ${s.pinning}`),
+      settings: [
+        ...settings.map((s) => `${s.label}: the pools sized for ${s.cores} core${s.cores === 1 ? '' : 's'}; JS pinning ${s.pinning}`),
+        ...(partner ? [`${PAIR}: the engine of core 0 and one more on core 1, called at once (the callers of the row each), summed`] : []),
+      ],
       ...(pinned ? {} : { pinned: 'no taskset here: only the unpinned engine is measured' }),
       ...figures,
       load_average: load.map((l) => Math.round(l * 100) / 100),
     };
   } finally {
     await Promise.all(
-      settings.map(
+      [...settings, ...(partner ? [partner] : [])].map(
         (s) =>
           new Promise<void>((resolve) => {
             if (s.child.exitCode !== null || !s.child.connected) return resolve();

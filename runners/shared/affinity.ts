@@ -6,16 +6,17 @@ import { join } from 'node:path';
 /**
  * Which cores each member of a sandbox pool runs on. A member left to the scheduler has its relay
  * thread and isolate threads moved between cores, next to the other members' threads: on two cores,
- * one engine with two floating members did 1.52-1.67x its one-core JS calls/s at 32 callers, with 15-30%
- * more CPU per call, while two engines each pinned to a core did 1.88x (BENCHMARKS.md, "How one
- * engine's calls grow with its cores"). With each member on cores of its own, its threads stay where
+ * one engine with two floating members did 1.52-1.67x its one-core JS calls/s at 32 callers, with more
+ * CPU per call than on one core, while two engines each pinned to a core did 1.88x (BENCHMARKS.md,
+ * "Each sandbox process on cores of its own"). With each member on cores of its own, its threads stay where
  * their caches are, and the pool scales as the pinned engines do.
  *
  * The cores the engine may use are split into one group per member the pool may grow to; a new member
  * takes the group the fewest running members hold, so a member that replaces one that ended takes its
  * cores. Members are pinned only while two or more run: a lone member keeps every core, since one
- * caller's calls ran 25-30% slower with their only process on one core of two (its relay thread and
- * isolate thread hand each call over, and each gets a core of its own unpinned). Pinning is done with
+ * caller on two cores did 1.09-1.35x its one-core calls/s with its only process pinned against
+ * 1.26-1.53x with it free (its relay thread and isolate thread hand each call over, and each gets a
+ * core of its own unpinned). Pinning is done with
  * util-linux's `taskset` (Node has no call for it): a member started beside others starts under it, so
  * its every thread, from its first, runs on its group; a running member is moved with `taskset -a -p`,
  * which moves its threads, and the threads they start later inherit it.
