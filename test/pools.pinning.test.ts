@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { JsRunner } from '../runners/js/js-runner.js';
 import { allowedCores, CorePlan, coreGroups, parseCpuList, tasksetPath } from '../runners/shared/affinity.js';
 import { poolCheck } from '../runners/shared/pool.js';
+import { WasmRunner } from '../runners/wasm/wasm-runner.js';
 import { type Engine, EngineConfigError } from '../src/index.js';
 import type { ToolResult } from '../src/result.js';
 import { alive, waitFor } from './support/daemon.js';
@@ -208,6 +209,19 @@ describe('pinned JS sandbox processes', () => {
     expect(fromFile).toBeInstanceOf(EngineConfigError);
     expect((fromFile as EngineConfigError).field).toBe('arium.json pools.js.pin_cores');
     expect(() => new JsRunner({ pinCores: 'no' as never })).toThrow('JsRunner option pinCores must be true or false (got "no")');
+  }, 60_000);
+
+  it("pins the WebAssembly runner's sandbox processes the same way, with the same option", async () => {
+    const off = new WasmRunner({ processes: 2, pinCores: false });
+    const on = new WasmRunner({ processes: 2 });
+    try {
+      const [offStatus, onStatus] = await Promise.all([off.status(), on.status()]);
+      expect((offStatus.processes as JsProcesses).pinning).toEqual({ on: false, reason: 'off, as set' });
+      expect((onStatus.processes as JsProcesses).pinning.on).toBe(tasksetPath() !== null && (allowedCores()?.length ?? 0) >= 2);
+    } finally {
+      await Promise.all([off.close(), on.close()]);
+    }
+    expect(() => new WasmRunner({ pinCores: 1 as never })).toThrow('WasmRunner option pinCores must be true or false (got 1)');
   }, 60_000);
 
   it("says in arium doctor's pool line whether the processes are pinned", () => {

@@ -16,6 +16,8 @@ export interface WasmRunnerOptions {
   processes?: number;
   /** A sandbox process with no call for this long ends, down to one. Default POOL_LIMITS.idle_ms. */
   idleMs?: number;
+  /** While two or more sandbox processes run, run each on cores of its own (runners/shared/affinity.ts). Default true where it can be done. */
+  pinCores?: boolean;
 }
 
 /**
