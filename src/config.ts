@@ -53,10 +53,18 @@ export interface ProjectConfig {
   pools?: PoolsConfig;
 }
 
+/** A pool of isolated-vm sandbox processes (the JS and WebAssembly runners'). */
+export interface SandboxPoolConfig {
+  processes?: number;
+  idle_ms?: number;
+  pin_cores?: boolean;
+}
+
 /** `pools` in arium.json and createEngine: each size defaults to one per available core. */
 export interface PoolsConfig {
-  js?: { processes?: number; idle_ms?: number; pin_cores?: boolean };
+  js?: SandboxPoolConfig;
   python?: { servers?: number; idle_ms?: number };
+  wasm?: SandboxPoolConfig;
 }
 
 const poolSchema = (key: string, what: string) =>
@@ -79,22 +87,29 @@ const poolSchema = (key: string, what: string) =>
     },
   }) as const;
 
+/** A sandbox pool's schema: its size and idle time, and whether its processes are pinned to cores. */
+function sandboxPoolSchema(what: string) {
+  const base = poolSchema('processes', what);
+  return {
+    ...base,
+    properties: {
+      ...base.properties,
+      pin_cores: {
+        type: 'boolean',
+        description:
+          'while two or more run, each sandbox process runs on cores of its own, split from those the engine may use (default true on Linux with taskset)',
+      },
+    },
+  } as const;
+}
+
 export const POOLS_SCHEMA = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    js: {
-      ...poolSchema('processes', 'JS sandbox processes'),
-      properties: {
-        ...poolSchema('processes', 'JS sandbox processes').properties,
-        pin_cores: {
-          type: 'boolean',
-          description:
-            'while two or more run, each sandbox process runs on cores of its own, split from those the engine may use (default true on Linux with taskset)',
-        },
-      },
-    },
+    js: sandboxPoolSchema('JS sandbox processes'),
     python: poolSchema('servers', 'Python fork servers per tools folder'),
+    wasm: sandboxPoolSchema('WebAssembly sandbox processes'),
   },
 } as const;
 

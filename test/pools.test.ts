@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { JsRunner } from '../runners/js/js-runner.js';
 import { PythonRunner } from '../runners/python/python-runner.js';
 import { poolCheck } from '../runners/shared/pool.js';
+import { wasmRunner } from '../runners/wasm/definition.js';
 import { type Engine, EngineConfigError } from '../src/index.js';
 import type { ToolResult } from '../src/result.js';
 import { waitFor } from './support/daemon.js';
@@ -90,13 +91,29 @@ describe('pool sizing', () => {
     [{ js: { processes: 0 } }, 'pools.js.processes', /pools\.js\.processes must be an integer from 1 to 64 \(got 0\)/],
     [{ python: { servers: 'many' } }, 'pools.python.servers', /pools\.python\.servers must be an integer from 1 to 64 \(got "many"\)/],
     [{ js: { threads: 2 } }, 'pools.js.threads', /Unknown pools\.js field "threads"; known fields: processes, idle_ms/],
-    [{ ruby: {} }, 'pools.ruby', /Unknown pools field "ruby"/],
+    [{ ruby: {} }, 'pools.ruby', /Unknown pools field "ruby"; known fields: js, python, wasm/],
+    [{ wasm: { processes: 100 } }, 'pools.wasm.processes', /pools\.wasm\.processes must be an integer from 1 to 64 \(got 100\)/],
+    [{ wasm: { pin_cores: 'no' } }, 'pools.wasm.pin_cores', /pools\.wasm\.pin_cores must be true or false \(got "no"\)/],
   ])('refuses createEngine pools %j with an error naming %s', async (pools, field, message) => {
     const error = await open(project(), { pools: pools as never }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(EngineConfigError);
     expect((error as EngineConfigError).field).toBe(field);
     expect((error as Error).message).toMatch(message);
   });
+
+  it("sizes the WebAssembly runner's pool from pools.wasm, and says so in status() and arium doctor", async () => {
+    const p = project({});
+    writeFileSync(join(p.dir, 'arium.json'), JSON.stringify({ pools: { wasm: { processes: 3, idle_ms: 700, pin_cores: false } } }));
+    const engine = await open(p);
+    expect((await engine.status()).runners['wasm-runner']?.processes).toMatchObject({
+      size: 3,
+      chosen_by: 'setting',
+      idle_ms: 700,
+      pinning: { on: false, reason: 'off, as set' },
+    });
+    const lines = (await wasmRunner.probe?.({ config: { pools: { wasm: { processes: 2 } } }, projectDir: p.dir })) ?? [];
+    expect(lines).toEqual([{ name: 'wasm pool', ok: true, detail: expect.stringContaining('up to 2 sandbox processes, as set') }]);
+  }, 60_000);
 
   it('refuses a bad arium.json pools value at start-up', async () => {
     const p = project();

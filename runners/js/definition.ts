@@ -1,5 +1,5 @@
 import type { RunnerDefinition } from '../../src/runner.js';
-import { type PoolsConfig, poolCheck } from '../shared/pool.js';
+import { poolCheck, sandboxPoolOptions } from '../shared/pool.js';
 import { JsRunner } from './js-runner.js';
 import { checkIsolatedVm } from './probe.js';
 
@@ -18,7 +18,7 @@ export const jsRunner: RunnerDefinition = {
         '"fresh" (the default): every call runs in a new context. "persistent": the tool\'s context is kept between its calls, so its modules\' top-level state survives like a notebook kernel\'s (one context per tool per sandbox process, calls one at a time; reset after a failed call, on memory pressure and when the tool changes)',
     },
   },
-  probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', jsPool(config), 'sandbox process', '', true)],
+  probe: async ({ config }) => [await checkIsolatedVm(), poolCheck('js pool', sandboxPoolOptions(config, 'js'), 'sandbox process', '', true)],
   example: {
     'text-upper.json': {
       id: 'text.upper',
@@ -39,15 +39,5 @@ export default function run(input) {
 `,
   },
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
-  create: ({ config }) => new JsRunner(jsPool(config)),
+  create: ({ config }) => new JsRunner(sandboxPoolOptions(config, 'js')),
 };
-
-/** The pool options arium.json's `pools.js` (with createEngine's `pools` over it) gives the runner. */
-function jsPool(config: Readonly<Record<string, unknown>>): { processes?: number; idleMs?: number; pinCores?: boolean } {
-  const js = (config.pools as PoolsConfig | undefined)?.js;
-  return {
-    ...(js?.processes !== undefined ? { processes: js.processes } : {}),
-    ...(js?.idle_ms !== undefined ? { idleMs: js.idle_ms } : {}),
-    ...(js?.pin_cores !== undefined ? { pinCores: js.pin_cores } : {}),
-  };
-}

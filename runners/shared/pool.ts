@@ -1,9 +1,10 @@
 import { availableParallelism } from 'node:os';
+import type { PoolsConfig } from '../../src/config.js';
 import { POOL_LIMITS } from '../../src/limits.js';
 import type { Check } from '../../src/runner.js';
 import { CorePlan } from './affinity.js';
 
-export type { PoolsConfig } from '../../src/config.js';
+export type { PoolsConfig };
 
 /**
  * How large a runner's pool of processes grows, and when an idle member ends: the part the JS runner
@@ -82,6 +83,19 @@ export function leastLoaded<M>(members: readonly M[], load: (m: M) => number, re
     }
   }
   return best;
+}
+
+/** The options arium.json's `pools.js` or `pools.wasm` (with createEngine's `pools` over it) gives a sandbox runner. */
+export function sandboxPoolOptions(
+  config: Readonly<Record<string, unknown>>,
+  runner: 'js' | 'wasm',
+): { processes?: number; idleMs?: number; pinCores?: boolean } {
+  const pool = (config.pools as PoolsConfig | undefined)?.[runner];
+  return {
+    ...(pool?.processes !== undefined ? { processes: pool.processes } : {}),
+    ...(pool?.idle_ms !== undefined ? { idleMs: pool.idle_ms } : {}),
+    ...(pool?.pin_cores !== undefined ? { pinCores: pool.pin_cores } : {}),
+  };
 }
 
 /** `arium doctor`'s line for a pool: its size and why (a bad setting fails, with how to fix it). */

@@ -1,4 +1,5 @@
 import type { RunnerDefinition } from '../../src/runner.js';
+import { poolCheck, sandboxPoolOptions } from '../shared/pool.js';
 import { WASM_TOOL_FIELDS } from './setup.js';
 import { WASM_TEMPLATES } from './templates.js';
 import { WasmRunner } from './wasm-runner.js';
@@ -13,8 +14,9 @@ export const wasmRunner: RunnerDefinition = {
   remote: true,
   // argv and environment, from the definition only (setup.ts).
   toolFields: WASM_TOOL_FIELDS,
-  // No probe of its own: it needs what the JS runner needs, isolated-vm, which that runner's probe checks.
+  // isolated-vm itself is checked by the JS runner's probe (the same package); this one says how its pool is sized.
+  probe: async ({ config }) => [poolCheck('wasm pool', sandboxPoolOptions(config, 'wasm'), 'sandbox process', '', true)],
   templates: WASM_TEMPLATES,
   // Nothing native loads here: isolated-vm lives in the sandbox process, started on first use.
-  create: () => new WasmRunner(),
+  create: ({ config }) => new WasmRunner(sandboxPoolOptions(config, 'wasm')),
 };
