@@ -107,8 +107,10 @@ describe('arium doctor', () => {
       'user namespaces',
       'landlock',
       'python pool',
+      'wasm pool',
       'daemon',
     ]);
+    expect(report.checks.find((c: Json) => c.name === 'wasm pool').detail).toMatch(/^up to \d+ sandbox process/);
     expect(report.checks.find((c: Json) => c.name === 'landlock').detail).toMatch(/^ABI \d+: each Python call|abstract Unix sockets/);
     expect(report.checks[0]).toMatchObject({ name: 'node', ok: true });
     expect(report.ok).toBe(report.checks.every((c: Json) => c.ok));
