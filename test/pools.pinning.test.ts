@@ -1,4 +1,5 @@
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { JsRunner } from '../runners/js/js-runner.js';
@@ -18,11 +19,13 @@ const SPIN_JS =
   'export default function run(input) { const end = Date.now() + input.ms; let n = 0; while (Date.now() < end) n++; return { n: n > 0 }; }\n';
 
 const projects: TempProject[] = [];
+const dirs: string[] = [];
 const engines: Engine[] = [];
 
 afterAll(async () => {
   await Promise.allSettled(engines.map((e) => e.close()));
   for (const p of projects) p.remove();
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
 function project(): TempProject {
@@ -76,8 +79,9 @@ describe('the core plan', () => {
     expect(coreGroups([2, 5], 3)).toEqual([[2], [5], [2]]);
   });
 
-  it('gives a starting member the group fewest running members hold, and takes a group back when its member ends', () => {
+  it('gives a starting member the group fewest running members hold, and takes a group back when its member ends', async () => {
     const plan = new CorePlan(3, { cores: [0, 1, 2, 3, 4, 5] });
+    await plan.tried;
     if (tasksetPath() === null) {
       expect(plan.pinning).toEqual({ on: false, reason: 'off: taskset (util-linux) is not installed' });
       return;
@@ -96,6 +100,23 @@ describe('the core plan', () => {
     expect(plan.take()?.cores).toEqual([2, 3]);
     // Every group held once: the next member shares the first.
     expect(plan.take()?.cores).toEqual([0, 1]);
+  });
+
+  it("pins nothing, and says why, where taskset cannot set a process's cores", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'arium-taskset-'));
+    dirs.push(dir);
+    const refusing = join(dir, 'taskset');
+    writeFileSync(refusing, '#!/bin/sh\necho "taskset: failed to set pid 0\'s affinity: Operation not permitted" >&2\nexit 1\n', { mode: 0o755 });
+    const plan = new CorePlan(2, { cores: [0, 1], taskset: refusing });
+    // Before the trial has answered, members start unpinned.
+    expect(plan.take()?.prefix ?? null).toBeNull();
+    await plan.tried;
+    expect(plan.pinning).toEqual({
+      on: false,
+      reason: "off: taskset cannot pin here (taskset: failed to set pid 0's affinity: Operation not permitted)",
+    });
+    expect(plan.working).toBe(false);
+    expect(plan.take()).toBeNull();
   });
 
   it('is off, saying why, when set off, for a pool of one, or with one core', () => {

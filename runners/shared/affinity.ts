@@ -85,6 +85,33 @@ export function coresOf(pid: number | 'self'): number[] | null {
   }
 }
 
+const trials = new Map<string, Promise<string | null>>();
+
+/**
+ * Has taskset pin itself to `core` and print its version, once per taskset and core: a sandbox or
+ * container that refuses sched_setaffinity would otherwise fail every member started under taskset.
+ * Null when it worked, else the first line of why not.
+ */
+function trial(taskset: string, core: number): Promise<string | null> {
+  const key = `${taskset}\u0000${core}`;
+  let found = trials.get(key);
+  if (!found) {
+    found = new Promise((resolve) => {
+      execFile(taskset, ['--cpu-list', String(core), taskset, '--version'], { timeout: 10_000 }, (error, _out, err) => {
+        resolve(
+          error
+            ? (String(err || error.message)
+                .trim()
+                .split('\n')[0] ?? 'failed')
+            : null,
+        );
+      });
+    });
+    trials.set(key, found);
+  }
+  return found;
+}
+
 /** Splits `cores` into `groups` groups as even as they can be, in order; with fewer cores than groups, one core each, reused in turn. */
 export function coreGroups(cores: readonly number[], groups: number): number[][] {
   if (cores.length === 0 || groups < 1) return [];
@@ -104,16 +131,21 @@ export interface PinSetting {
   pin?: boolean;
   /** The cores the members may use; default allowedCores(). */
   cores?: readonly number[];
+  /** For tests: the taskset to use instead of the one found. */
+  taskset?: string;
 }
 
 /**
  * The core groups of a pool of up to `size` members, handed out as members start and given back as
  * they end. Off (every member floats over all the cores) when pinning is turned off, when the pool has
- * one member (it should use every core the engine has), when fewer than two cores are known, or
- * without taskset.
+ * one member (it should use every core the engine has), when fewer than two cores are known, without
+ * taskset, or where taskset cannot pin (tried once before anything is pinned).
  */
 export class CorePlan {
-  readonly pinning: Pinning;
+  #pinning: Pinning;
+  /** Settles once taskset has been tried here; until it has worked, nothing is pinned. */
+  readonly tried: Promise<void>;
+  #works = false;
   readonly #groups: number[][];
   /** Running members per group. */
   readonly #held: number[];
@@ -123,30 +155,49 @@ export class CorePlan {
 
   constructor(size: number, setting: PinSetting = {}) {
     const cores = setting.cores ?? allowedCores();
-    this.#taskset = tasksetPath();
+    this.#taskset = setting.taskset ?? tasksetPath();
     const off = (reason: string) => ({ on: false, reason });
-    if (setting.pin === false) this.pinning = off('off, as set');
-    else if (size < 2) this.pinning = off('off: one member uses every core the engine has');
-    else if (cores === null) this.pinning = off('off: the cores this process may use cannot be read here (Linux only)');
-    else if (cores.length < 2) this.pinning = off(`off: this process may use one core (${cores.join(',')})`);
-    else if (this.#taskset === null) this.pinning = off('off: taskset (util-linux) is not installed');
-    else this.pinning = { on: true, reason: `on while two or more members run: ${cores.length} cores in ${Math.min(size, cores.length)} groups` };
+    if (setting.pin === false) this.#pinning = off('off, as set');
+    else if (size < 2) this.#pinning = off('off: one member uses every core the engine has');
+    else if (cores === null) this.#pinning = off('off: the cores this process may use cannot be read here (Linux only)');
+    else if (cores.length < 2) this.#pinning = off(`off: this process may use one core (${cores.join(',')})`);
+    else if (this.#taskset === null) this.#pinning = off('off: taskset (util-linux) is not installed');
+    else this.#pinning = { on: true, reason: `on while two or more members run: ${cores.length} cores in ${Math.min(size, cores.length)} groups` };
     this.#all = cores ?? [];
-    this.#groups = this.pinning.on && cores ? coreGroups(cores, size) : [];
+    this.#groups = this.#pinning.on && cores ? coreGroups(cores, size) : [];
     this.#held = this.#groups.map(() => 0);
+    this.tried = this.#try(cores?.[0]);
+  }
+
+  get pinning(): Pinning {
+    return this.#pinning;
+  }
+
+  /** Whether taskset has been seen to pin here: until then, nothing is pinned or moved. */
+  get working(): boolean {
+    return this.#works;
+  }
+
+  #try(core: number | undefined): Promise<void> {
+    const taskset = this.#taskset;
+    if (!this.#pinning.on || taskset === null || core === undefined) return Promise.resolve();
+    return trial(taskset, core).then((problem) => {
+      if (problem === null) this.#works = true;
+      else this.#pinning = { on: false, reason: `off: taskset cannot pin here (${problem})` };
+    });
   }
 
   /**
    * The group a starting member takes (the one fewest running members hold, the lowest on a tie) and
    * the command prefix that pins it, or null when the plan is off.
    */
-  take(): { group: number; cores: number[]; prefix: string[] } | null {
-    if (!this.pinning.on || this.#taskset === null) return null;
+  take(): { group: number; cores: number[]; prefix: string[] | null } | null {
+    if (!this.#pinning.on || this.#taskset === null) return null;
     let group = 0;
     for (let g = 1; g < this.#held.length; g++) if ((this.#held[g] as number) < (this.#held[group] as number)) group = g;
     this.#held[group] = (this.#held[group] as number) + 1;
     const cores = this.#groups[group] as number[];
-    return { group, cores, prefix: [this.#taskset, '--cpu-list', cores.join(',')] };
+    return { group, cores, prefix: this.#works ? [this.#taskset, '--cpu-list', cores.join(',')] : null };
   }
 
   /** Every core the members may use: where a lone member runs. */
@@ -160,7 +211,7 @@ export class CorePlan {
    */
   move(pid: number, cores: readonly number[]): void {
     const taskset = this.#taskset;
-    if (taskset === null || cores.length === 0) return;
+    if (taskset === null || !this.#works || cores.length === 0) return;
     // One move of a process at a time, in order: an unpin and the pin right after it must land in that order.
     const before = this.#moving.get(pid) ?? Promise.resolve();
     const done: Promise<void> = before.then(

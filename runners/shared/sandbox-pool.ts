@@ -91,6 +91,8 @@ export class SandboxPool {
       throw new RangeError(`${options.where.replace(/ processes$/, ' pinCores')} must be true or false (got ${JSON.stringify(options.pinCores)})`);
     }
     this.#cores = new CorePlan(this.#sizing.size, { pin: options.pinCores, ...(options.pinTo ? { cores: options.pinTo } : {}) });
+    // Processes started before taskset was seen to work are placed once it has.
+    void this.#cores.tried.then(() => this.#placeAll());
   }
 
   /** How large the pool grows and why. */
@@ -265,7 +267,7 @@ export class SandboxPool {
     }
     const place = this.#cores.take();
     // Pinned from its start when others run (placeAll pins them too); a lone member keeps every core.
-    const beside = place !== null && this.#members.some((m) => m.accepting);
+    const beside = place?.prefix != null && this.#members.some((m) => m.accepting);
     const sandbox = new SandboxProcess({
       runner,
       label,
@@ -273,7 +275,7 @@ export class SandboxPool {
       execArgv,
       workerConfig: { ...this.#options.workerConfig, ivmDir },
       answers: this.#answers,
-      ...(place && beside ? { prefix: place.prefix } : {}),
+      ...(place?.prefix && beside ? { prefix: place.prefix } : {}),
     });
     if (place) this.#group.set(sandbox, { group: place.group, cores: place.cores, pinned: beside });
     this.#starts++;
@@ -308,7 +310,7 @@ export class SandboxPool {
    * every core when one is left (affinity.ts says why).
    */
   #placeAll(): void {
-    if (!this.#cores.pinning.on) return;
+    if (!this.#cores.pinning.on || !this.#cores.working) return;
     const running = this.#members.filter((m) => m.accepting);
     const pin = running.length >= 2;
     for (const member of running) {
