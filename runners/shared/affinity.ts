@@ -189,7 +189,8 @@ export class CorePlan {
 
   /**
    * The group a starting member takes (the one fewest running members hold, the lowest on a tie) and
-   * the command prefix that pins it, or null when the plan is off.
+   * the command prefix that pins it (null until taskset has been seen to work), or null when the plan
+   * is off.
    */
   take(): { group: number; cores: number[]; prefix: string[] | null } | null {
     if (!this.#pinning.on || this.#taskset === null) return null;
