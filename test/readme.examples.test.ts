@@ -470,10 +470,45 @@ async function runGatewaysExample(block: Block): Promise<void> {
   }
   let code = block.code.replace(/^nats-server /gm, `${server} `);
   for (const fixed of ['4221', '4222', '4223', '6231', '6232', '6233', '8701', '8702']) code = code.replaceAll(fixed, String(await freePort()));
-  const out = execFileSync('bash', ['-e', '-c', code], { cwd: ROOT, encoding: 'utf8', timeout: 120_000, stdio: ['ignore', 'pipe', 'ignore'] });
+  const out = await bashGroup(code, ROOT, 120_000);
   expect(out).toContain('"ok":true,"tool_id":"fs.write"');
   // Read through B twice: forwarded to A, then after A was killed, from B's own engine.
   expect(out.match(/"path":"\/hello.txt","size":2/g)).toHaveLength(2);
+}
+
+/**
+ * Runs `code` with bash in a process group of its own and returns what it printed. Whether it ends,
+ * fails or runs past `timeoutMs`, the whole group is then killed: an example that starts servers in the
+ * background (nats-server, gateways) and stops before its own `kill` line leaves none of them running.
+ */
+function bashGroup(code: string, cwd: string, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', ['-e', '-c', code], { cwd, detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk: string) => {
+      out += chunk;
+    });
+    const killGroup = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // The group has ended.
+      }
+    };
+    const timer = setTimeout(() => {
+      killGroup();
+      reject(new Error(`the example ran past ${timeoutMs} ms; it printed:\n${out}`));
+    }, timeoutMs);
+    child.on('error', reject);
+    // bash has ended: what it left in the background goes too, which lets its stdout close.
+    child.on('exit', killGroup);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(out);
+      else reject(new Error(`the example exited with ${code}; it printed:\n${out}`));
+    });
+  });
 }
 
 /** arium.json's providers: each `nats` provider's settings as the kind parses them. */
