@@ -99,7 +99,12 @@ export async function benchMix(): Promise<Record<string, unknown>> {
   const others = (process.env.ARIUM_BENCH_AGAINST ?? '').split(',').filter(Boolean).map(distOf);
   const ownDist = join(here, '..');
   const builds = [start(ownDist, `${labelOf(root)} (this build)`)];
-  for (const dist of others) builds.push(start(dist, labelOf(dist)));
+  for (const dist of others) {
+    // Two checkouts of one commit (a build and a variant of it) describe alike: the results are keyed
+    // by label, so the second would overwrite the first's.
+    const label = labelOf(dist);
+    builds.push(start(dist, builds.some((b) => b.label === label) ? `${label} (${dist})` : label));
+  }
   const chosen = (process.env.ARIUM_BENCH_MIXES ?? '').split(',').filter(Boolean);
   const unknown = chosen.find((name) => !(name in MIXES));
   if (unknown) throw new Error(`ARIUM_BENCH_MIXES: no mix ${unknown}; the mixes are ${Object.keys(MIXES).join(', ')}`);
