@@ -1,8 +1,10 @@
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PACK_LIMITS } from '../limits.js';
 import { writeFileAtomic } from '../store/atomic.js';
+import { gone, ownerRecord, removeStaleLock } from '../store/lock.js';
 import { PackError } from './errors.js';
 
 /** The lock file, at the project's root next to arium.json. */
@@ -69,32 +71,39 @@ export function writeLock(projectDir: string, lock: PackLock): void {
 /**
  * Runs `fn` holding the project's pack mutex (`.arium/packs.mutex`, made with O_EXCL), so two `arium add`
  * at once take turns instead of each writing the lock file from what it read before the other wrote.
- * A mutex left by a process that died is taken over.
+ * A mutex left by a process that died is taken over, under the same guard as the project lock's
+ * (removeStaleLock): two waiters that both find it stale must not both end up holding it. A live
+ * holder is waited for up to `waitMs`.
  */
-export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>): Promise<T> {
+export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>, waitMs: number = PACK_LIMITS.lock_wait_ms): Promise<T> {
   const dir = join(projectDir, '.arium');
   mkdirSync(dir, { recursive: true });
   const path = join(dir, 'packs.mutex');
-  const deadline = Date.now() + PACK_LIMITS.lock_wait_ms;
+  const deadline = Date.now() + waitMs;
   for (;;) {
     try {
       const fd = openSync(path, 'wx', 0o600);
-      writeSync(fd, String(process.pid));
+      writeSync(fd, ownerRecord());
       closeSync(fd);
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = holderOf(path);
+      const seen = contentOf(path);
       // Released between the two looks: try again at once.
-      if (holder === null) continue;
-      if (holder > 0 && !alive(holder)) {
-        rmSync(path, { force: true });
+      if (seen === null) continue;
+      const owner = holderOf(seen);
+      if (gone(owner) || (seen === '' && unchangedFor(path) > EMPTY_STALE_MS)) {
+        if (!removeStaleLock(path, seen)) await sleep(5);
         continue;
       }
       if (Date.now() > deadline) {
+        const who =
+          owner.pid === undefined
+            ? 'a process that has not written its pid'
+            : `pid ${owner.pid}${owner.host && owner.host !== hostname() ? ` on ${owner.host}` : ''}`;
         throw new PackError(
           'SOURCE',
-          `another pack operation (pid ${holder}) has held ${path} for ${PACK_LIMITS.lock_wait_ms} ms; wait for it, or remove the file if that process is gone`,
+          `another pack operation (${who}) has held ${path} for ${waitMs} ms; wait for it, or remove the file if that process is gone`,
         );
       }
       await sleep(25 + Math.random() * 50);
@@ -107,21 +116,41 @@ export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>)
   }
 }
 
-/** The pid the mutex file names (0 while its holder has not written it yet), or null when it is gone. */
-function holderOf(path: string): number | null {
+/**
+ * A mutex file found empty for this long was left by a process that died between creating it and
+ * writing its owner (the two are one system call apart).
+ */
+const EMPTY_STALE_MS = 10_000;
+
+/** The mutex file's text, or null when it is gone. */
+function contentOf(path: string): string | null {
   try {
-    return Number.parseInt(readFileSync(path, 'utf8') || '0', 10);
+    return readFileSync(path, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw error;
   }
 }
 
-function alive(pid: number): boolean {
+/** Its owner: an owner record, or the bare pid an older Arium wrote (a process of this host). */
+function holderOf(text: string): { pid?: number; host?: string } {
+  if (/^\d+$/.test(text.trim())) return { pid: Number(text.trim()), host: hostname() };
   try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
+    const owner = JSON.parse(text) as { pid?: unknown; host?: unknown };
+    return {
+      ...(typeof owner.pid === 'number' ? { pid: owner.pid } : {}),
+      ...(typeof owner.host === 'string' ? { host: owner.host } : {}),
+    };
+  } catch {
+    return {};
+  }
+}
+
+/** How long the file has gone unchanged (0 when it is gone). */
+function unchangedFor(path: string): number {
+  try {
+    return Date.now() - statSync(path).mtimeMs;
+  } catch {
+    return 0;
   }
 }

@@ -23,7 +23,7 @@ function alive(pid: number): boolean {
 }
 
 /** Whether a lock or guard file's owner is a process of this host that no longer runs. */
-function gone(owner: { pid?: unknown; host?: unknown }): boolean {
+export function gone(owner: { pid?: unknown; host?: unknown }): boolean {
   return typeof owner.pid === 'number' && owner.host === hostname() && !alive(owner.pid);
 }
 
@@ -46,8 +46,8 @@ export function lockHolder(path: string): number | null {
   }
 }
 
-/** What a lock or guard file holds: its owner. */
-const ownerRecord = (): string => JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() });
+/** What a lock or guard file holds: its owner (the time makes each record unique, even when a pid is reused). */
+export const ownerRecord = (): string => JSON.stringify({ pid: process.pid, host: hostname(), at: new Date().toISOString() });
 
 function pause(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
@@ -123,29 +123,7 @@ export class ProjectLock {
    * Returns false when another engine is taking it over right now (the caller looks again).
    */
   takeOver(seen: string): boolean {
-    const guard = `${this.path}.takeover`;
-    let fd: number;
-    try {
-      fd = openSync(guard, 'wx', 0o600);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      try {
-        if (Date.now() - statSync(guard).mtimeMs > GUARD_STALE_MS || guardOwnerGone(guard)) rmSync(guard, { force: true });
-      } catch {}
-      return false;
-    }
-    try {
-      writeSync(fd, ownerRecord());
-      let now: string | null = null;
-      try {
-        now = readFileSync(this.path, 'utf8');
-      } catch {}
-      if (now === seen) rmSync(this.path, { force: true });
-    } finally {
-      closeSync(fd);
-      rmSync(guard, { force: true });
-    }
-    return true;
+    return removeStaleLock(this.path, seen);
   }
 
   release(): void {
@@ -153,4 +131,37 @@ export class ProjectLock {
     this.#held = false;
     rmSync(this.path, { force: true });
   }
+}
+
+/**
+ * Removes the lock file at `path` if it still holds exactly `seen`, which the caller judged stale, under
+ * the takeover guard `<path>.takeover` (created exclusively). Two processes may find the same stale
+ * lock at once; if each simply removed it, the second could remove the lock the first had just made,
+ * and both would hold it. Returns false when another process is taking it over right now (look again
+ * shortly); true when the stale lock is gone or was replaced meanwhile.
+ */
+export function removeStaleLock(path: string, seen: string): boolean {
+  const guard = `${path}.takeover`;
+  let fd: number;
+  try {
+    fd = openSync(guard, 'wx', 0o600);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    try {
+      if (Date.now() - statSync(guard).mtimeMs > GUARD_STALE_MS || guardOwnerGone(guard)) rmSync(guard, { force: true });
+    } catch {}
+    return false;
+  }
+  try {
+    writeSync(fd, ownerRecord());
+    let now: string | null = null;
+    try {
+      now = readFileSync(path, 'utf8');
+    } catch {}
+    if (now === seen) rmSync(path, { force: true });
+  } finally {
+    closeSync(fd);
+    rmSync(guard, { force: true });
+  }
+  return true;
 }
