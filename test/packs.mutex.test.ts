@@ -110,15 +110,24 @@ describe('the pack mutex left by a process that died', () => {
     expect(existsSync(mutex)).toBe(true);
   });
 
-  it('is taken over when it stayed empty (its holder died before writing its pid)', async () => {
+  it('is taken over when it named no owner for a while (empty: its holder died before writing it; or damaged)', async () => {
+    for (const text of ['', '{"pid":', 'not a record']) {
+      const { dir, mutex } = project();
+      writeFileSync(mutex, text);
+      const past = new Date(Date.now() - 60_000);
+      utimesSync(mutex, past, past);
+      let ran = false;
+      await withPackMutex(dir, async () => {
+        ran = true;
+      });
+      expect(ran).toBe(true);
+    }
+  });
+
+  it('is waited for while it has named no owner only for a moment (its holder is writing it)', async () => {
     const { dir, mutex } = project();
     writeFileSync(mutex, '');
-    const past = new Date(Date.now() - 60_000);
-    utimesSync(mutex, past, past);
-    let ran = false;
-    await withPackMutex(dir, async () => {
-      ran = true;
-    });
-    expect(ran).toBe(true);
+    await expect(withPackMutex(dir, async () => {}, 200)).rejects.toThrow(/\(a process that has not written its pid\) has held/);
+    expect(existsSync(mutex)).toBe(true);
   });
 });

@@ -92,7 +92,7 @@ export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>,
       // Released between the two looks: try again at once.
       if (seen === null) continue;
       const owner = holderOf(seen);
-      if (gone(owner) || (seen === '' && unchangedFor(path) > EMPTY_STALE_MS)) {
+      if (gone(owner) || (owner.pid === undefined && unchangedFor(path) > OWNERLESS_STALE_MS)) {
         if (!removeStaleLock(path, seen)) await sleep(5);
         continue;
       }
@@ -117,10 +117,10 @@ export async function withPackMutex<T>(projectDir: string, fn: () => Promise<T>,
 }
 
 /**
- * A mutex file found empty for this long was left by a process that died between creating it and
- * writing its owner (the two are one system call apart).
+ * A mutex file that names no owner for this long (empty, or not an owner record) was left by a process
+ * that died between creating it and writing its owner (one system call apart), or was damaged since.
  */
-const EMPTY_STALE_MS = 10_000;
+const OWNERLESS_STALE_MS = 10_000;
 
 /** The mutex file's text, or null when it is gone. */
 function contentOf(path: string): string | null {
