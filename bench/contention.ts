@@ -2,6 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createEngine, type Engine } from '../src/index.js';
+import { VfsState } from '../src/vfs/state.js';
 import { median } from './stats.js';
 
 /**
@@ -47,7 +48,7 @@ export async function benchContention(): Promise<Record<string, unknown>> {
   const policy = Number.isInteger(attempts) && attempts > 0 ? { max_attempts: attempts } : {};
   const engine = await createEngine({ workspace: dir, project: 'bench', watch: false, persist: false, policy });
   try {
-    const out: Record<string, unknown> = {};
+    const out: Record<string, unknown> = { commit_us_with_open_transactions: commitsBesideOpen(VfsState) };
     for (const [name, tool] of [
       ['js', 'js.appender'],
       ['python', 'py.appender'],
@@ -65,6 +66,33 @@ export async function benchContention(): Promise<Record<string, unknown>> {
     await engine.close();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * What one commit costs (µs, median of 5 runs of 20,000) while N other transactions are open, as calls
+ * in flight hold them: each commit keeps the pre-images those transactions may read. In memory, one
+ * 3-byte write to one of 100 files a commit. `State` is a parameter so that another build's state can
+ * be measured by the same loop (BENCHMARKS.md).
+ */
+export function commitsBesideOpen(State: typeof VfsState): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const open of [0, 32, 1024, 4096]) {
+    const state = new State({ dir: null });
+    const held = Array.from({ length: open }, () => state.begin());
+    const times: number[] = [];
+    for (let run = 0; run < 5; run++) {
+      const t0 = performance.now();
+      for (let i = 0; i < 20_000; i++) {
+        const txn = state.begin();
+        txn.write(`/w/${i % 100}.txt`, `v${i % 10}`);
+        state.commit(txn);
+      }
+      times.push(((performance.now() - t0) * 1000) / 20_000);
+    }
+    for (const txn of held) state.end(txn);
+    out[`open_${open}`] = Math.round(median(times) * 10) / 10;
+  }
+  return out;
 }
 
 async function batches(engine: Engine, tool: string, path: (i: number) => string): Promise<{ ms: number; runs: number }> {

@@ -7,7 +7,7 @@ import { CorruptObjectError, ObjectStore, PACK_MIN_OBJECTS } from '../store/obje
 import type { JournalPort, StateStore } from '../store/port.js';
 import type { ChangeLog } from './change-log.js';
 import { parentOf } from './path.js';
-import { imageOf, type NodeImage, ReadView } from './read-view.js';
+import { History, imageOf, ReadView } from './read-view.js';
 import { InconsistentReadError, type RecoveryReport, StateCorruptError, StateLoader } from './state-load.js';
 import { applyOps, type OpTarget, Transaction } from './transaction.js';
 import { TreeIndex } from './tree-index.js';
@@ -83,8 +83,10 @@ export class VfsState {
   #changes = 0;
   #closed = false;
   #readOnly: { holder: number | null } | null = null;
-  /** Views of the transactions begun and not yet committed or ended: commits hand them pre-images. */
+  /** Views of the transactions begun and not yet committed or ended, oldest first. */
   readonly #active = new Set<ReadView>();
+  /** The pre-images those views read what later commits changed from. */
+  readonly #history = new History();
 
   constructor(options: StateOptions) {
     this.vfs = new Vfs(options.quota);
@@ -172,7 +174,9 @@ export class VfsState {
 
   /** Starts a call's transaction; end it with `commit` or `end`. */
   begin(): Transaction {
-    const view = new ReadView(this.vfs);
+    this.#history.tidy();
+    const view = new ReadView(this.vfs, this.#history, this.#changes);
+    this.#history.open(view.start);
     this.#active.add(view);
     return new Transaction(view, view, this.vfs.quota.max_call_bytes);
   }
@@ -188,9 +192,18 @@ export class VfsState {
     return result;
   }
 
-  /** Ends a transaction without committing it (a failed call); safe to call more than once. */
+  /**
+   * Ends a transaction without committing it (a failed call); safe to call more than once. What only
+   * its view needed of the history is dropped at the next begin or commit: `commit` ends the
+   * transaction before it checks it for conflicts.
+   */
   end(txn: Transaction): void {
-    if (txn.view) this.#active.delete(txn.view);
+    if (txn.view && this.#active.delete(txn.view)) this.#history.close(txn.view.start);
+  }
+
+  /** Pre-images kept for the open transactions (tests: what one long call keeps alive). */
+  get preImages(): number {
+    return this.#history.size;
   }
 
   /** Transactions begun and not ended (status, and tests that nothing leaks). */
@@ -272,23 +285,18 @@ export class VfsState {
   }
 
   /**
-   * The committed tree as an OpTarget that keeps the tree index in step, and hands the open
-   * transactions the pre-image of every path an op is about to change (nothing to do when none is open).
+   * The committed tree as an OpTarget that keeps the tree index in step, and keeps the pre-image of
+   * every path an op is about to change for the open transactions (nothing to do when none is open).
    */
   #target(): OpTarget {
     const vfs = this.vfs;
     const index = this.#index;
+    const history = this.#history;
     const capture = (paths: Iterable<string>): void => {
       if (this.#active.size === 0) return;
-      for (const path of paths) {
-        // A view keeps the first pre-image of a path: read the content only for views that lack it.
-        let image: NodeImage | undefined;
-        for (const view of this.#active) {
-          if (view.captured(path)) continue;
-          image ??= imageOf(vfs, path);
-          view.capture(path, image);
-        }
-      }
+      history.tidy();
+      const seq = this.#changes;
+      for (const path of paths) if (history.wants(path)) history.record(path, seq, imageOf(vfs, path));
     };
     return {
       typeOf: (path) => vfs.typeOf(path),
