@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { seeded } from '../bench/soak-workload.js';
 import { ToolFailure } from '../src/errors.js';
 import { VfsState } from '../src/vfs/state.js';
 import type { Transaction } from '../src/vfs/transaction.js';
@@ -7,18 +8,6 @@ import type { Transaction } from '../src/vfs/transaction.js';
 // keep once for all of them (src/vfs/read-view.ts, History). Checked against a model that copies the
 // whole tree at each begin, over random interleavings of begins, reads, listings, commits and ends;
 // and that one long transaction does not keep alive what the short ones beside it needed.
-
-/** A small deterministic generator (mulberry32), so a failing sequence can be run again by its seed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Open {
   id: number;
@@ -44,7 +33,7 @@ function outcome(run: () => unknown): string {
 describe('transactions against a model that copies the tree at each begin', () => {
   for (let seed = 1; seed <= 40; seed++) {
     it(`agrees on every read, listing and commit (seed ${seed})`, () => {
-      const next = random(seed);
+      const next = seeded(seed);
       const pick = <T>(list: readonly T[]): T => list[Math.floor(next() * list.length)] as T;
       const state = new VfsState({ dir: null });
       state.change((txn) => {
