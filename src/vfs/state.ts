@@ -1,3 +1,4 @@
+// Over 500 lines: one class, the committed VFS, whose commits, journal, snapshots and open transactions share its tree and sequence.
 import { ToolFailure } from '../errors.js';
 import type { VfsQuota } from '../limits.js';
 import { FileStateStore } from '../store/file-store.js';
