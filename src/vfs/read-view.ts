@@ -164,14 +164,7 @@ export class History {
   at(path: string, start: number): NodeImage | undefined {
     const list = this.#byPath.get(path);
     if (list === undefined || (list[list.length - 1] as Kept).seq <= start) return undefined;
-    let low = 0;
-    let high = list.length - 1;
-    while (low < high) {
-      const mid = (low + high) >> 1;
-      if ((list[mid] as Kept).seq > start) high = mid;
-      else low = mid + 1;
-    }
-    return (list[low] as Kept).image;
+    return (list[firstWhere(0, list.length, (i) => (list[i] as Kept).seq > start)] as Kept).image;
   }
 
   /**
@@ -194,14 +187,7 @@ export class History {
   /** The index in the log of the first pre-image of a commit after change count `start`. */
   #firstAfter(start: number): number {
     const log = this.#log;
-    let low = this.#head;
-    let high = log.length;
-    while (low < high) {
-      const mid = (low + high) >> 1;
-      if ((log[mid] as Kept).seq > start) high = mid;
-      else low = mid + 1;
-    }
-    return low;
+    return firstWhere(this.#head, log.length, (i) => (log[i] as Kept).seq > start);
   }
 
   /** The paths directly in `dir` that have pre-images. */
@@ -266,12 +252,15 @@ interface Kept {
 
 /** The first index of sorted `values` whose value is at least `value`. */
 function lowerBound(values: readonly number[], value: number): number {
-  let low = 0;
-  let high = values.length;
+  return firstWhere(0, values.length, (i) => (values[i] as number) >= value);
+}
+
+/** The first index from `low` to `high` (exclusive) where `test` holds, for a test that holds from some index on; `high` when none. */
+function firstWhere(low: number, high: number, test: (index: number) => boolean): number {
   while (low < high) {
     const mid = (low + high) >> 1;
-    if ((values[mid] as number) < value) low = mid + 1;
-    else high = mid;
+    if (test(mid)) high = mid;
+    else low = mid + 1;
   }
   return low;
 }
